@@ -1,0 +1,36 @@
+//! The single response body type and its constructors.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full, combinators::UnsyncBoxBody};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Every response toolgate sends has this body type: an upstream body passed
+/// through, a rewritten stream, or a small buffer the gateway made itself.
+pub type Body = UnsyncBoxBody<Bytes, BoxError>;
+
+pub fn empty() -> Body {
+    Empty::new().map_err(|never| match never {}).boxed_unsync()
+}
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+pub fn json(value: &serde_json::Value) -> Body {
+    full(serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// Wraps any body whose errors can be boxed.
+pub fn boxed<B>(body: B) -> Body
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    body.map_err(Into::into).boxed_unsync()
+}
+
+pub mod idle_timeout;
+pub mod observed;

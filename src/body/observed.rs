@@ -1,0 +1,149 @@
+//! Accounting for one request: metrics and the single log line, emitted when
+//! the response body is finished or dropped (client gone), so durations and
+//! byte counts cover the whole stream, not just the response head.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Buf;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tokio::time::Instant;
+
+use crate::metrics as m;
+
+/// What is known about a request; recorded once, on drop.
+#[derive(Debug)]
+pub struct RequestLog {
+    pub provider: String,
+    pub model: String,
+    pub route: &'static str,
+    pub status: u16,
+    pub start: Instant,
+    pub streaming: bool,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Set when the body ended in an error (upstream reset, idle timeout).
+    pub failed: Option<String>,
+    finished: bool,
+}
+
+impl RequestLog {
+    pub fn start(route: &'static str) -> Self {
+        metrics::gauge!(m::ACTIVE_REQUESTS).increment(1.0);
+        RequestLog {
+            provider: String::new(),
+            model: String::new(),
+            route,
+            status: 0,
+            start: Instant::now(),
+            streaming: false,
+            bytes_in: 0,
+            bytes_out: 0,
+            failed: None,
+            finished: false,
+        }
+    }
+
+    pub fn set_streaming(&mut self) {
+        if !self.streaming {
+            self.streaming = true;
+            metrics::gauge!(m::ACTIVE_STREAMS).increment(1.0);
+        }
+    }
+}
+
+impl Drop for RequestLog {
+    fn drop(&mut self) {
+        let elapsed = self.start.elapsed();
+        metrics::gauge!(m::ACTIVE_REQUESTS).decrement(1.0);
+        if self.streaming {
+            metrics::gauge!(m::ACTIVE_STREAMS).decrement(1.0);
+        }
+        let provider = if self.provider.is_empty() {
+            "none"
+        } else {
+            self.provider.as_str()
+        };
+        let status = self.status.to_string();
+        metrics::counter!(m::REQUESTS, "provider" => provider.to_owned(), "route" => self.route, "status" => status)
+            .increment(1);
+        metrics::histogram!(m::REQUEST_DURATION, "provider" => provider.to_owned(), "route" => self.route)
+            .record(elapsed.as_secs_f64());
+        if self.bytes_in > 0 {
+            metrics::counter!(m::BYTES_IN, "provider" => provider.to_owned())
+                .increment(self.bytes_in);
+        }
+        metrics::counter!(m::BYTES_OUT, "provider" => provider.to_owned())
+            .increment(self.bytes_out);
+        // Model names are logged; prompts, keys and bodies never are.
+        tracing::info!(
+            provider,
+            model = %self.model,
+            route = self.route,
+            status = self.status,
+            stream = self.streaming,
+            duration_ms = elapsed.as_secs_f64() * 1e3,
+            bytes_out = self.bytes_out,
+            complete = self.finished && self.failed.is_none(),
+            error = self.failed.as_deref(),
+            "request"
+        );
+    }
+}
+
+pin_project! {
+    /// A body that counts what it yields and finishes its [`RequestLog`] when done.
+    pub struct Observed<B> {
+        #[pin]
+        inner: B,
+        log: RequestLog,
+    }
+}
+
+impl<B> Observed<B> {
+    pub fn new(inner: B, log: RequestLog) -> Self {
+        Observed { inner, log }
+    }
+}
+
+impl<B> Body for Observed<B>
+where
+    B: Body,
+    B::Error: std::fmt::Display,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let mut this = self.project();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.log.bytes_out += data.remaining() as u64;
+                }
+                // hyper stops polling once the body says it has ended, so
+                // `Ready(None)` may never be seen for sized bodies.
+                if this.inner.is_end_stream() {
+                    this.log.finished = true;
+                }
+            }
+            Poll::Ready(Some(Err(e))) => this.log.failed = Some(e.to_string()),
+            Poll::Ready(None) => this.log.finished = true,
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,480 @@
+//! Configuration: loaded once, validated once, then immutable.
+//!
+//! The file (or the embedded default) is merged with `TOOLGATE_*` env
+//! overrides by figment into a [`raw::RawConfig`], then [`Config::from_raw`]
+//! turns it into types that cannot be invalid: parsed socket addresses and
+//! URIs, `Duration`s, compiled globs, resolved API keys. Every error names
+//! the key path it is about.
+
+pub mod raw;
+mod redact;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, Scheme};
+
+pub use raw::{Mode, OnInvalid, RawConfig, ResultRole};
+
+use crate::natural::syntax::Syntax;
+
+/// The config compiled into the binary, served when no file is given.
+pub const EMBEDDED_DEFAULT: &str = include_str!("../config/toolgate.toml");
+
+/// A config problem, with the key path it concerns (`providers[1].base_url`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "`{}`: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Where the config text comes from.
+#[derive(Debug, Clone)]
+pub enum Source<'a> {
+    /// A file that must exist: figment would silently read a missing file as empty.
+    File(&'a Path),
+    Embedded,
+}
+
+#[derive(Debug)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub providers: Vec<Arc<Provider>>,
+    /// What was loaded, kept for `toolgate check` (printed with secrets redacted).
+    pub raw: RawConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub max_body_bytes: usize,
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub stream_idle_timeout: Duration,
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug)]
+pub struct Provider {
+    pub name: String,
+    pub target: Target,
+    pub model_patterns: Vec<String>,
+    pub models: GlobSet,
+    /// `Authorization` value sent upstream instead of the client's, from `api_key_env`.
+    pub authorization: Option<HeaderValue>,
+    pub headers: HeaderMap,
+    pub model_rewrite: HashMap<String, String>,
+    pub tools: ToolsConfig,
+}
+
+/// Where a provider's requests go.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Http(HttpTarget),
+    /// The built-in scripted model, answered in process.
+    Demo(DemoConfig),
+}
+
+#[derive(Debug, Clone)]
+pub struct HttpTarget {
+    pub scheme: Scheme,
+    pub authority: Authority,
+    /// Path prefix without a trailing slash, e.g. `/v1` or `` (empty).
+    pub base_path: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct DemoConfig {
+    pub chunk_chars: usize,
+    pub chunk_delay: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ToolsConfig {
+    pub mode: Mode,
+    pub syntax: Syntax,
+    pub on_invalid: OnInvalid,
+    pub fallback: Option<FallbackConfig>,
+    pub instructions: Option<String>,
+    pub max_tool_result_chars: usize,
+    pub result_role: ResultRole,
+    pub skip_think: bool,
+    pub max_block_bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct FallbackConfig {
+    pub provider: String,
+    pub model: String,
+    pub attempts: u32,
+    pub timeout: Duration,
+}
+
+impl Config {
+    /// Loads from a file or the embedded default, then applies `TOOLGATE_*` env overrides.
+    pub fn load(source: Source<'_>) -> Result<Config, ConfigError> {
+        let text = match source {
+            Source::File(path) => std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::new(
+                    "",
+                    format!("cannot read config file {}: {e}", path.display()),
+                )
+            })?,
+            Source::Embedded => EMBEDDED_DEFAULT.to_owned(),
+        };
+        let figment = Figment::new().merge(Toml::string(&text)).merge(
+            Env::prefixed("TOOLGATE_")
+                .split("__")
+                // TOOLGATE_CONFIG names the file; it is not a key inside it.
+                .ignore(&["config"]),
+        );
+        Self::from_figment(figment)
+    }
+
+    /// Parses config text alone, without env overrides (for tests and tools).
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        Self::from_figment(Figment::new().merge(Toml::string(text)))
+    }
+
+    fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
+        let raw: RawConfig = figment.extract().map_err(figment_error)?;
+        Self::from_raw(raw)
+    }
+
+    pub fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
+        let server = server(&raw.server)?;
+        let mut providers = Vec::with_capacity(raw.providers.len());
+        for (i, p) in raw.providers.iter().enumerate() {
+            let path = format!("providers[{i}]");
+            if raw.providers[..i].iter().any(|q| q.name == p.name) {
+                return Err(ConfigError::new(
+                    format!("{path}.name"),
+                    format!("duplicate provider name {:?}", p.name),
+                ));
+            }
+            providers.push(Arc::new(provider(&path, p)?));
+        }
+        for (i, p) in providers.iter().enumerate() {
+            if let Some(fb) = &p.tools.fallback
+                && !providers.iter().any(|q| q.name == fb.provider)
+            {
+                return Err(ConfigError::new(
+                    format!("providers[{i}].tools.fallback"),
+                    format!("names no configured provider: {:?}", fb.provider),
+                ));
+            }
+        }
+        Ok(Config {
+            server,
+            providers,
+            raw,
+        })
+    }
+
+    /// The effective config as TOML, with header values that look secret redacted.
+    pub fn to_redacted_toml(&self) -> String {
+        redact::redacted_toml(&self.raw)
+    }
+
+    pub fn provider(&self, name: &str) -> Option<&Arc<Provider>> {
+        self.providers.iter().find(|p| p.name == name)
+    }
+}
+
+/// Turns figment's error into one line naming the key path.
+fn figment_error(err: figment::Error) -> ConfigError {
+    let mut path = join_path(&err.path);
+    let message = match &err.kind {
+        figment::error::Kind::UnknownField(field, expected) => {
+            if err.path.last() != Some(field) {
+                push_key(&mut path, field);
+            }
+            if expected.is_empty() {
+                "unknown key".to_owned()
+            } else {
+                format!("unknown key; expected one of: {}", expected.join(", "))
+            }
+        }
+        figment::error::Kind::MissingField(field) => {
+            if err.path.last().map(String::as_str) != Some(field.as_ref()) {
+                push_key(&mut path, field);
+            }
+            "missing required key".to_owned()
+        }
+        other => other.to_string(),
+    };
+    ConfigError::new(path, message)
+}
+
+/// figment paths are `["providers", "0", "name"]`; we print `providers[0].name`.
+fn join_path(parts: &[String]) -> String {
+    let mut out = String::new();
+    for part in parts {
+        push_key(&mut out, part);
+    }
+    out
+}
+
+fn push_key(out: &mut String, key: &str) {
+    if key.bytes().all(|b| b.is_ascii_digit()) && !key.is_empty() {
+        out.push('[');
+        out.push_str(key);
+        out.push(']');
+    } else {
+        if !out.is_empty() {
+            out.push('.');
+        }
+        out.push_str(key);
+    }
+}
+
+fn secs(path: &str, value: f64) -> Result<Duration, ConfigError> {
+    if value.is_finite() && value > 0.0 && value < 1e9 {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        Err(ConfigError::new(
+            path,
+            "must be a positive number of seconds",
+        ))
+    }
+}
+
+fn server(raw: &raw::RawServer) -> Result<ServerConfig, ConfigError> {
+    let listen = raw.listen.parse().map_err(|_| {
+        ConfigError::new(
+            "server.listen",
+            format!("not an IP:port address: {:?}", raw.listen),
+        )
+    })?;
+    let max_body_bytes = usize::try_from(raw.max_body_bytes)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| ConfigError::new("server.max_body_bytes", "must be a positive size"))?;
+    Ok(ServerConfig {
+        listen,
+        max_body_bytes,
+        connect_timeout: secs("server.connect_timeout_secs", raw.connect_timeout_secs)?,
+        first_byte_timeout: secs(
+            "server.first_byte_timeout_secs",
+            raw.first_byte_timeout_secs,
+        )?,
+        stream_idle_timeout: secs(
+            "server.stream_idle_timeout_secs",
+            raw.stream_idle_timeout_secs,
+        )?,
+        shutdown_grace: secs("server.shutdown_grace_secs", raw.shutdown_grace_secs)?,
+    })
+}
+
+fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError> {
+    let name = &raw.name;
+    if name.is_empty() || name.contains('/') || name.chars().any(char::is_whitespace) {
+        return Err(ConfigError::new(
+            format!("{path}.name"),
+            "must be non-empty, without '/' or whitespace (it is the routing prefix `name/model`)",
+        ));
+    }
+    let target = match (&raw.base_url, &raw.demo) {
+        (Some(url), None) => Target::Http(http_target(&format!("{path}.base_url"), url)?),
+        (None, Some(demo)) => {
+            if demo.chunk_chars == 0 {
+                return Err(ConfigError::new(
+                    format!("{path}.demo.chunk_chars"),
+                    "must be at least 1",
+                ));
+            }
+            Target::Demo(DemoConfig {
+                chunk_chars: demo.chunk_chars,
+                chunk_delay: Duration::from_millis(demo.chunk_delay_ms),
+            })
+        }
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::new(
+                format!("{path}.demo"),
+                "a provider has either `base_url` or a `demo` table, not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ConfigError::new(
+                format!("{path}.base_url"),
+                "missing required key (or a `demo` table for the built-in model)",
+            ));
+        }
+    };
+    let mut globs = GlobSetBuilder::new();
+    for (j, pattern) in raw.models.iter().enumerate() {
+        let glob = Glob::new(pattern).map_err(|e| {
+            ConfigError::new(format!("{path}.models[{j}]"), format!("bad glob: {e}"))
+        })?;
+        globs.add(glob);
+    }
+    let models = globs
+        .build()
+        .map_err(|e| ConfigError::new(format!("{path}.models"), e.to_string()))?;
+    let authorization = match &raw.api_key_env {
+        None => None,
+        Some(var) => {
+            let key_path = format!("{path}.api_key_env");
+            let key = std::env::var(var).map_err(|_| {
+                ConfigError::new(&key_path, format!("environment variable {var} is not set"))
+            })?;
+            let mut value =
+                HeaderValue::try_from(format!("Bearer {}", key.trim())).map_err(|_| {
+                    ConfigError::new(
+                        &key_path,
+                        format!("{var} holds characters not allowed in a header"),
+                    )
+                })?;
+            value.set_sensitive(true);
+            Some(value)
+        }
+    };
+    let mut headers = HeaderMap::new();
+    for (k, v) in &raw.headers {
+        let key_path = format!("{path}.headers.{k}");
+        let name = HeaderName::try_from(k.as_str())
+            .map_err(|_| ConfigError::new(&key_path, "not a valid header name"))?;
+        let value = HeaderValue::try_from(v.as_str())
+            .map_err(|_| ConfigError::new(&key_path, "not a valid header value"))?;
+        headers.insert(name, value);
+    }
+    Ok(Provider {
+        name: name.clone(),
+        target,
+        model_patterns: raw.models.clone(),
+        models,
+        authorization,
+        headers,
+        model_rewrite: raw.model_rewrite.clone().into_iter().collect(),
+        tools: tools(&format!("{path}.tools"), &raw.tools)?,
+    })
+}
+
+fn http_target(path: &str, url: &str) -> Result<HttpTarget, ConfigError> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| ConfigError::new(path, format!("not a URL: {url:?}")))?;
+    let scheme = uri
+        .scheme()
+        .cloned()
+        .filter(|s| *s == Scheme::HTTP || *s == Scheme::HTTPS);
+    let (Some(scheme), Some(authority)) = (scheme, uri.authority().cloned()) else {
+        return Err(ConfigError::new(
+            path,
+            format!("must be an absolute http:// or https:// URL: {url:?}"),
+        ));
+    };
+    if uri.query().is_some() {
+        return Err(ConfigError::new(path, "must not carry a query string"));
+    }
+    Ok(HttpTarget {
+        scheme,
+        authority,
+        base_path: uri.path().trim_end_matches('/').to_owned(),
+    })
+}
+
+fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
+    if raw.mode == Mode::ToNatural {
+        return Err(ConfigError::new(
+            format!("{path}.mode"),
+            "\"to_natural\" is not available in this build yet; use \"passthrough\" or \"natural\"",
+        ));
+    }
+    let syntax = raw.syntax.unwrap_or(match raw.mode {
+        Mode::ToNatural => Syntax::ToolCall,
+        _ => Syntax::Tag,
+    });
+    let fallback = match &raw.fallback {
+        None => None,
+        Some(spec) => {
+            let (provider, model) = spec
+                .split_once('/')
+                .filter(|(p, m)| !p.is_empty() && !m.is_empty())
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        format!("{path}.fallback"),
+                        format!("must be \"provider/model\", got {spec:?}"),
+                    )
+                })?;
+            if raw.fallback_attempts == 0 {
+                return Err(ConfigError::new(
+                    format!("{path}.fallback_attempts"),
+                    "must be at least 1",
+                ));
+            }
+            Some(FallbackConfig {
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+                attempts: raw.fallback_attempts,
+                timeout: secs(
+                    &format!("{path}.fallback_timeout_secs"),
+                    raw.fallback_timeout_secs,
+                )?,
+            })
+        }
+    };
+    if raw.on_invalid == OnInvalid::Fallback && fallback.is_none() {
+        return Err(ConfigError::new(
+            format!("{path}.fallback"),
+            "on_invalid = \"fallback\" needs `fallback = \"provider/model\"`",
+        ));
+    }
+    if let Some(template) = &raw.instructions
+        && !template.contains("{contracts}")
+    {
+        return Err(ConfigError::new(
+            format!("{path}.instructions"),
+            "must contain the placeholder {contracts}",
+        ));
+    }
+    if raw.max_block_bytes == 0 {
+        return Err(ConfigError::new(
+            format!("{path}.max_block_bytes"),
+            "must be positive",
+        ));
+    }
+    Ok(ToolsConfig {
+        mode: raw.mode,
+        syntax,
+        on_invalid: raw.on_invalid,
+        fallback,
+        instructions: raw.instructions.clone(),
+        max_tool_result_chars: raw.max_tool_result_chars,
+        result_role: raw.result_role,
+        skip_think: raw.skip_think,
+        max_block_bytes: raw.max_block_bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests;

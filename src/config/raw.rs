@@ -1,0 +1,162 @@
+//! The config file as written: plain serde structs, every table with
+//! `deny_unknown_fields` so a misspelled key is an error, never ignored.
+//!
+//! Nothing here is trusted. [`super::validate`] turns a [`RawConfig`] into a
+//! [`super::Config`] whose fields cannot be invalid.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::natural::syntax::Syntax;
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub providers: Vec<RawProvider>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawServer {
+    pub listen: String,
+    /// Largest request body accepted, in bytes (413 beyond it).
+    pub max_body_bytes: u64,
+    pub connect_timeout_secs: f64,
+    /// How long the upstream may take to send its response head.
+    pub first_byte_timeout_secs: f64,
+    /// How long a response body may stay silent between two frames.
+    pub stream_idle_timeout_secs: f64,
+    /// How long SIGTERM waits for in-flight requests before closing them.
+    pub shutdown_grace_secs: f64,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        RawServer {
+            listen: "127.0.0.1:8080".into(),
+            max_body_bytes: 32 * 1024 * 1024,
+            connect_timeout_secs: 10.0,
+            first_byte_timeout_secs: 300.0,
+            stream_idle_timeout_secs: 120.0,
+            shutdown_grace_secs: 30.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProvider {
+    pub name: String,
+    /// `http://` or `https://` URL the `/v1` paths are appended to. Absent for the built-in demo.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Glob patterns matched against the request's `model`.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// Name of an env var whose value is sent upstream as the bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Extra headers added to every upstream request.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Requested model name (after any `provider/` prefix is stripped) to the name sent upstream.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub model_rewrite: BTreeMap<String, String>,
+    /// Present for the built-in scripted demo model instead of `base_url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demo: Option<RawDemo>,
+    #[serde(default)]
+    pub tools: RawTools,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawDemo {
+    /// Characters per streamed content delta.
+    pub chunk_chars: usize,
+    /// Pause between two streamed deltas.
+    pub chunk_delay_ms: u64,
+}
+
+impl Default for RawDemo {
+    fn default() -> Self {
+        RawDemo {
+            chunk_chars: 16,
+            chunk_delay_ms: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    #[default]
+    Passthrough,
+    Natural,
+    ToNatural,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnInvalid {
+    Fallback,
+    #[default]
+    Error,
+    Text,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultRole {
+    #[default]
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTools {
+    pub mode: Mode,
+    /// Defaults to `tag` in natural mode and `tool_call` in to_natural mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub syntax: Option<Syntax>,
+    pub on_invalid: OnInvalid,
+    /// `provider/model` that repairs invalid calls when `on_invalid = "fallback"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    pub fallback_attempts: u32,
+    pub fallback_timeout_secs: f64,
+    /// Instruction template; `{contracts}` marks where the tool contracts go.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// Tool results longer than this many characters are truncated with a marker.
+    pub max_tool_result_chars: usize,
+    /// Role of the message that carries tool results to a natural-mode model.
+    pub result_role: ResultRole,
+    /// Never parse calls inside `<think>...</think>`.
+    pub skip_think: bool,
+    /// A tool block larger than this is invalid.
+    pub max_block_bytes: usize,
+}
+
+impl Default for RawTools {
+    fn default() -> Self {
+        RawTools {
+            mode: Mode::Passthrough,
+            syntax: None,
+            on_invalid: OnInvalid::Error,
+            fallback: None,
+            fallback_attempts: 1,
+            fallback_timeout_secs: 30.0,
+            instructions: None,
+            max_tool_result_chars: 8000,
+            result_role: ResultRole::User,
+            skip_think: true,
+            max_block_bytes: 256 * 1024,
+        }
+    }
+}

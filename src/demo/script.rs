@@ -1,0 +1,173 @@
+//! What the demo model says: a pure function of the request.
+//!
+//! The demo reads its prompt the way a small instruction-following model
+//! would: if the system prompt carries tool contracts (toolgate's natural
+//! mode writes them), it calls a tool by copying the contract's example; if
+//! the conversation ends in a tool result, it answers with that result;
+//! otherwise it replies in a short sentence.
+
+use serde_json::Value;
+
+/// The reply text, or why the request is unusable (answered as a 400, like a real provider).
+pub fn reply(request: &Value) -> Result<String, String> {
+    let messages = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("`messages` must be an array")?;
+    let last = messages.last().ok_or("`messages` must not be empty")?;
+    if let Some(answer) = answer_tool_result(messages, last) {
+        return Ok(answer);
+    }
+    let system: String = messages
+        .iter()
+        .filter(|m| matches!(role(m), "system" | "developer"))
+        .map(text_of)
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let user = messages
+        .iter()
+        .rev()
+        .find(|m| role(m) == "user")
+        .map(text_of)
+        .unwrap_or_default();
+    let contracts = contracts(&system);
+    if !contracts.is_empty() {
+        let lower = user.to_lowercase();
+        let (name, example) = contracts
+            .iter()
+            .find(|(name, _)| lower.contains(&name.to_lowercase()))
+            .unwrap_or(&contracts[0]);
+        return Ok(format!("I'll use {name} for that.\n\n{example}"));
+    }
+    let said: String = user.chars().take(200).collect();
+    Ok(format!(
+        "Hello! I am toolgate's built-in demo model. You said: \"{said}\". \
+         Offer me tools and I will call one."
+    ))
+}
+
+fn role(message: &Value) -> &str {
+    message.get("role").and_then(Value::as_str).unwrap_or("")
+}
+
+/// A message's text: string content, or its text parts joined.
+pub fn text_of(message: &Value) -> String {
+    match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// Answers a conversation whose last message is a tool result: a native
+/// `tool` message, or a user message holding `<tool_response>` blocks.
+fn answer_tool_result(messages: &[Value], last: &Value) -> Option<String> {
+    let (name, result) = match role(last) {
+        "tool" | "function" => {
+            let id = last.get("tool_call_id").and_then(Value::as_str);
+            let name = last
+                .get("name")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .or_else(|| id.and_then(|id| call_name(messages, id)))
+                .unwrap_or_else(|| "the tool".to_owned());
+            (name, text_of(last))
+        }
+        "user" | "assistant" => {
+            let text = text_of(last);
+            let start = text.rfind("<tool_response name=\"")?;
+            let rest = &text[start + "<tool_response name=\"".len()..];
+            let (name, rest) = rest.split_once("\">")?;
+            let body = rest.split("</tool_response>").next().unwrap_or(rest);
+            (name.to_owned(), body.trim().to_owned())
+        }
+        _ => return None,
+    };
+    let result: String = result.chars().take(500).collect();
+    Some(format!("{name} returned: {result}"))
+}
+
+fn call_name(messages: &[Value], id: &str) -> Option<String> {
+    messages.iter().rev().find_map(|m| {
+        m.get("tool_calls")?.as_array()?.iter().find_map(|c| {
+            (c.get("id")?.as_str()? == id)
+                .then(|| c.pointer("/function/name")?.as_str().map(str::to_owned))?
+        })
+    })
+}
+
+/// `(name, example)` for each `## Name` section that has an `Example:` block:
+/// the lines after a line that is exactly `Example:`, up to a blank line.
+fn contracts(system: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut name: Option<&str> = None;
+    let mut lines = system.lines();
+    while let Some(line) = lines.next() {
+        if let Some(heading) = line.strip_prefix("## ") {
+            name = Some(heading.trim());
+        } else if line.trim_end() == "Example:"
+            && let Some(n) = name.take()
+        {
+            let example: Vec<&str> = lines
+                .by_ref()
+                .take_while(|l| !l.trim().is_empty())
+                .collect();
+            if !example.is_empty() {
+                found.push((n.to_owned(), example.join("\n")));
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn plain_chat_echoes_the_user() {
+        let r = reply(&json!({"messages": [{"role": "user", "content": "hi there"}]})).unwrap();
+        assert!(r.contains("hi there"), "{r}");
+    }
+
+    #[test]
+    fn contracts_make_it_call_the_mentioned_tool() {
+        let system = "Tools:\n\n## GetWeather\n\nExample:\n<GetWeather>\n```json\n{\"location\": \"Paris\"}\n```\n</GetWeather>\n\n## BookRestaurant\n\nExample:\n<BookRestaurant>\n{}\n</BookRestaurant>\n\nBe nice.";
+        let req = json!({"messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "please bookrestaurant now"}
+        ]});
+        let r = reply(&req).unwrap();
+        assert!(
+            r.ends_with("<BookRestaurant>\n{}\n</BookRestaurant>"),
+            "{r}"
+        );
+        let req = json!({"messages": [{"role": "system", "content": system}, {"role": "user", "content": "hm"}]});
+        assert!(reply(&req).unwrap().contains("</GetWeather>"));
+    }
+
+    #[test]
+    fn tool_results_are_answered_in_text() {
+        let native = json!({"messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "GetWeather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "21 C"}
+        ]});
+        assert_eq!(reply(&native).unwrap(), "GetWeather returned: 21 C");
+        let natural = json!({"messages": [
+            {"role": "user", "content": "<tool_response name=\"GetWeather\">\n21 C\n</tool_response>"}
+        ]});
+        assert_eq!(reply(&natural).unwrap(), "GetWeather returned: 21 C");
+    }
+
+    #[test]
+    fn bad_requests_are_refused() {
+        assert!(reply(&json!({})).is_err());
+        assert!(reply(&json!({"messages": []})).is_err());
+    }
+}

@@ -1,0 +1,141 @@
+//! The one error type at the HTTP boundary.
+//!
+//! Everything the gateway itself refuses or fails at becomes a [`GatewayError`],
+//! classified by who is at fault, and [`GatewayError::into_response`] is the
+//! only place that turns one into a status and an OpenAI-shaped body
+//! (`{"error": {"message", "type", "param", "code"}}`). Upstream error
+//! responses are never wrapped: they pass through unchanged.
+
+use http::{Response, StatusCode, header};
+use serde_json::json;
+
+use crate::body::{self, Body};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The client sent something we cannot act on.
+    #[error("{message}")]
+    BadRequest {
+        message: String,
+        param: Option<String>,
+    },
+    #[error("The model `{0}` does not exist or is not served by this gateway")]
+    UnknownModel(String),
+    #[error("Unknown route: {method} {path}")]
+    UnknownRoute { method: String, path: String },
+    #[error("Request body exceeds the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("Upstream {provider} is unreachable: {reason}")]
+    UpstreamUnreachable { provider: String, reason: String },
+    #[error("Upstream {provider} did not answer within {secs:.1}s")]
+    UpstreamTimeout { provider: String, secs: f64 },
+    /// The upstream answered, but with something toolgate could not use.
+    #[error("{message}")]
+    UpstreamInvalid { message: String, code: &'static str },
+    /// A model's tool call that could not be turned into a valid call.
+    #[error("{message}")]
+    InvalidToolCall { message: String },
+    #[error("The gateway is shutting down")]
+    Draining,
+}
+
+impl GatewayError {
+    pub fn bad_request(message: impl Into<String>, param: Option<&str>) -> Self {
+        GatewayError::BadRequest {
+            message: message.into(),
+            param: param.map(str::to_owned),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            GatewayError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            GatewayError::UnknownModel(_) | GatewayError::UnknownRoute { .. } => {
+                StatusCode::NOT_FOUND
+            }
+            GatewayError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            GatewayError::UpstreamUnreachable { .. }
+            | GatewayError::UpstreamInvalid { .. }
+            | GatewayError::InvalidToolCall { .. } => StatusCode::BAD_GATEWAY,
+            GatewayError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            GatewayError::Draining => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// OpenAI's `error.type`: who should act on it.
+    fn kind(&self) -> &'static str {
+        match self {
+            GatewayError::BadRequest { .. }
+            | GatewayError::UnknownModel(_)
+            | GatewayError::UnknownRoute { .. }
+            | GatewayError::PayloadTooLarge { .. } => "invalid_request_error",
+            _ => "upstream_error",
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            GatewayError::BadRequest { .. } => "invalid_request",
+            GatewayError::UnknownModel(_) => "model_not_found",
+            GatewayError::UnknownRoute { .. } => "unknown_route",
+            GatewayError::PayloadTooLarge { .. } => "request_too_large",
+            GatewayError::UpstreamUnreachable { .. } => "upstream_unreachable",
+            GatewayError::UpstreamTimeout { .. } => "upstream_timeout",
+            GatewayError::UpstreamInvalid { code, .. } => code,
+            GatewayError::InvalidToolCall { .. } => "invalid_tool_call",
+            GatewayError::Draining => "shutting_down",
+        }
+    }
+
+    fn param(&self) -> Option<&str> {
+        match self {
+            GatewayError::BadRequest { param, .. } => param.as_deref(),
+            GatewayError::UnknownModel(_) => Some("model"),
+            _ => None,
+        }
+    }
+
+    /// The `{"error": {...}}` object, also used for in-stream error events.
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "error": {
+                "message": self.to_string(),
+                "type": self.kind(),
+                "param": self.param(),
+                "code": self.code(),
+            }
+        })
+    }
+
+    pub fn into_response(self) -> Response<Body> {
+        let status = self.status();
+        let mut response = Response::new(body::json(&self.to_json()));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        );
+        if matches!(self, GatewayError::Draining) {
+            response.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_model_is_404_and_names_the_model() {
+        let e = GatewayError::UnknownModel("gpt-9".into());
+        assert_eq!(e.status(), StatusCode::NOT_FOUND);
+        let v = e.to_json();
+        assert!(v["error"]["message"].as_str().unwrap().contains("gpt-9"));
+        assert_eq!(v["error"]["param"], "model");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+    }
+}

@@ -1,0 +1,208 @@
+//! The request handler: operational endpoints, routing, and forwarding.
+//!
+//! One [`Gateway`] serves every connection. For each `/v1/*` request it reads
+//! the body (bounded), finds the model, picks the provider, applies the
+//! provider's tool transform when one is configured for chat completions, and
+//! streams the upstream's answer back. Every error it makes itself goes
+//! through [`GatewayError::into_response`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body::Body as HttpBody;
+use http_body_util::Full;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::json;
+
+use crate::body::observed::{Observed, RequestLog};
+use crate::body::{self, Body, BoxError};
+use crate::config::{Config, Mode};
+use crate::error::GatewayError;
+use crate::inbound;
+use crate::natural;
+use crate::router;
+use crate::upstream::Upstreams;
+
+pub struct Gateway {
+    config: Arc<Config>,
+    upstreams: Upstreams,
+    natural: natural::Engine,
+    metrics: PrometheusHandle,
+    draining: AtomicBool,
+}
+
+impl Gateway {
+    pub fn new(config: Arc<Config>) -> Self {
+        Gateway {
+            upstreams: Upstreams::new(&config.server),
+            natural: natural::Engine::new(&config),
+            metrics: crate::metrics::install(),
+            config,
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    pub fn config(&self) -> &Arc<Config> {
+        &self.config
+    }
+
+    /// Marks the gateway as draining: `/readyz` answers 503 from now on.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn metrics(&self) -> &PrometheusHandle {
+        &self.metrics
+    }
+
+    pub async fn handle<B>(&self, req: Request<B>) -> Response<Body>
+    where
+        B: HttpBody<Data = Bytes> + Send,
+        B::Error: Into<BoxError>,
+    {
+        match (req.method(), req.uri().path()) {
+            (&Method::GET, "/healthz") => plain(StatusCode::OK, "ok\n"),
+            (&Method::GET, "/readyz") => {
+                if self.draining.load(Ordering::SeqCst) {
+                    plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+                } else {
+                    plain(StatusCode::OK, "ready\n")
+                }
+            }
+            (&Method::GET, "/metrics") => {
+                let mut r = plain(StatusCode::OK, "");
+                *r.body_mut() = body::full(self.metrics.render());
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                r
+            }
+            (&Method::GET, "/v1/models") => self.list_models(),
+            (_, path) if path.starts_with("/v1/") => {
+                let mut log = RequestLog::start(route_label(path));
+                let response = match self.proxy(req, &mut log).await {
+                    Ok(r) => r,
+                    Err(e) => e.into_response(),
+                };
+                log.status = response.status().as_u16();
+                if is_event_stream(&response) {
+                    log.set_streaming();
+                }
+                response.map(|b| body::boxed(Observed::new(b, log)))
+            }
+            (method, path) => GatewayError::UnknownRoute {
+                method: method.to_string(),
+                path: path.to_owned(),
+            }
+            .into_response(),
+        }
+    }
+
+    async fn proxy<B>(
+        &self,
+        req: Request<B>,
+        log: &mut RequestLog,
+    ) -> Result<Response<Body>, GatewayError>
+    where
+        B: HttpBody<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let (parts, incoming) = req.into_parts();
+        let bytes =
+            inbound::read_body(&parts.headers, incoming, self.config.server.max_body_bytes).await?;
+        log.bytes_in = bytes.len() as u64;
+        let field = inbound::find_model(&parts.headers, &bytes)?.ok_or_else(|| {
+            GatewayError::bad_request(
+                "toolgate routes /v1 requests by their `model`, and this request has none",
+                Some("model"),
+            )
+        })?;
+        let route = router::route(&self.config.providers, &field.name)
+            .ok_or_else(|| GatewayError::UnknownModel(field.name.clone()))?;
+        let provider = route.provider;
+        log.provider.clone_from(&provider.name);
+        log.model = route.model.to_string();
+        let bytes = if route.changes_model(&field.name) {
+            inbound::replace_model(&bytes, &field, &route.model)
+        } else {
+            bytes
+        };
+        let upstream_req = Request::from_parts(parts, Full::new(bytes));
+        let natural_chat = provider.tools.mode == Mode::Natural
+            && upstream_req.method() == Method::POST
+            && upstream_req.uri().path() == "/v1/chat/completions";
+        if natural_chat {
+            return self
+                .natural
+                .handle(&self.upstreams, &self.config, provider, upstream_req)
+                .await;
+        }
+        self.upstreams.send(provider, upstream_req).await
+    }
+
+    fn list_models(&self) -> Response<Body> {
+        // Literal patterns are models; globs are not listable, so they are
+        // listed as `provider/*` to show the prefix route exists.
+        let mut data = Vec::new();
+        for p in &self.config.providers {
+            let mut any_glob = false;
+            for pattern in &p.model_patterns {
+                if pattern.contains(['*', '?', '[', '{']) {
+                    any_glob = true;
+                } else {
+                    data.push(
+                        json!({"id": pattern, "object": "model", "created": 0, "owned_by": p.name}),
+                    );
+                }
+            }
+            if any_glob || p.model_patterns.is_empty() {
+                data.push(json!({"id": format!("{}/*", p.name), "object": "model", "created": 0, "owned_by": p.name}));
+            }
+        }
+        let mut r = Response::new(body::json(&json!({"object": "list", "data": data})));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r
+    }
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut r = Response::new(body::full(Bytes::from_static(text.as_bytes())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn is_event_stream(response: &Response<Body>) -> bool {
+    response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// A bounded set of metric labels for `/v1/*` paths.
+fn route_label(path: &str) -> &'static str {
+    let rest = path.strip_prefix("/v1/").unwrap_or(path);
+    match rest.split('/').next().unwrap_or("") {
+        "chat" => "chat_completions",
+        "completions" => "completions",
+        "embeddings" => "embeddings",
+        "responses" => "responses",
+        "audio" => "audio",
+        "images" => "images",
+        "moderations" => "moderations",
+        "models" => "models",
+        "files" => "files",
+        "batches" => "batches",
+        _ => "other",
+    }
+}

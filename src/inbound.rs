@@ -1,0 +1,190 @@
+//! Reading the client's request body with a bound, and finding (and if need
+//! be replacing) its `model` without re-serializing anything else: a request
+//! that no transform touches is forwarded byte for byte.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http_body::Body;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::body::BoxError;
+use crate::error::GatewayError;
+
+/// Reads the whole body, refusing more than `limit` bytes with 413.
+pub async fn read_body<B>(headers: &HeaderMap, body: B, limit: usize) -> Result<Bytes, GatewayError>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(GatewayError::PayloadTooLarge { limit });
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(GatewayError::PayloadTooLarge { limit }),
+        Err(e) => Err(GatewayError::bad_request(
+            format!("could not read the request body: {e}"),
+            None,
+        )),
+    }
+}
+
+/// Where the model name sits in the body, so it can be replaced in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelField {
+    pub name: String,
+    /// Byte range of the value to replace (JSON: the quoted string; multipart: the raw text).
+    span: Range<usize>,
+    json: bool,
+}
+
+/// The fields of a JSON body toolgate looks at before deciding anything.
+#[derive(Deserialize)]
+struct Peek<'a> {
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
+}
+
+/// Finds the `model` of a JSON or multipart body. `Ok(None)`: the body has none.
+pub fn find_model(headers: &HeaderMap, body: &[u8]) -> Result<Option<ModelField>, GatewayError> {
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if let Some(boundary) = multipart_boundary(content_type) {
+        return Ok(multipart_model(body, boundary));
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let peek: Peek<'_> = serde_json::from_slice(body).map_err(|e| {
+        GatewayError::bad_request(format!("The request body is not valid JSON: {e}"), None)
+    })?;
+    let Some(raw) = peek.model else {
+        return Ok(None);
+    };
+    let name: String = serde_json::from_str(raw.get())
+        .map_err(|_| GatewayError::bad_request("`model` must be a string", Some("model")))?;
+    // `raw` borrows from `body`: its offset is the value's position.
+    let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
+    Ok(Some(ModelField {
+        name,
+        span: start..start + raw.get().len(),
+        json: true,
+    }))
+}
+
+/// Returns `body` with the model value replaced by `model`; nothing else changes.
+pub fn replace_model(body: &[u8], field: &ModelField, model: &str) -> Bytes {
+    let replacement = if field.json {
+        serde_json::to_string(model).unwrap_or_default()
+    } else {
+        model.to_owned()
+    };
+    let mut out = Vec::with_capacity(body.len() + replacement.len());
+    out.extend_from_slice(&body[..field.span.start]);
+    out.extend_from_slice(replacement.as_bytes());
+    out.extend_from_slice(&body[field.span.end..]);
+    Bytes::from(out)
+}
+
+fn multipart_boundary(content_type: &str) -> Option<&str> {
+    let (mime, params) = content_type.split_once(';')?;
+    if !mime.trim().eq_ignore_ascii_case("multipart/form-data") {
+        return None;
+    }
+    params.split(';').find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case("boundary")
+            .then(|| v.trim().trim_matches('"'))
+    })
+}
+
+/// The `model` form field of a multipart body (audio transcription uploads).
+fn multipart_model(body: &[u8], boundary: &str) -> Option<ModelField> {
+    let delimiter = format!("--{boundary}");
+    let finder = memchr::memmem::Finder::new(delimiter.as_bytes());
+    let mut positions = finder.find_iter(body).peekable();
+    while let Some(start) = positions.next() {
+        let end = positions.peek().copied().unwrap_or(body.len());
+        let part = &body[start + delimiter.len()..end];
+        let header_end = memchr::memmem::find(part, b"\r\n\r\n")?;
+        let head = std::str::from_utf8(&part[..header_end]).ok()?;
+        let is_model = head.lines().any(|l| {
+            let l = l.to_ascii_lowercase();
+            l.starts_with("content-disposition:") && l.contains("name=\"model\"")
+        });
+        if is_model {
+            let value_start = start + delimiter.len() + header_end + 4;
+            let value_end = end
+                .checked_sub(2)
+                .filter(|&e| e >= value_start && &body[e..end] == b"\r\n")?;
+            let name = std::str::from_utf8(&body[value_start..value_end])
+                .ok()?
+                .to_owned();
+            return Some(ModelField {
+                name,
+                span: value_start..value_end,
+                json: false,
+            });
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json_headers() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_TYPE, "application/json".parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn json_model_is_replaced_in_place() {
+        let body = br#"{ "messages" : [], "model" :  "local/llama\u0033" , "x": 1}"#;
+        let f = find_model(&json_headers(), body).unwrap().unwrap();
+        assert_eq!(f.name, "local/llama3");
+        let out = replace_model(body, &f, "llama3");
+        assert_eq!(
+            &out[..],
+            br#"{ "messages" : [], "model" :  "llama3" , "x": 1}"#
+        );
+    }
+
+    #[test]
+    fn invalid_json_and_non_string_model_are_400() {
+        assert!(find_model(&json_headers(), b"{\"model\": ").is_err());
+        assert!(find_model(&json_headers(), b"\xff\xfe").is_err());
+        let e = find_model(&json_headers(), br#"{"model": 3}"#).unwrap_err();
+        assert_eq!(e.to_json()["error"]["param"], "model");
+        assert_eq!(find_model(&json_headers(), b"{}").unwrap(), None);
+        assert_eq!(find_model(&json_headers(), b"").unwrap(), None);
+    }
+
+    #[test]
+    fn multipart_model_is_found_and_replaced() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            CONTENT_TYPE,
+            "multipart/form-data; boundary=XyZ".parse().unwrap(),
+        );
+        let body = b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF..\r\n--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nlocal/whisper-1\r\n--XyZ--\r\n";
+        let f = find_model(&h, body).unwrap().unwrap();
+        assert_eq!(f.name, "local/whisper-1");
+        let out = replace_model(body, &f, "whisper-1");
+        assert!(memchr::memmem::find(&out, b"\r\n\r\nwhisper-1\r\n--XyZ--").is_some());
+    }
+}

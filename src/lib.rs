@@ -1,0 +1,26 @@
+//! toolgate: an OpenAI-compatible gateway that can change how tool calling travels.
+#![forbid(unsafe_code)]
+//!
+//! A request comes in on [`server`], is routed by model ([`router`]) to a
+//! provider from the [`config`], and is forwarded by [`gateway`] through
+//! [`upstream`] (HTTP or the in-process [`demo`] model). With no transform the
+//! response streams back byte for byte; in natural mode, [`natural`] rewrites
+//! the request's tools into prompt text and the reply's text calls into
+//! native `tool_calls`, using the sans-IO [`sse`] codec.
+//!
+//! Invariants: parsers and stream rewriters do no IO; the router is pure;
+//! every error the gateway makes is a [`error::GatewayError`].
+
+pub mod body;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod gateway;
+pub mod headers;
+pub mod inbound;
+pub mod metrics;
+pub mod natural;
+pub mod router;
+pub mod server;
+pub mod sse;
+pub mod upstream;

@@ -1,0 +1,110 @@
+//! The `toolgate` binary: parses the command line, loads the config, installs
+//! logging and metrics, and hands over to the library.
+
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use toolgate::config::{Config, Source};
+
+#[derive(Parser)]
+#[command(
+    name = "toolgate",
+    version,
+    about = "OpenAI-compatible gateway that rewrites tool calling per provider"
+)]
+struct Cli {
+    /// Config file (TOML). Defaults to $TOOLGATE_CONFIG, else the embedded default.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate the config and print the effective config with secrets redacted.
+    Check,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let path = cli
+        .config
+        .or_else(|| std::env::var_os("TOOLGATE_CONFIG").map(PathBuf::from));
+    let source = match &path {
+        Some(p) => Source::File(p),
+        None => Source::Embedded,
+    };
+    let config = match Config::load(source) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("toolgate: invalid config: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Some(Command::Check) => {
+            print!("{}", config.to_redacted_toml());
+            eprintln!("toolgate: config OK");
+            ExitCode::SUCCESS
+        }
+        None => serve(config),
+    }
+}
+
+fn serve(config: Config) -> ExitCode {
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("toolgate: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let listen = config.server.listen;
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("toolgate: cannot listen on {listen}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let gateway = Arc::new(toolgate::gateway::Gateway::new(Arc::new(config)));
+        match toolgate::server::run(gateway, listener, toolgate::server::shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("toolgate: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let json = std::env::var("TOOLGATE_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+#[allow(dead_code)]
+fn read_stdin() -> std::io::Result<String> {
+    let mut s = String::new();
+    std::io::stdin().read_to_string(&mut s)?;
+    Ok(s)
+}

@@ -1,0 +1,116 @@
+//! Metric names, descriptions and the Prometheus recorder.
+//!
+//! Every metric toolgate exports is named here, once, with the `toolgate_`
+//! prefix. The recorder is process-global (the `metrics` facade allows one),
+//! so [`install`] is idempotent: tests that start several gateways in one
+//! process share it.
+
+use std::sync::OnceLock;
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const REQUESTS: &str = "toolgate_requests_total";
+pub const REQUEST_DURATION: &str = "toolgate_request_duration_seconds";
+pub const UPSTREAM_TTFB: &str = "toolgate_upstream_ttfb_seconds";
+pub const ACTIVE_REQUESTS: &str = "toolgate_active_requests";
+pub const ACTIVE_STREAMS: &str = "toolgate_active_streams";
+pub const BYTES_IN: &str = "toolgate_request_bytes_total";
+pub const BYTES_OUT: &str = "toolgate_response_bytes_total";
+pub const UPSTREAM_ERRORS: &str = "toolgate_upstream_errors_total";
+pub const TOOL_CALLS: &str = "toolgate_tool_calls_total";
+pub const INVALID_BLOCKS: &str = "toolgate_invalid_tool_blocks_total";
+pub const HELD_BYTES: &str = "toolgate_held_back_bytes";
+pub const HOLD_DURATION: &str = "toolgate_hold_seconds";
+
+/// Latency buckets from 1 ms to 5 minutes: model calls are slow, the gateway is not.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0,
+];
+const HOLD_BUCKETS: &[f64] = &[
+    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0,
+];
+const BYTE_BUCKETS: &[f64] = &[
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the global recorder on first call and returns its handle.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(REQUEST_DURATION.into()), LATENCY_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(UPSTREAM_TTFB.into()), LATENCY_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(HOLD_DURATION.into()), HOLD_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(HELD_BYTES.into()), BYTE_BUCKETS)
+                })
+                .expect("bucket lists are non-empty constants");
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            // Fails only if another recorder was installed first (e.g. by an
+            // embedding application); the handle then renders our own registry.
+            let _ = metrics::set_global_recorder(recorder);
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(
+        REQUESTS,
+        "Requests answered, by provider, route and status."
+    );
+    describe_histogram!(
+        REQUEST_DURATION,
+        Unit::Seconds,
+        "Time from request to end of response body."
+    );
+    describe_histogram!(
+        UPSTREAM_TTFB,
+        Unit::Seconds,
+        "Time until the upstream sent its response head."
+    );
+    describe_gauge!(ACTIVE_REQUESTS, "Requests in flight.");
+    describe_gauge!(ACTIVE_STREAMS, "Streaming responses in flight.");
+    describe_counter!(
+        BYTES_IN,
+        Unit::Bytes,
+        "Request body bytes received from clients."
+    );
+    describe_counter!(
+        BYTES_OUT,
+        Unit::Bytes,
+        "Response body bytes sent to clients."
+    );
+    describe_counter!(
+        UPSTREAM_ERRORS,
+        "Upstream failures by kind (connect, timeout, idle, protocol)."
+    );
+    describe_counter!(
+        TOOL_CALLS,
+        "Native tool calls emitted from natural text, by provider and tool."
+    );
+    describe_counter!(
+        INVALID_BLOCKS,
+        "Natural-text tool blocks that were invalid, by reason."
+    );
+    describe_histogram!(
+        HELD_BYTES,
+        Unit::Bytes,
+        "Bytes of text held back while undecided, per hold."
+    );
+    describe_histogram!(
+        HOLD_DURATION,
+        Unit::Seconds,
+        "How long undecided text was held back."
+    );
+}

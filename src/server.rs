@@ -1,0 +1,121 @@
+//! Accepting connections and draining them on shutdown.
+//!
+//! [`run`] takes its listener and a shutdown future as arguments so tests
+//! bind port 0 and stop the server when they like. Each connection speaks
+//! HTTP/1.1 or h2c (prior knowledge), detected from its first bytes.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::gateway::Gateway;
+
+/// How long a client may take to send its request head.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest request head accepted; hyper answers 431 beyond it.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Serves until `shutdown` resolves, then stops accepting, marks the gateway
+/// as draining and waits up to the configured grace period for in-flight
+/// requests before returning.
+pub async fn run(
+    gateway: Arc<Gateway>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        // Without a timer the header-read timeout silently does nothing.
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES);
+    builder.http2().timer(TokioTimer::new());
+    let graceful = GracefulShutdown::new();
+    let upkeep = tokio::spawn(metrics_upkeep(gateway.clone()));
+    tokio::pin!(shutdown);
+    tracing::info!(addr = %listener.local_addr()?, "toolgate listening");
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Usually EMFILE: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let gw = gateway.clone();
+        let service = service_fn(move |req| {
+            let gw = gw.clone();
+            async move { Ok::<_, Infallible>(gw.handle(req).await) }
+        });
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    gateway.start_draining();
+    let grace = gateway.config().server.shutdown_grace;
+    let open = graceful.count();
+    tracing::info!(
+        open_connections = open,
+        grace_secs = grace.as_secs_f64(),
+        "draining"
+    );
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("drained"),
+        () = tokio::time::sleep(grace) => tracing::warn!("grace period over; closing remaining connections"),
+    }
+    upkeep.abort();
+    Ok(())
+}
+
+/// The Prometheus recorder needs periodic upkeep to drain histogram buffers.
+async fn metrics_upkeep(gateway: Arc<Gateway>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        gateway.metrics().run_upkeep();
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received");
+}

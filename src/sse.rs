@@ -1,0 +1,7 @@
+//! Server-sent events, sans-IO: a decoder that turns arbitrary byte reads into
+//! complete events, and the encoder for what toolgate writes itself.
+
+pub mod decoder;
+pub mod encoder;
+
+pub use decoder::{Decoder, Event};

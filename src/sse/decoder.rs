@@ -1,0 +1,201 @@
+//! Incremental SSE decoding (WHATWG HTML, "Server-sent events", 9.2.6).
+//!
+//! Fed bytes split anywhere (inside a line, inside a CRLF, inside a
+//! multi-byte UTF-8 character), it yields each event once its blank line has
+//! arrived. Only `data` matters to toolgate; `event`, `id` and `retry` fields
+//! are kept as the event's name where present and otherwise ignored, and
+//! comments (`: keep-alive`) are dropped.
+
+use memchr::memchr2;
+
+/// One dispatched event.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Event {
+    /// The `event:` field, when the upstream sent one.
+    pub name: Option<String>,
+    /// The `data:` lines joined with `\n`, as bytes (UTF-8 is checked by
+    /// whoever parses the payload).
+    pub data: Vec<u8>,
+}
+
+/// Upper bound on one line: an upstream that never sends a newline must not
+/// make the gateway buffer without limit.
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("SSE line longer than {MAX_LINE_BYTES} bytes")]
+pub struct LineTooLong;
+
+#[derive(Debug, Default)]
+pub struct Decoder {
+    /// Bytes of the current, unfinished line.
+    line: Vec<u8>,
+    /// The last byte seen was `\r`: a following `\n` belongs to it.
+    after_cr: bool,
+    event: Event,
+    has_data: bool,
+}
+
+impl Decoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Consumes `input`, appending every completed event to `out`.
+    pub fn feed(&mut self, mut input: &[u8], out: &mut Vec<Event>) -> Result<(), LineTooLong> {
+        if self.after_cr && input.first() == Some(&b'\n') {
+            input = &input[1..];
+        }
+        self.after_cr = false;
+        while let Some(end) = memchr2(b'\n', b'\r', input) {
+            let line_end = input[end];
+            if self.line.is_empty() {
+                self.process_line(&input[..end], out);
+            } else {
+                self.line.extend_from_slice(&input[..end]);
+                let line = std::mem::take(&mut self.line);
+                self.process_line(&line, out);
+                self.line = line;
+                self.line.clear();
+            }
+            input = &input[end + 1..];
+            if line_end == b'\r' {
+                match input.first() {
+                    Some(b'\n') => input = &input[1..],
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+        }
+        if self.line.len() + input.len() > MAX_LINE_BYTES {
+            return Err(LineTooLong);
+        }
+        self.line.extend_from_slice(input);
+        Ok(())
+    }
+
+    /// End of the byte stream: an event not terminated by a blank line is
+    /// discarded, as the SSE specification requires.
+    pub fn finish(&mut self) -> bool {
+        let incomplete = self.has_data || !self.line.is_empty();
+        *self = Decoder::default();
+        incomplete
+    }
+
+    fn process_line(&mut self, line: &[u8], out: &mut Vec<Event>) {
+        if line.is_empty() {
+            if self.has_data {
+                out.push(std::mem::take(&mut self.event));
+                self.has_data = false;
+            } else {
+                self.event.name = None;
+            }
+            return;
+        }
+        if line[0] == b':' {
+            return;
+        }
+        let (field, value) = match memchr::memchr(b':', line) {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"data" => {
+                if self.has_data {
+                    self.event.data.push(b'\n');
+                }
+                self.event.data.extend_from_slice(value);
+                self.has_data = true;
+            }
+            b"event" => self.event.name = Some(String::from_utf8_lossy(value).into_owned()),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_in_pieces(input: &[u8], split: &[usize]) -> Vec<Event> {
+        let mut d = Decoder::new();
+        let mut out = Vec::new();
+        let mut start = 0;
+        for &s in split.iter().chain(std::iter::once(&input.len())) {
+            d.feed(&input[start..s], &mut out).unwrap();
+            start = s;
+        }
+        out
+    }
+
+    const STREAM: &[u8] = b": hello\n\ndata: {\"a\":\"\xc3\xa9\xe2\x82\xac\"}\r\n\r\nevent: x\ndata: 1\ndata:2\n\ndata: [DONE]\r\r";
+
+    fn expected() -> Vec<Event> {
+        vec![
+            Event {
+                name: None,
+                data: "{\"a\":\"é€\"}".as_bytes().to_vec(),
+            },
+            Event {
+                name: Some("x".into()),
+                data: b"1\n2".to_vec(),
+            },
+            Event {
+                name: None,
+                data: b"[DONE]".to_vec(),
+            },
+        ]
+    }
+
+    #[test]
+    fn whole_input() {
+        assert_eq!(decode_in_pieces(STREAM, &[]), expected());
+    }
+
+    #[test]
+    fn every_two_way_split() {
+        for i in 0..=STREAM.len() {
+            assert_eq!(decode_in_pieces(STREAM, &[i]), expected(), "split at {i}");
+        }
+    }
+
+    #[test]
+    fn every_three_way_split() {
+        for i in 0..=STREAM.len() {
+            for j in i..=STREAM.len() {
+                assert_eq!(
+                    decode_in_pieces(STREAM, &[i, j]),
+                    expected(),
+                    "split at {i},{j}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unterminated_event_is_reported_not_dispatched() {
+        let mut d = Decoder::new();
+        let mut out = Vec::new();
+        d.feed(b"data: {\"partial\"", &mut out).unwrap();
+        assert!(out.is_empty());
+        assert!(d.finish());
+    }
+
+    #[test]
+    fn endless_line_is_an_error() {
+        let mut d = Decoder::new();
+        let chunk = vec![b'x'; 1024 * 1024];
+        let mut out = Vec::new();
+        let mut result = Ok(());
+        for _ in 0..17 {
+            result = d.feed(&chunk, &mut out);
+            if result.is_err() {
+                break;
+            }
+        }
+        assert_eq!(result, Err(LineTooLong));
+    }
+}

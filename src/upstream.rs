@@ -1,0 +1,162 @@
+//! Sending a request to a provider: over HTTP(S) with a pooled client, or to
+//! the in-process demo model. Both return the same `Response<Body>`, so every
+//! layer above (transparency, transforms, metrics) runs the same way for both.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, Uri, Version, header};
+use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::body::idle_timeout::IdleTimeout;
+use crate::body::{self, Body};
+use crate::config::{HttpTarget, Provider, ServerConfig, Target};
+use crate::error::GatewayError;
+use crate::headers::strip_hop_by_hop;
+use crate::metrics as m;
+
+/// The pooled client shared by all providers.
+#[derive(Clone)]
+pub struct Upstreams {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    first_byte_timeout: Duration,
+    stream_idle_timeout: Duration,
+}
+
+impl Upstreams {
+    pub fn new(server: &ServerConfig) -> Self {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(server.connect_timeout));
+        http.set_nodelay(true);
+        let builder = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "no system CA roots found; https upstreams will fail to verify");
+                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
+                    rustls::ClientConfig::builder()
+                        .with_root_certificates(rustls::RootCertStore::empty())
+                        .with_no_client_auth(),
+                )
+            }
+        };
+        // HTTP/2 is negotiated by ALPN on https; plain http stays HTTP/1.1.
+        let connector = builder
+            .https_or_http()
+            .enable_all_versions()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            // Without a timer the pool's idle timeout silently does nothing.
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+        Upstreams {
+            client,
+            first_byte_timeout: server.first_byte_timeout,
+            stream_idle_timeout: server.stream_idle_timeout,
+        }
+    }
+
+    /// Sends `req` (whose URI holds only the path and query after `/v1`'s
+    /// base) to `provider`. The response body is guarded by the idle timeout.
+    pub async fn send(
+        &self,
+        provider: &Provider,
+        mut req: Request<Full<Bytes>>,
+    ) -> Result<Response<Body>, GatewayError> {
+        match &provider.target {
+            Target::Demo(demo) => Ok(crate::demo::respond(demo, req).await),
+            Target::Http(target) => {
+                *req.uri_mut() = upstream_uri(target, req.uri())?;
+                prepare_headers(provider, &mut req);
+                let started = tokio::time::Instant::now();
+                let sent = tokio::time::timeout(self.first_byte_timeout, self.client.request(req));
+                let response = match sent.await {
+                    Err(_) => {
+                        count_error(&provider.name, "timeout");
+                        return Err(GatewayError::UpstreamTimeout {
+                            provider: provider.name.clone(),
+                            secs: self.first_byte_timeout.as_secs_f64(),
+                        });
+                    }
+                    Ok(Err(e)) => {
+                        count_error(
+                            &provider.name,
+                            if e.is_connect() {
+                                "connect"
+                            } else {
+                                "protocol"
+                            },
+                        );
+                        return Err(GatewayError::UpstreamUnreachable {
+                            provider: provider.name.clone(),
+                            reason: error_chain(&e),
+                        });
+                    }
+                    Ok(Ok(response)) => response,
+                };
+                metrics::histogram!(m::UPSTREAM_TTFB, "provider" => provider.name.clone())
+                    .record(started.elapsed().as_secs_f64());
+                let (mut parts, incoming) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                let body = body::boxed(IdleTimeout::new(incoming, self.stream_idle_timeout));
+                Ok(Response::from_parts(parts, body))
+            }
+        }
+    }
+}
+
+pub fn count_error(provider: &str, kind: &'static str) {
+    metrics::counter!(m::UPSTREAM_ERRORS, "provider" => provider.to_owned(), "kind" => kind)
+        .increment(1);
+}
+
+/// `https://host/v1` + `/chat/completions?x=1` (the client's path after `/v1`).
+fn upstream_uri(target: &HttpTarget, client_uri: &Uri) -> Result<Uri, GatewayError> {
+    let path_and_query = client_uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let rest = path_and_query.strip_prefix("/v1").unwrap_or(path_and_query);
+    let mut pq = String::with_capacity(target.base_path.len() + rest.len());
+    pq.push_str(&target.base_path);
+    pq.push_str(rest);
+    Uri::builder()
+        .scheme(target.scheme.clone())
+        .authority(target.authority.clone())
+        .path_and_query(pq)
+        .build()
+        .map_err(|e| GatewayError::bad_request(format!("cannot build upstream URL: {e}"), None))
+}
+
+fn prepare_headers(provider: &Provider, req: &mut Request<Full<Bytes>>) {
+    // hyper's legacy client refuses an HTTP/2 request on a pooled HTTP/1
+    // connection; it picks the wire version itself from ALPN.
+    *req.version_mut() = Version::HTTP_11;
+    let headers = req.headers_mut();
+    strip_hop_by_hop(headers);
+    // The client derives Host from the absolute URI; the client's Host names us.
+    headers.remove(header::HOST);
+    // The body may have been rewritten; hyper sets the length from the body.
+    headers.remove(header::CONTENT_LENGTH);
+    if let Some(auth) = &provider.authorization {
+        headers.insert(header::AUTHORIZATION, auth.clone());
+    }
+    for (name, value) in &provider.headers {
+        headers.insert(name.clone(), value.clone());
+    }
+}
+
+/// hyper's errors say "client error (Connect)"; the cause says what happened.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}

@@ -1,0 +1,342 @@
+//! Shared integration-test harness: a scriptable mock upstream, a gateway
+//! started on port 0, and a small HTTP client. Everything stays on loopback.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use toolgate::config::Config;
+use toolgate::gateway::Gateway;
+
+/// A request as the mock upstream received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: Method,
+    pub uri: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Recorded {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("upstream got JSON")
+    }
+}
+
+/// What the mock answers.
+pub enum Reply {
+    Full {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: Bytes,
+    },
+    /// Body pieces, each sent after its delay.
+    Stream {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        pieces: Vec<(Duration, Bytes)>,
+    },
+    /// Never sends a response head.
+    Hang,
+}
+
+impl Reply {
+    pub fn json(body: &str) -> Reply {
+        Reply::Full {
+            status: 200,
+            headers: vec![("content-type", "application/json".into())],
+            body: Bytes::copy_from_slice(body.as_bytes()),
+        }
+    }
+
+    pub fn sse(pieces: &[&str], delay: Duration) -> Reply {
+        Reply::Stream {
+            status: 200,
+            headers: vec![("content-type", "text/event-stream".into())],
+            pieces: pieces
+                .iter()
+                .map(|p| (delay, Bytes::copy_from_slice(p.as_bytes())))
+                .collect(),
+        }
+    }
+}
+
+type Handler = Arc<dyn Fn(&Recorded) -> Reply + Send + Sync>;
+
+pub struct Mock {
+    pub addr: SocketAddr,
+    pub requests: Arc<Mutex<Vec<Recorded>>>,
+    /// Notified when a streamed reply body is dropped before it was fully sent
+    /// (the gateway hung up on the mock).
+    pub stream_cancelled: Arc<Notify>,
+}
+
+impl Mock {
+    pub async fn start(handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static) -> Mock {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let stream_cancelled = Arc::new(Notify::new());
+        let handler: Handler = Arc::new(handler);
+        let (reqs, cancelled) = (requests.clone(), stream_cancelled.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (handler, reqs, cancelled) = (handler.clone(), reqs.clone(), cancelled.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let (handler, reqs, cancelled) =
+                            (handler.clone(), reqs.clone(), cancelled.clone());
+                        async move {
+                            let (parts, body) = req.into_parts();
+                            let body = body
+                                .collect()
+                                .await
+                                .map(|c| c.to_bytes())
+                                .unwrap_or_default();
+                            let rec = Recorded {
+                                method: parts.method,
+                                uri: parts.uri.to_string(),
+                                headers: parts.headers,
+                                body,
+                            };
+                            reqs.lock().unwrap().push(rec.clone());
+                            let reply = handler(&rec);
+                            Ok::<_, Infallible>(build_reply(reply, cancelled).await)
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Mock {
+            addr,
+            requests,
+            stream_cancelled,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn last(&self) -> Recorded {
+        self.requests
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("mock got a request")
+    }
+
+    pub fn count(&self) -> usize {
+        self.requests.lock().unwrap().len()
+    }
+}
+
+type MockBody = BoxBody<Bytes, Infallible>;
+
+async fn build_reply(reply: Reply, cancelled: Arc<Notify>) -> Response<MockBody> {
+    let (status, headers, body): (u16, Vec<(&str, String)>, MockBody) = match reply {
+        Reply::Full {
+            status,
+            headers,
+            body,
+        } => (status, headers, Full::new(body).boxed()),
+        Reply::Hang => {
+            std::future::pending::<()>().await;
+            unreachable!()
+        }
+        Reply::Stream {
+            status,
+            headers,
+            pieces,
+        } => {
+            let (tx, rx) = mpsc::channel::<Bytes>(1);
+            let guard = CancelGuard {
+                done: false,
+                notify: cancelled,
+            };
+            tokio::spawn(async move {
+                for (delay, piece) in pieces {
+                    tokio::time::sleep(delay).await;
+                    if tx.send(piece).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            (
+                status,
+                headers,
+                StreamBody::new(ChannelStream { rx, guard }).boxed(),
+            )
+        }
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = StatusCode::from_u16(status).unwrap();
+    for (k, v) in headers {
+        response.headers_mut().append(k, v.parse().unwrap());
+    }
+    response
+}
+
+struct CancelGuard {
+    done: bool,
+    notify: Arc<Notify>,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.notify.notify_one();
+        }
+    }
+}
+
+struct ChannelStream {
+    rx: mpsc::Receiver<Bytes>,
+    guard: CancelGuard,
+}
+
+impl futures_core::Stream for ChannelStream {
+    type Item = Result<Frame<Bytes>, Infallible>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(b)) => Poll::Ready(Some(Ok(Frame::data(b)))),
+            Poll::Ready(None) => {
+                self.guard.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// A gateway serving on a loopback port until dropped.
+pub struct TestGateway {
+    pub addr: SocketAddr,
+    pub gateway: Arc<Gateway>,
+    stop: Option<oneshot::Sender<()>>,
+    pub done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestGateway {
+    pub async fn start(toml: &str) -> TestGateway {
+        let config = Config::from_toml(toml).unwrap_or_else(|e| panic!("test config: {e}"));
+        let gateway = Arc::new(Gateway::new(Arc::new(config)));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let gw = gateway.clone();
+        let done = tokio::spawn(async move {
+            toolgate::server::run(gw, listener, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        TestGateway {
+            addr,
+            gateway,
+            stop: Some(tx),
+            done: Some(done),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Starts the drain; returns the server task to await.
+    pub fn shutdown(&mut self) -> tokio::task::JoinHandle<()> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.done.take().unwrap()
+    }
+}
+
+impl Drop for TestGateway {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+/// A response read to its end.
+pub struct Collected {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Collected {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+pub async fn send(req: Request<Full<Bytes>>) -> Collected {
+    let resp = tokio::time::timeout(Duration::from_secs(20), client().request(req))
+        .await
+        .expect("response within 20 s")
+        .expect("request sent");
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.expect("body read").to_bytes();
+    Collected {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+pub async fn post(url: &str, body: &str) -> Collected {
+    send(
+        Request::post(url)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::copy_from_slice(body.as_bytes())))
+            .unwrap(),
+    )
+    .await
+}
+
+pub async fn get(url: &str) -> Collected {
+    send(Request::get(url).body(Full::new(Bytes::new())).unwrap()).await
+}
+
+pub fn provider_toml(name: &str, url: &str, models: &str, extra: &str) -> String {
+    format!("[[providers]]\nname = \"{name}\"\nbase_url = \"{url}\"\nmodels = {models}\n{extra}\n")
+}
+
+pub fn fast_server() -> &'static str {
+    "[server]\nlisten = \"127.0.0.1:0\"\nfirst_byte_timeout_secs = 2\nstream_idle_timeout_secs = 2\nshutdown_grace_secs = 5\n"
+}

@@ -1,0 +1,494 @@
+//! The core gateway with no transform: transparency, routing, errors,
+//! header hygiene, key injection, cancellation, drain and metrics.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+
+const ODD_JSON: &str = "{\"id\" : \"x\",\n  \"choices\":[ ],\t\"weird\":\"\\u00e9\"}  ";
+
+#[tokio::test]
+async fn non_stream_passthrough_is_byte_exact_both_ways() {
+    let mock = Mock::start(|_| Reply::Full {
+        status: 201,
+        headers: vec![
+            ("content-type", "application/json".into()),
+            ("x-upstream", "yes".into()),
+        ],
+        body: Bytes::from_static(ODD_JSON.as_bytes()),
+    })
+    .await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"gpt-*\"]", "")
+    ))
+    .await;
+    let request = "{ \"model\":\"gpt-4o\",\n\"messages\":[{\"role\":\"user\",\"content\":\"h\u{e9}\"}], \"vendor_x\": [1,2] }";
+    let r = post(&gw.url("/v1/chat/completions?api-version=2"), request).await;
+    assert_eq!(r.status, 201);
+    assert_eq!(r.body, ODD_JSON.as_bytes());
+    assert_eq!(r.headers["x-upstream"], "yes");
+    let seen = mock.last();
+    assert_eq!(
+        seen.body,
+        request.as_bytes(),
+        "request body forwarded unchanged"
+    );
+    assert_eq!(seen.uri, "/v1/chat/completions?api-version=2");
+}
+
+#[tokio::test]
+async fn stream_passthrough_is_byte_exact_and_not_buffered() {
+    let frames = [
+        "data: {\"a\":1}\n\n",
+        ": comment\n\n",
+        "data: {\"b\":\"\u{1F600}\"}\n\n",
+        "data: [DONE]\n\n",
+    ];
+    // The last frame comes 1.5 s later: the earlier ones must arrive before it.
+    let mock = Mock::start(move |_| Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        pieces: vec![
+            (Duration::ZERO, Bytes::from_static(frames[0].as_bytes())),
+            (Duration::ZERO, Bytes::from_static(frames[1].as_bytes())),
+            (Duration::ZERO, Bytes::from_static(frames[2].as_bytes())),
+            (
+                Duration::from_millis(1500),
+                Bytes::from_static(frames[3].as_bytes()),
+            ),
+        ],
+    })
+    .await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    ))
+    .await;
+    let req = Request::post(gw.url("/v1/chat/completions"))
+        .body(Full::new(Bytes::from_static(
+            b"{\"model\":\"m\",\"stream\":true}",
+        )))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    let started = std::time::Instant::now();
+    let expected_early = frames[..3].concat();
+    while got.len() < expected_early.len() {
+        let frame = body.frame().await.unwrap().unwrap();
+        got.extend_from_slice(frame.data_ref().unwrap());
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(1200),
+        "early frames were held back"
+    );
+    while let Some(frame) = body.frame().await {
+        got.extend_from_slice(frame.unwrap().data_ref().unwrap());
+    }
+    assert_eq!(got, frames.concat().as_bytes());
+}
+
+#[tokio::test]
+async fn routes_by_pattern_and_by_prefix() {
+    let a = Mock::start(|_| Reply::json("{\"from\":\"a\"}")).await;
+    let b = Mock::start(|_| Reply::json("{\"from\":\"b\"}")).await;
+    let toml = format!(
+        "{}{}{}",
+        fast_server(),
+        provider_toml("a", &a.url(), "[\"gpt-*\"]", ""),
+        provider_toml(
+            "b",
+            &b.url(),
+            "[\"meta-llama/*\"]",
+            "model_rewrite = { \"small\" = \"llama3.2:1b\" }"
+        ),
+    );
+    let gw = TestGateway::start(&toml).await;
+    let url = gw.url("/v1/chat/completions");
+    assert_eq!(
+        post(&url, r#"{"model":"gpt-4o"}"#).await.json()["from"],
+        "a"
+    );
+    assert_eq!(a.last().json()["model"], "gpt-4o");
+    assert_eq!(
+        post(&url, r#"{"model":"meta-llama/Llama-3.1-8B"}"#)
+            .await
+            .json()["from"],
+        "b"
+    );
+    assert_eq!(b.last().json()["model"], "meta-llama/Llama-3.1-8B");
+    // Prefix: goes to b even though a's pattern would match, prefix stripped.
+    assert_eq!(
+        post(&url, r#"{"model":"b/gpt-4o","x":[1, 2]}"#)
+            .await
+            .json()["from"],
+        "b"
+    );
+    assert_eq!(b.last().body, &br#"{"model":"gpt-4o","x":[1, 2]}"#[..]);
+    // Prefix plus model_rewrite.
+    post(&url, r#"{"model":"b/small"}"#).await;
+    assert_eq!(b.last().json()["model"], "llama3.2:1b");
+    // Other /v1 paths route the same way.
+    post(
+        &gw.url("/v1/embeddings"),
+        r#"{"model":"gpt-x","input":"hi"}"#,
+    )
+    .await;
+    assert_eq!(a.last().uri, "/v1/embeddings");
+}
+
+#[tokio::test]
+async fn gateway_errors_are_openai_shaped() {
+    let mock = Mock::start(|_| Reply::Hang).await;
+    // A port nothing listens on: bind, note it, close.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let toml = format!(
+        "[server]\nfirst_byte_timeout_secs = 0.5\nmax_body_bytes = 1000\n{}{}",
+        provider_toml("slow", &mock.url(), "[\"slow\"]", ""),
+        provider_toml("dead", &format!("http://{dead}/v1"), "[\"dead\"]", ""),
+    );
+    let gw = TestGateway::start(&toml).await;
+    let url = gw.url("/v1/chat/completions");
+    let cases: Vec<(Collected, u16, &str)> = vec![
+        (post(&url, "{\"model\": ").await, 400, "invalid_request"),
+        (
+            post(&url, "{\"messages\": []}").await,
+            400,
+            "invalid_request",
+        ),
+        (
+            post(&url, r#"{"model":"nope-1"}"#).await,
+            404,
+            "model_not_found",
+        ),
+        (get(&gw.url("/v2/whatever")).await, 404, "unknown_route"),
+        (
+            post(
+                &url,
+                &format!("{{\"model\":\"slow\",\"pad\":\"{}\"}}", "x".repeat(2000)),
+            )
+            .await,
+            413,
+            "request_too_large",
+        ),
+        (
+            post(&url, r#"{"model":"dead"}"#).await,
+            502,
+            "upstream_unreachable",
+        ),
+        (
+            post(&url, r#"{"model":"slow"}"#).await,
+            504,
+            "upstream_timeout",
+        ),
+    ];
+    for (r, status, code) in cases {
+        assert_eq!(r.status, status, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+        assert!(v["error"]["type"].is_string());
+        assert!(v["error"].get("param").is_some());
+    }
+    let r = post(&url, r#"{"model":"nope-1"}"#).await;
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nope-1")
+    );
+}
+
+#[tokio::test]
+async fn upstream_errors_pass_through_unchanged() {
+    let body = "{\"error\":{\"message\":\"rate limited\",\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}";
+    let mock = Mock::start(move |_| Reply::Full {
+        status: 429,
+        headers: vec![
+            ("content-type", "application/json".into()),
+            ("retry-after", "7".into()),
+        ],
+        body: Bytes::from_static(body.as_bytes()),
+    })
+    .await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    ))
+    .await;
+    let r = post(&gw.url("/v1/chat/completions"), r#"{"model":"m"}"#).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.headers["retry-after"], "7");
+    assert_eq!(r.body, body.as_bytes());
+}
+
+#[tokio::test]
+async fn hop_by_hop_headers_are_stripped_both_ways() {
+    let mock = Mock::start(|_| Reply::Full {
+        status: 200,
+        headers: vec![
+            ("content-type", "application/json".into()),
+            ("connection", "x-up-hop".into()),
+            ("x-up-hop", "1".into()),
+            ("x-up-kept", "1".into()),
+        ],
+        body: Bytes::from_static(b"{}"),
+    })
+    .await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    ))
+    .await;
+    let req = Request::post(gw.url("/v1/chat/completions"))
+        .header("connection", "keep-alive, x-client-hop")
+        .header("x-client-hop", "1")
+        .header("keep-alive", "timeout=5")
+        .header("proxy-authorization", "Basic abc")
+        .header("te", "trailers")
+        .header("x-client-kept", "1")
+        .body(Full::new(Bytes::from_static(b"{\"model\":\"m\"}")))
+        .unwrap();
+    let r = send(req).await;
+    assert_eq!(r.status, 200);
+    assert!(r.headers.get("x-up-hop").is_none());
+    assert!(r.headers.get("x-up-kept").is_some());
+    let seen = mock.last();
+    for h in ["x-client-hop", "keep-alive", "proxy-authorization", "te"] {
+        assert!(seen.headers.get(h).is_none(), "{h} was forwarded");
+    }
+    assert_eq!(seen.headers["x-client-kept"], "1");
+    assert_eq!(
+        seen.headers["host"],
+        mock.addr.to_string(),
+        "Host rewritten to the upstream"
+    );
+}
+
+#[tokio::test]
+async fn api_key_env_replaces_the_client_key_and_headers_are_added() {
+    // SAFETY: set once, read by config validation in this test only; the name is unique to it.
+    unsafe { std::env::set_var("TOOLGATE_TEST_KEY_INJECTION", "sk-upstream-123") };
+    let mock = Mock::start(|_| Reply::json("{}")).await;
+    let toml = format!(
+        "{}{}{}",
+        fast_server(),
+        provider_toml(
+            "keyed",
+            &mock.url(),
+            "[\"keyed\"]",
+            "api_key_env = \"TOOLGATE_TEST_KEY_INJECTION\"\nheaders = { \"X-Team\" = \"blue\" }"
+        ),
+        provider_toml("open", &mock.url(), "[\"open\"]", ""),
+    );
+    let gw = TestGateway::start(&toml).await;
+    let send_with_key = |model: &'static str| {
+        Request::post(gw.url("/v1/chat/completions"))
+            .header("authorization", "Bearer client-key")
+            .body(Full::new(Bytes::from(format!("{{\"model\":\"{model}\"}}"))))
+            .unwrap()
+    };
+    send(send_with_key("keyed")).await;
+    let seen = mock.last();
+    assert_eq!(seen.headers["authorization"], "Bearer sk-upstream-123");
+    assert_eq!(seen.headers["x-team"], "blue");
+    send(send_with_key("open")).await;
+    assert_eq!(mock.last().headers["authorization"], "Bearer client-key");
+}
+
+#[tokio::test]
+async fn client_disconnect_cancels_the_upstream_request() {
+    let mock = Mock::start(|_| Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        pieces: (0..100)
+            .map(|i| {
+                (
+                    Duration::from_millis(50),
+                    Bytes::from(format!("data: {{\"n\":{i}}}\n\n")),
+                )
+            })
+            .collect(),
+    })
+    .await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    ))
+    .await;
+    let req = Request::post(gw.url("/v1/chat/completions"))
+        .body(Full::new(Bytes::from_static(
+            b"{\"model\":\"m\",\"stream\":true}",
+        )))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    let mut body = resp.into_body();
+    body.frame().await.unwrap().unwrap();
+    let cancelled = mock.stream_cancelled.notified();
+    drop(body);
+    tokio::time::timeout(Duration::from_secs(3), cancelled)
+        .await
+        .expect("the upstream stream was cancelled after the client left");
+}
+
+#[tokio::test]
+async fn stalled_upstream_stream_is_cut_by_the_idle_timeout() {
+    let mock = Mock::start(|_| Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        pieces: vec![
+            (Duration::ZERO, Bytes::from_static(b"data: {}\n\n")),
+            (
+                Duration::from_secs(30),
+                Bytes::from_static(b"data: [DONE]\n\n"),
+            ),
+        ],
+    })
+    .await;
+    let toml = format!(
+        "[server]\nstream_idle_timeout_secs = 0.3\n{}",
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    );
+    let gw = TestGateway::start(&toml).await;
+    let req = Request::post(gw.url("/v1/chat/completions"))
+        .body(Full::new(Bytes::from_static(
+            b"{\"model\":\"m\",\"stream\":true}",
+        )))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(5), resp.into_body().collect()).await;
+    assert!(
+        result.expect("idle timeout ended the stream").is_err(),
+        "cut stream must not look complete"
+    );
+}
+
+#[tokio::test]
+async fn health_ready_models_and_metrics() {
+    let mock = Mock::start(|_| Reply::json("{}")).await;
+    let mut gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"gpt-4o\", \"llama*\"]", "")
+    ))
+    .await;
+    assert_eq!(get(&gw.url("/healthz")).await.status, 200);
+    assert_eq!(get(&gw.url("/readyz")).await.status, 200);
+    let models = get(&gw.url("/v1/models")).await.json();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["gpt-4o", "up/*"]);
+    post(&gw.url("/v1/chat/completions"), r#"{"model":"gpt-4o"}"#).await;
+    let metrics = get(&gw.url("/metrics")).await.text();
+    for name in [
+        "toolgate_requests_total{provider=\"up\",route=\"chat_completions\",status=\"200\"}",
+        "toolgate_request_duration_seconds_bucket",
+        "toolgate_upstream_ttfb_seconds_bucket",
+        "toolgate_active_requests",
+        "toolgate_response_bytes_total",
+        "toolgate_request_bytes_total",
+    ] {
+        assert!(metrics.contains(name), "missing {name} in\n{metrics}");
+    }
+    for line in metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        assert!(line.starts_with("toolgate_"), "unprefixed metric: {line}");
+    }
+    gw.gateway.start_draining();
+    assert_eq!(get(&gw.url("/readyz")).await.status, 503);
+    gw.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn drain_lets_an_open_stream_finish() {
+    let mock = Mock::start(|_| Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        pieces: (0..5)
+            .map(|i| {
+                (
+                    Duration::from_millis(100),
+                    Bytes::from(format!("data: {{\"n\":{i}}}\n\n")),
+                )
+            })
+            .chain([(Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n"))])
+            .collect(),
+    })
+    .await;
+    let mut gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    ))
+    .await;
+    let req = Request::post(gw.url("/v1/chat/completions"))
+        .body(Full::new(Bytes::from_static(
+            b"{\"model\":\"m\",\"stream\":true}",
+        )))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    let server = gw.shutdown();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .expect("stream completes during drain")
+        .to_bytes();
+    assert!(body.ends_with(b"data: [DONE]\n\n"));
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("server exits after drain")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn demo_model_answers_streaming_and_not() {
+    let gw = TestGateway::start(toolgate::config::EMBEDDED_DEFAULT).await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        r#"{"model":"demo","messages":[{"role":"user","content":"ping"}]}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert!(
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("ping")
+    );
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        r#"{"model":"demo","stream":true,"messages":[{"role":"user","content":"ping"}]}"#,
+    )
+    .await;
+    let text = r.text();
+    assert!(text.starts_with("data: {"), "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"));
+}
