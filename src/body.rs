@@ -34,3 +34,19 @@ where
 
 pub mod idle_timeout;
 pub mod observed;
+
+/// Reads a whole body of our own type, refusing more than `limit` bytes.
+/// (Non-generic on purpose: `Limited`'s generic error bound trips rustc's
+/// higher-ranked lifetime check when used inside the async handler.)
+pub async fn collect_limited(mut body: Body, limit: usize) -> Result<Bytes, BoxError> {
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            if buf.len() + data.len() > limit {
+                return Err(format!("body larger than {limit} bytes").into());
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf.freeze())
+}

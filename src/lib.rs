@@ -1,5 +1,4 @@
 //! toolgate: an OpenAI-compatible gateway that can change how tool calling travels.
-#![forbid(unsafe_code)]
 //!
 //! A request comes in on [`server`], is routed by model ([`router`]) to a
 //! provider from the [`config`], and is forwarded by [`gateway`] through
@@ -10,6 +9,8 @@
 //!
 //! Invariants: parsers and stream rewriters do no IO; the router is pure;
 //! every error the gateway makes is a [`error::GatewayError`].
+
+#![forbid(unsafe_code)]
 
 pub mod body;
 pub mod config;

@@ -5,35 +5,24 @@
 //! model's natural-text calls are parsed out of its streamed reply and
 //! emitted as native `tool_calls`.
 
+pub mod body;
+pub mod cache;
+pub mod complete;
+pub mod content;
+pub mod contract;
+pub mod emit;
+mod engine;
+pub mod error;
+pub mod example;
+pub mod history;
+pub mod parser;
+pub mod policy;
+pub mod prompt;
+pub mod reply;
+pub mod request;
+pub mod stream;
 pub mod syntax;
+pub mod tools;
+pub mod validate;
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::Full;
-
-use crate::body::Body;
-use crate::config::{Config, Provider};
-use crate::error::GatewayError;
-use crate::upstream::Upstreams;
-
-/// Per-gateway state of natural mode (caches shared by all requests).
-pub struct Engine {}
-
-impl Engine {
-    pub fn new(_config: &Config) -> Self {
-        Engine {}
-    }
-
-    pub async fn handle(
-        &self,
-        upstreams: &Upstreams,
-        _config: &Config,
-        provider: &Arc<crate::config::Provider>,
-        req: Request<Full<Bytes>>,
-    ) -> Result<Response<Body>, GatewayError> {
-        let _: &Provider = provider;
-        upstreams.send(provider, req).await
-    }
-}
+pub use engine::Engine;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::natural::request::ResultRole;
 use crate::natural::syntax::Syntax;
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -109,14 +110,6 @@ pub enum OnInvalid {
     Text,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ResultRole {
-    #[default]
-    User,
-    Assistant,
-}
-
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawTools {
@@ -153,7 +146,7 @@ impl Default for RawTools {
             fallback_attempts: 1,
             fallback_timeout_secs: 30.0,
             instructions: None,
-            max_tool_result_chars: 8000,
+            max_tool_result_chars: crate::natural::request::DEFAULT_MAX_TOOL_RESULT_CHARS,
             result_role: ResultRole::User,
             skip_think: true,
             max_block_bytes: 256 * 1024,

@@ -1,0 +1,282 @@
+//! Remembers rendered system blocks, so a tool set is rendered once per
+//! provider rather than once per request.
+//!
+//! Agents resend the same `tools` on every turn, so nearly every lookup hits.
+//! A hit costs one hash walk over the declarations, a read lock and an
+//! equality check; no string is built and nothing is parsed. The equality check
+//! matters: without it two tool sets whose hashes collide (by chance or by an
+//! attacker's design) would be served each other's contracts.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use serde_json::Value;
+
+use crate::natural::policy::Policy;
+use crate::natural::syntax::Syntax;
+use crate::natural::tools::ToolSet;
+
+/// How many distinct tool sets a cache holds by default.
+pub const DEFAULT_CAPACITY: usize = 256;
+
+/// What a request needs from the rendering: the tools offered and the block.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The tools offered to the model (after policy filtering).
+    pub tools: Arc<ToolSet>,
+    /// The system block: instructions and contracts.
+    pub block: Arc<str>,
+}
+
+/// Everything the rendering depends on, borrowed from the request.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyRef<'a> {
+    /// The raw `tools` value (`Null` when absent).
+    pub tools: &'a Value,
+    /// The raw legacy `functions` value (`Null` when absent).
+    pub functions: &'a Value,
+    /// The tool policy.
+    pub policy: &'a Policy,
+    /// The call syntax.
+    pub syntax: Syntax,
+    /// The user instruction template, if any.
+    pub template: Option<&'a str>,
+}
+
+/// The owned copy of a [`KeyRef`], kept to confirm hits.
+#[derive(Debug)]
+struct Key {
+    tools: Value,
+    functions: Value,
+    policy: Policy,
+    syntax: Syntax,
+    template: Option<String>,
+}
+
+impl Key {
+    fn matches(&self, key: &KeyRef<'_>) -> bool {
+        self.syntax == key.syntax
+            && self.policy == *key.policy
+            && self.template.as_deref() == key.template
+            && self.tools == *key.tools
+            && self.functions == *key.functions
+    }
+}
+
+/// A bounded, thread-safe cache of rendered system blocks, shared by all
+/// requests of one provider.
+#[derive(Debug)]
+pub struct ContractCache {
+    entries: RwLock<HashMap<u64, (Key, Prepared)>>,
+    /// Random per cache, so collisions cannot be planned in advance.
+    hasher: RandomState,
+    capacity: usize,
+}
+
+impl Default for ContractCache {
+    fn default() -> Self {
+        ContractCache::new(DEFAULT_CAPACITY)
+    }
+}
+
+impl ContractCache {
+    /// A cache holding at most `capacity` tool sets (at least one).
+    pub fn new(capacity: usize) -> Self {
+        ContractCache {
+            entries: RwLock::new(HashMap::new()),
+            hasher: RandomState::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// How many tool sets are cached.
+    pub fn len(&self) -> usize {
+        self.entries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The cached rendering for `key`, or the result of `render`, which is
+    /// then cached. Errors are not cached: invalid requests are rare and the
+    /// client fixes them.
+    pub fn get_or_render<E>(
+        &self,
+        key: KeyRef<'_>,
+        render: impl FnOnce() -> Result<Prepared, E>,
+    ) -> Result<Prepared, E> {
+        let hash = self.hash(&key);
+        {
+            let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some((stored, prepared)) = entries.get(&hash)
+                && stored.matches(&key)
+            {
+                return Ok(prepared.clone());
+            }
+        }
+        // Rendered outside the lock: concurrent misses of the same set may
+        // both render, which is cheaper than serializing all misses.
+        let prepared = render()?;
+        let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some((stored, existing)) = entries.get(&hash)
+            && stored.matches(&key)
+        {
+            // Another request won the race; share its Arcs.
+            return Ok(existing.clone());
+        }
+        if entries.len() >= self.capacity && !entries.contains_key(&hash) {
+            // Evict simply: an arbitrary entry. Hot tool sets come back at the
+            // cost of one rendering.
+            if let Some(victim) = entries.keys().next().copied() {
+                entries.remove(&victim);
+            }
+        }
+        let owned = Key {
+            tools: key.tools.clone(),
+            functions: key.functions.clone(),
+            policy: key.policy.clone(),
+            syntax: key.syntax,
+            template: key.template.map(str::to_string),
+        };
+        entries.insert(hash, (owned, prepared.clone()));
+        Ok(prepared)
+    }
+
+    fn hash(&self, key: &KeyRef<'_>) -> u64 {
+        let mut hasher = self.hasher.build_hasher();
+        hash_value(key.tools, &mut hasher);
+        hash_value(key.functions, &mut hasher);
+        key.policy.hash(&mut hasher);
+        key.syntax.hash(&mut hasher);
+        key.template.hash(&mut hasher);
+        hasher.finish()
+    }
+}
+
+/// Hashes a JSON value in place, without serializing it. Equal values hash
+/// equally (object keys in order, which is how clients resend them).
+fn hash_value(value: &Value, hasher: &mut impl Hasher) {
+    match value {
+        Value::Null => hasher.write_u8(0),
+        Value::Bool(flag) => {
+            hasher.write_u8(1);
+            flag.hash(hasher);
+        }
+        Value::Number(number) => {
+            hasher.write_u8(2);
+            if let Some(n) = number.as_i64() {
+                n.hash(hasher);
+            } else if let Some(n) = number.as_u64() {
+                n.hash(hasher);
+            } else if let Some(n) = number.as_f64() {
+                n.to_bits().hash(hasher);
+            }
+        }
+        Value::String(text) => {
+            hasher.write_u8(3);
+            text.hash(hasher);
+        }
+        Value::Array(items) => {
+            hasher.write_u8(4);
+            hasher.write_usize(items.len());
+            for item in items {
+                hash_value(item, hasher);
+            }
+        }
+        Value::Object(fields) => {
+            hasher.write_u8(5);
+            hasher.write_usize(fields.len());
+            for (name, field) in fields {
+                name.hash(hasher);
+                hash_value(field, hasher);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn prepared(text: &str) -> Prepared {
+        Prepared {
+            tools: Arc::new(ToolSet::default()),
+            block: Arc::from(text),
+        }
+    }
+
+    fn key<'a>(tools: &'a Value, policy: &'a Policy) -> KeyRef<'a> {
+        KeyRef {
+            tools,
+            functions: &Value::Null,
+            policy,
+            syntax: Syntax::Tag,
+            template: None,
+        }
+    }
+
+    #[test]
+    fn hit_returns_the_same_arcs_without_rendering() {
+        let cache = ContractCache::default();
+        let tools = json!([{"type": "function", "function": {"name": "a"}}]);
+        let policy = Policy::default();
+        let first = cache
+            .get_or_render(key(&tools, &policy), || Ok::<_, ()>(prepared("x")))
+            .unwrap();
+        let second = cache
+            .get_or_render(key(&tools, &policy), || -> Result<Prepared, ()> {
+                panic!("must not render on a hit")
+            })
+            .unwrap();
+        assert!(Arc::ptr_eq(&first.block, &second.block));
+        assert!(Arc::ptr_eq(&first.tools, &second.tools));
+    }
+
+    #[test]
+    fn different_policy_or_syntax_is_a_different_entry() {
+        let cache = ContractCache::default();
+        let tools = json!([]);
+        let auto = Policy::default();
+        let serial = Policy {
+            parallel: false,
+            ..Policy::default()
+        };
+        let a = cache.get_or_render(key(&tools, &auto), || Ok::<_, ()>(prepared("a")));
+        let b = cache.get_or_render(key(&tools, &serial), || Ok::<_, ()>(prepared("b")));
+        let mut bracket = key(&tools, &auto);
+        bracket.syntax = Syntax::Bracket;
+        let c = cache.get_or_render(bracket, || Ok::<_, ()>(prepared("c")));
+        assert_eq!(&*a.unwrap().block, "a");
+        assert_eq!(&*b.unwrap().block, "b");
+        assert_eq!(&*c.unwrap().block, "c");
+        assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
+    fn capacity_is_respected_and_errors_are_not_cached() {
+        let cache = ContractCache::new(2);
+        let policy = Policy::default();
+        for i in 0..5 {
+            let tools = json!([i]);
+            let _ = cache.get_or_render(key(&tools, &policy), || Ok::<_, ()>(prepared("p")));
+        }
+        assert_eq!(cache.len(), 2);
+        let tools = json!(["bad"]);
+        let failed = cache.get_or_render(key(&tools, &policy), || Err::<Prepared, _>("bad"));
+        assert_eq!(failed.unwrap_err(), "bad");
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn cache_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<ContractCache>();
+    }
+}

@@ -1,0 +1,188 @@
+//! Natural mode's request flow: rewrite the request, send it, rewrite the
+//! response (streaming or not). Holds the caches shared by all requests.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response, header};
+use http_body_util::{BodyExt, Full};
+use serde::Deserialize;
+
+use crate::body::{self, Body};
+use crate::config::{Config, Mode, Provider};
+use crate::error::GatewayError;
+use crate::natural::body::RewriteBody;
+use crate::natural::cache::ContractCache;
+use crate::natural::parser::ParserOptions;
+use crate::natural::reply::ReplySettings;
+use crate::natural::request::{self, NaturalOptions, Rewrite};
+use crate::natural::stream::StreamRewriter;
+use crate::natural::validate::SchemaCache;
+use crate::upstream::Upstreams;
+
+/// Largest non-streaming upstream completion toolgate will buffer to rewrite.
+const MAX_COMPLETION_BYTES: usize = 64 * 1024 * 1024;
+
+/// Per-gateway state of natural mode.
+pub struct Engine {
+    providers: HashMap<String, ProviderState>,
+    schemas: Arc<SchemaCache>,
+}
+
+struct ProviderState {
+    options: NaturalOptions,
+    parser: ParserOptions,
+    contracts: ContractCache,
+}
+
+/// The request fields that decide how the response is read.
+#[derive(Deserialize, Default)]
+struct StreamFlags {
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Deserialize, Default)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+impl Engine {
+    pub fn new(config: &Config) -> Self {
+        let providers = config
+            .providers
+            .iter()
+            .filter(|p| p.tools.mode == Mode::Natural)
+            .map(|p| {
+                let t = &p.tools;
+                let state = ProviderState {
+                    options: NaturalOptions {
+                        syntax: t.syntax,
+                        instructions: t.instructions.clone(),
+                        max_tool_result_chars: t.max_tool_result_chars,
+                        result_role: t.result_role,
+                    },
+                    parser: ParserOptions {
+                        syntax: t.syntax,
+                        skip_think: t.skip_think,
+                        max_block_bytes: t.max_block_bytes,
+                    },
+                    contracts: ContractCache::default(),
+                };
+                (p.name.clone(), state)
+            })
+            .collect();
+        Engine {
+            providers,
+            schemas: Arc::new(SchemaCache::new()),
+        }
+    }
+
+    /// The upstream request body natural mode would send (for `toolgate render`).
+    pub fn render(&self, provider: &str, body: &[u8]) -> Result<Vec<u8>, GatewayError> {
+        let state = self.providers.get(provider).ok_or_else(|| {
+            GatewayError::bad_request(
+                format!("provider `{provider}` is not in natural mode"),
+                None,
+            )
+        })?;
+        match request::rewrite(body, &state.options, &state.contracts).map_err(bad_request)? {
+            Rewrite::Unchanged => Ok(body.to_vec()),
+            Rewrite::Rewritten { body, .. } => Ok(body),
+        }
+    }
+
+    pub async fn handle(
+        &self,
+        upstreams: &Upstreams,
+        _config: &Config,
+        provider: &Arc<Provider>,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Response<Body>, GatewayError> {
+        let Some(state) = self.providers.get(&provider.name) else {
+            return upstreams.send(provider, req).await;
+        };
+        let (mut parts, body) = req.into_parts();
+        let bytes = body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_else(|never| match never {});
+        let rewrite =
+            request::rewrite(&bytes, &state.options, &state.contracts).map_err(bad_request)?;
+        let (body, plan) = match rewrite {
+            Rewrite::Unchanged => (bytes, None),
+            Rewrite::Rewritten { body, plan } => (Bytes::from(body), plan),
+        };
+        let Some(plan) = plan else {
+            // No tools offered (or tool_choice "none"): nothing to parse on the way back.
+            return upstreams
+                .send(provider, Request::from_parts(parts, Full::new(body)))
+                .await;
+        };
+        let flags: StreamFlags = serde_json::from_slice(&body).unwrap_or_default();
+        // The reply must be parsed, so it must arrive uncompressed.
+        parts.headers.remove(header::ACCEPT_ENCODING);
+        let response = upstreams
+            .send(provider, Request::from_parts(parts, Full::new(body)))
+            .await?;
+        if !response.status().is_success() {
+            return Ok(response);
+        }
+        let settings = ReplySettings::new(
+            &provider.name,
+            &plan,
+            state.parser.clone(),
+            provider.tools.on_invalid,
+            self.schemas.clone(),
+        );
+        let (mut parts, upstream_body) = response.into_parts();
+        if let Some(encoding) = parts.headers.get(header::CONTENT_ENCODING)
+            && encoding != "identity"
+        {
+            return Err(GatewayError::UpstreamInvalid {
+                message: format!(
+                    "The upstream compressed its reply ({encoding:?}) although toolgate asked for none"
+                ),
+                code: "upstream_invalid_body",
+            });
+        }
+        parts.headers.remove(header::CONTENT_LENGTH);
+        let is_sse = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if is_sse {
+            let include_usage = flags
+                .stream_options
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false);
+            let rewriter = StreamRewriter::new(settings, include_usage);
+            return Ok(Response::from_parts(
+                parts,
+                RewriteBody::new(upstream_body, rewriter).boxed_unsync(),
+            ));
+        }
+        let _ = flags.stream;
+        let collected = body::collect_limited(upstream_body, MAX_COMPLETION_BYTES)
+            .await
+            .map_err(|e| GatewayError::UpstreamInvalid {
+                message: format!("Could not read the upstream's completion: {e}"),
+                code: "upstream_invalid_body",
+            })?;
+        let rewritten = crate::natural::complete::rewrite(&collected, &settings)?;
+        Ok(Response::from_parts(parts, body::full(rewritten)))
+    }
+}
+
+fn bad_request(e: request::RequestError) -> GatewayError {
+    GatewayError::BadRequest {
+        param: e.param().map(str::to_owned),
+        message: e.to_string(),
+    }
+}

@@ -1,0 +1,358 @@
+//! Rewrites a conversation's tool history into text (seed 001, seed 002).
+//!
+//! An assistant message with `tool_calls` becomes its text followed by the
+//! calls written in the configured syntax, exactly as the model is asked to
+//! write them. The `tool` messages answering it become one message of
+//! `<tool_response>` blocks in the order of the calls. Finally consecutive
+//! messages of the same role are merged, because many chat templates of
+//! models without tool support demand alternating roles.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use crate::natural::content::{Content, part_text, pretty};
+use crate::natural::error::RequestError;
+use crate::natural::request::ResultRole;
+use crate::natural::syntax::Syntax;
+
+/// Keys only native tool calling understands; an upstream in natural mode may
+/// reject them, so they are dropped from every message.
+const TOOL_KEYS: [&str; 3] = ["tool_calls", "function_call", "tool_call_id"];
+
+/// Separates the `<tool_response>` blocks of one turn (seed 001 req. 3).
+const RESULT_SEPARATOR: &str = "\n---\n";
+
+/// How history is written.
+#[derive(Debug, Clone, Copy)]
+pub struct HistoryOptions {
+    /// The syntax of the calls.
+    pub syntax: Syntax,
+    /// Results longer than this many characters are cut, with a marker.
+    pub max_tool_result_chars: usize,
+    /// The role of the message holding the results.
+    pub result_role: ResultRole,
+}
+
+/// Whether `messages` holds anything natural mode must rewrite: calls, results
+/// or the keys that belong to them.
+pub fn has_tool_history(messages: Option<&Value>) -> bool {
+    let Some(Value::Array(messages)) = messages else {
+        return false;
+    };
+    messages.iter().any(|message| {
+        let role = message.get("role").and_then(Value::as_str);
+        matches!(role, Some("tool" | "function"))
+            || TOOL_KEYS.iter().any(|key| message.get(*key).is_some())
+    })
+}
+
+/// Rewrites `messages` in place. Only a message that is not an object is an
+/// error; every odd shape of calls and results is rendered as well as it can.
+pub fn rewrite(messages: &mut Vec<Value>, options: &HistoryOptions) -> Result<(), RequestError> {
+    if let Some(i) = messages.iter().position(|message| !message.is_object()) {
+        return Err(RequestError::wrong_type(
+            format!("messages[{i}]"),
+            "an object",
+        ));
+    }
+    let names = call_names(messages);
+    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
+    // The calls of the message just before, which the next results answer.
+    let mut open_calls: Vec<Call> = Vec::new();
+    let mut pending = std::mem::take(messages).into_iter().peekable();
+    // Every message is an object (checked above), so these patterns see all.
+    while let Some(Value::Object(message)) = pending.next() {
+        if is_result(&message) {
+            let mut run = vec![message];
+            while let Some(Value::Object(next)) = pending.peek() {
+                if !is_result(next) {
+                    break;
+                }
+                if let Some(Value::Object(next)) = pending.next() {
+                    run.push(next);
+                }
+            }
+            out.push(results_message(&open_calls, run, &names, options));
+            open_calls.clear();
+            continue;
+        }
+        let (message, calls) = rewrite_message(message, options.syntax);
+        open_calls = calls;
+        out.push(Value::Object(message));
+    }
+    *messages = merge_consecutive(out);
+    Ok(())
+}
+
+/// A call from history, as far as results need it.
+#[derive(Debug)]
+struct Call {
+    id: Option<String>,
+    name: String,
+}
+
+/// A result from history before rendering.
+struct ToolResult {
+    id: Option<String>,
+    name: Option<String>,
+    content: Option<Value>,
+}
+
+fn is_result(message: &Map<String, Value>) -> bool {
+    matches!(
+        message.get("role").and_then(Value::as_str),
+        Some("tool" | "function")
+    )
+}
+
+/// Every call id in the conversation with its tool name, so results that do
+/// not directly follow their call still get the right name.
+fn call_names(messages: &[Value]) -> HashMap<String, String> {
+    let mut names = HashMap::new();
+    for message in messages {
+        let Some(Value::Array(calls)) = message.get("tool_calls") else {
+            continue;
+        };
+        for call in calls {
+            if let Some(id) = call.get("id").and_then(Value::as_str) {
+                names.insert(id.to_string(), call_name(call).to_string());
+            }
+        }
+    }
+    names
+}
+
+/// The name of a `tool_calls` entry (`function` or `custom` tools).
+fn call_name(call: &Value) -> &str {
+    ["function", "custom"]
+        .iter()
+        .find_map(|kind| call.get(*kind)?.get("name")?.as_str())
+        .unwrap_or("unknown")
+}
+
+/// Drops the tool keys and, for an assistant message with calls, writes the
+/// calls after its text. Returns the calls for the results that follow.
+fn rewrite_message(
+    mut message: Map<String, Value>,
+    syntax: Syntax,
+) -> (Map<String, Value>, Vec<Call>) {
+    let tool_calls = message.shift_remove("tool_calls");
+    let function_call = message.shift_remove("function_call");
+    let had_tool_keys = tool_calls.is_some() || function_call.is_some();
+    message.shift_remove("tool_call_id");
+    if message.get("role").and_then(Value::as_str) != Some("assistant") || !had_tool_keys {
+        return (message, Vec::new());
+    }
+    let mut calls = Vec::new();
+    let mut text = String::new();
+    let entries = match &tool_calls {
+        Some(Value::Array(entries)) => entries.as_slice(),
+        _ => &[],
+    };
+    for entry in entries {
+        let name = call_name(entry);
+        let body = entry.get("function").or_else(|| entry.get("custom"));
+        let arguments = body.and_then(|body| body.get("arguments").or_else(|| body.get("input")));
+        push_call(syntax, name, arguments, &mut text);
+        let id = entry.get("id").and_then(Value::as_str).map(str::to_string);
+        calls.push(Call {
+            id,
+            name: name.to_string(),
+        });
+    }
+    if let Some(call @ Value::Object(_)) = &function_call {
+        let name = call
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown");
+        push_call(syntax, name, call.get("arguments"), &mut text);
+        calls.push(Call {
+            id: None,
+            name: name.to_string(),
+        });
+    }
+    let content = Content::from_value(message.get("content")).append(Content::Text(text));
+    message.insert("content".to_string(), content.into_value());
+    (message, calls)
+}
+
+/// Writes one call, separated from what came before by a blank line.
+/// `arguments` is normally a JSON string; `""` and absent mean `{}`, and a
+/// string that is not JSON is written as it is.
+fn push_call(syntax: Syntax, name: &str, arguments: Option<&Value>, out: &mut String) {
+    if !out.is_empty() {
+        out.push_str("\n\n");
+    }
+    match arguments {
+        None | Some(Value::Null) => syntax.render_call(name, &Value::Object(Map::new()), out),
+        Some(Value::String(raw)) if raw.trim().is_empty() => {
+            syntax.render_call(name, &Value::Object(Map::new()), out);
+        }
+        Some(Value::String(raw)) => match serde_json::from_str::<Value>(raw) {
+            Ok(parsed) => syntax.render_call(name, &parsed, out),
+            Err(_) => syntax.render_call_text(name, raw, out),
+        },
+        // Some clients send the arguments as an object.
+        Some(other) => syntax.render_call(name, other, out),
+    }
+}
+
+/// One message holding every result of `run`, in the order of `calls`;
+/// results that match no call follow in their own order. A call without a
+/// result gets no block: nothing is invented about a result that never came.
+fn results_message(
+    calls: &[Call],
+    run: Vec<Map<String, Value>>,
+    names: &HashMap<String, String>,
+    options: &HistoryOptions,
+) -> Value {
+    let mut results: Vec<Option<ToolResult>> = run
+        .into_iter()
+        .map(|mut message| {
+            Some(ToolResult {
+                id: message
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                name: message
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                content: message.shift_remove("content"),
+            })
+        })
+        .collect();
+    let mut ordered: Vec<(String, ToolResult)> = Vec::with_capacity(results.len());
+    for call in calls {
+        let answers = |result: &ToolResult| match (&result.id, &call.id) {
+            (Some(id), Some(call_id)) => id == call_id,
+            (None, _) => result.name.as_deref() == Some(call.name.as_str()),
+            (Some(_), None) => false,
+        };
+        let slot = results
+            .iter_mut()
+            .find(|slot| slot.as_ref().is_some_and(answers));
+        if let Some(result) = slot.and_then(Option::take) {
+            ordered.push((call.name.clone(), result));
+        }
+    }
+    for result in results.into_iter().flatten() {
+        let name = result
+            .id
+            .as_ref()
+            .and_then(|id| names.get(id).cloned())
+            .or_else(|| result.name.clone())
+            .or_else(|| result.id.clone())
+            .unwrap_or_else(|| "unknown".to_string());
+        ordered.push((name, result));
+    }
+
+    let mut text = String::new();
+    let mut extra_parts = Vec::new();
+    for (i, (name, result)) in ordered.iter().enumerate() {
+        if i > 0 {
+            text.push_str(RESULT_SEPARATOR);
+        }
+        let (body, parts) = result_text(result.content.as_ref());
+        let body = truncate(body, options.max_tool_result_chars);
+        Syntax::render_tool_response(name, &body, &mut text);
+        extra_parts.extend(parts);
+    }
+    let content = if extra_parts.is_empty() {
+        Content::Text(text)
+    } else {
+        Content::Text(text).append(Content::Parts(extra_parts))
+    };
+    let role = match options.result_role {
+        ResultRole::User => "user",
+        ResultRole::Assistant => "assistant",
+    };
+    let mut message = Map::new();
+    message.insert("role".to_string(), Value::from(role));
+    message.insert("content".to_string(), content.into_value());
+    Value::Object(message)
+}
+
+/// The text of a result and its non-text parts. JSON objects and arrays are
+/// pretty-printed (seed 001 req. 3.4); anything else is shown as it is.
+fn result_text(content: Option<&Value>) -> (String, Vec<Value>) {
+    match Content::from_value(content) {
+        Content::Text(text) => (prettify(text), Vec::new()),
+        Content::Parts(parts) => {
+            let mut texts = Vec::new();
+            let mut others = Vec::new();
+            for part in parts {
+                match part_text(&part) {
+                    Some(text) => texts.push(text.to_string()),
+                    None => others.push(part),
+                }
+            }
+            (prettify(texts.join("\n")), others)
+        }
+    }
+}
+
+/// Pretty-prints text that is a JSON object or array; leaves the rest alone.
+fn prettify(text: String) -> String {
+    let trimmed = text.trim_start();
+    if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
+        return text;
+    }
+    match serde_json::from_str::<Value>(&text) {
+        Ok(value @ (Value::Object(_) | Value::Array(_))) => pretty(&value),
+        _ => text,
+    }
+}
+
+/// Cuts `text` to `max` characters (at a char boundary) and says how much
+/// was cut, so the model knows the result is incomplete.
+fn truncate(text: String, max: usize) -> String {
+    let Some((cut, _)) = text.char_indices().nth(max) else {
+        return text;
+    };
+    let removed = text[cut..].chars().count();
+    let mut kept = text[..cut].to_string();
+    kept.push_str(&format!("\n[... truncated {removed} characters]"));
+    kept
+}
+
+/// Merges runs of messages with the same role into one. Messages whose
+/// `name`s differ stay apart: they are different speakers.
+fn merge_consecutive(messages: Vec<Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
+    for message in messages {
+        if let (Some(Value::Object(last)), Value::Object(next)) = (out.last_mut(), &message)
+            && same_speaker(last, next)
+        {
+            if let Value::Object(next) = message {
+                merge_into(last, next);
+            }
+            continue;
+        }
+        out.push(message);
+    }
+    out
+}
+
+fn same_speaker(left: &Map<String, Value>, right: &Map<String, Value>) -> bool {
+    let role = |m: &Map<String, Value>| m.get("role").and_then(Value::as_str).map(str::to_string);
+    let name = |m: &Map<String, Value>| m.get("name").and_then(Value::as_str).map(str::to_string);
+    role(left).is_some()
+        && role(left) == role(right)
+        && match (name(left), name(right)) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        }
+}
+
+/// Appends `next`'s content to `last`; keys only `next` has are kept too.
+fn merge_into(last: &mut Map<String, Value>, mut next: Map<String, Value>) {
+    let left = Content::from_value(last.get("content"));
+    let right = Content::from_value(next.get("content"));
+    last.insert("content".to_string(), left.append(right).into_value());
+    next.shift_remove("content");
+    for (key, value) in next {
+        last.entry(key).or_insert(value);
+    }
+}

@@ -1,0 +1,259 @@
+//! Recognising the tags that open a call or a think block.
+//!
+//! The matcher looks at the bytes from a `<` onwards and answers "no", "not
+//! yet" (the bytes so far are a proper prefix of an opener, so they must be
+//! held back) or "yes, this many bytes". It is pure and bounded: it never looks
+//! further than the longest possible opener.
+
+use crate::natural::parser::names::{NameMatch, ToolNames};
+use crate::natural::syntax::Syntax;
+
+/// The think opener recognised when `skip_think` is on.
+pub(crate) const THINK_OPEN: &[u8] = b"<think>";
+/// The think closer.
+pub(crate) const THINK_CLOSE: &[u8] = b"</think>";
+/// Longest whitespace run accepted inside `<tool_call name = "X">`; bounds
+/// how much prose a stray `<tool_call ` can hold back.
+const MAX_TAG_SPACE: usize = 16;
+
+/// What opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opened {
+    Think,
+    /// A call of the declared tool at this index.
+    Call(usize),
+}
+
+/// Result of matching an opener at the start of a byte string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpenMatch {
+    No,
+    Partial,
+    Full { len: usize, opened: Opened },
+}
+
+/// Matches `bytes` (which start with `<`) against every opener active for the
+/// syntax. Think wins over a tool that happens to be called `think`.
+pub(crate) fn match_opener(
+    bytes: &[u8],
+    syntax: Syntax,
+    names: &ToolNames,
+    skip_think: bool,
+) -> OpenMatch {
+    let think = if skip_think {
+        match_literal(bytes, THINK_OPEN)
+    } else {
+        OpenMatch::No
+    };
+    if let OpenMatch::Full { .. } = think {
+        return think;
+    }
+    let call = match syntax {
+        Syntax::Tag => match_tag(bytes, names),
+        Syntax::ToolCall => match_tool_call(bytes, names),
+        Syntax::Bracket => OpenMatch::No,
+    };
+    match (think, call) {
+        (_, OpenMatch::Full { .. }) => call,
+        (OpenMatch::Partial, _) | (_, OpenMatch::Partial) => OpenMatch::Partial,
+        _ => OpenMatch::No,
+    }
+}
+
+/// Matches a fixed tag such as `<think>` or `</think>`.
+pub(crate) fn match_literal(bytes: &[u8], literal: &[u8]) -> OpenMatch {
+    if bytes.len() >= literal.len() {
+        if bytes.starts_with(literal) {
+            OpenMatch::Full {
+                len: literal.len(),
+                opened: Opened::Think,
+            }
+        } else {
+            OpenMatch::No
+        }
+    } else if literal.starts_with(bytes) {
+        OpenMatch::Partial
+    } else {
+        OpenMatch::No
+    }
+}
+
+/// `<ToolName>` with the name matched exactly.
+fn match_tag(bytes: &[u8], names: &ToolNames) -> OpenMatch {
+    let Some(rest) = bytes.strip_prefix(b"<") else {
+        return OpenMatch::No;
+    };
+    match names.match_prefix(rest, b'>') {
+        NameMatch::No => OpenMatch::No,
+        NameMatch::Partial => OpenMatch::Partial,
+        NameMatch::Full { index, len } => OpenMatch::Full {
+            len: len + 2,
+            opened: Opened::Call(index),
+        },
+    }
+}
+
+/// A tiny cursor over the opener bytes; running out of input means "partial".
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+/// Running out of bytes while the opener is still plausible.
+struct NeedMore;
+
+impl Cursor<'_> {
+    /// Consumes `lit`; `Ok(false)` on a mismatch.
+    fn literal(&mut self, lit: &[u8]) -> Result<bool, NeedMore> {
+        for &want in lit {
+            match self.bytes.get(self.pos) {
+                None => return Err(NeedMore),
+                Some(&b) if b == want => self.pos += 1,
+                Some(_) => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Consumes spaces and tabs; `Ok(false)` if there were fewer than `min`
+    /// or more than the cap.
+    fn spaces(&mut self, min: usize) -> Result<bool, NeedMore> {
+        let start = self.pos;
+        loop {
+            match self.bytes.get(self.pos) {
+                None => {
+                    return if self.pos - start > MAX_TAG_SPACE {
+                        Ok(false)
+                    } else {
+                        Err(NeedMore)
+                    };
+                }
+                Some(b' ' | b'\t') => self.pos += 1,
+                Some(_) => break,
+            }
+        }
+        let n = self.pos - start;
+        Ok(n >= min && n <= MAX_TAG_SPACE)
+    }
+}
+
+/// `<tool_call name="ToolName">`: single or double quotes, optional spaces
+/// around `=` and before `>`, at least one space after `tool_call`.
+fn match_tool_call(bytes: &[u8], names: &ToolNames) -> OpenMatch {
+    let mut c = Cursor { bytes, pos: 0 };
+    match tool_call_inner(&mut c, names) {
+        Err(NeedMore) => OpenMatch::Partial,
+        Ok(None) => OpenMatch::No,
+        Ok(Some(index)) => OpenMatch::Full {
+            len: c.pos,
+            opened: Opened::Call(index),
+        },
+    }
+}
+
+fn tool_call_inner(c: &mut Cursor<'_>, names: &ToolNames) -> Result<Option<usize>, NeedMore> {
+    if !c.literal(b"<tool_call")? || !c.spaces(1)? || !c.literal(b"name")? || !c.spaces(0)? {
+        return Ok(None);
+    }
+    if !c.literal(b"=")? || !c.spaces(0)? {
+        return Ok(None);
+    }
+    let quote = match c.bytes.get(c.pos) {
+        None => return Err(NeedMore),
+        Some(&q @ (b'"' | b'\'')) => q,
+        Some(_) => return Ok(None),
+    };
+    c.pos += 1;
+    let rest = c.bytes.get(c.pos..).unwrap_or_default();
+    let index = match names.match_prefix(rest, quote) {
+        NameMatch::No => return Ok(None),
+        NameMatch::Partial => return Err(NeedMore),
+        NameMatch::Full { index, len } => {
+            c.pos += len + 1;
+            index
+        }
+    };
+    if !c.spaces(0)? || !c.literal(b">")? {
+        return Ok(None);
+    }
+    Ok(Some(index))
+}
+
+/// Longest opener for these names; openers never exceed it, so a held
+/// candidate never grows beyond it.
+pub(crate) fn max_opener_len(syntax: Syntax, names: &ToolNames) -> usize {
+    let call = match syntax {
+        Syntax::Tag => names.longest() + 2,
+        Syntax::ToolCall => b"<tool_call name=\"\">".len() + names.longest() + 4 * MAX_TAG_SPACE,
+        Syntax::Bracket => 0,
+    };
+    call.max(THINK_CLOSE.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> ToolNames {
+        ToolNames::new(["GetWeather", "BookRestaurant"])
+    }
+
+    fn m(s: &str, syntax: Syntax) -> OpenMatch {
+        match_opener(s.as_bytes(), syntax, &names(), true)
+    }
+
+    #[test]
+    fn tag_openers() {
+        assert_eq!(m("<", Syntax::Tag), OpenMatch::Partial);
+        assert_eq!(m("<Get", Syntax::Tag), OpenMatch::Partial);
+        assert_eq!(m("<th", Syntax::Tag), OpenMatch::Partial);
+        assert_eq!(
+            m("<GetWeather>{", Syntax::Tag),
+            OpenMatch::Full {
+                len: 12,
+                opened: Opened::Call(1)
+            }
+        );
+        assert_eq!(m("<GetWeatherX>", Syntax::Tag), OpenMatch::No);
+        assert_eq!(m("<getweather>", Syntax::Tag), OpenMatch::No);
+        assert_eq!(m("</GetWeather>", Syntax::Tag), OpenMatch::No);
+        assert_eq!(m("< b", Syntax::Tag), OpenMatch::No);
+        assert_eq!(
+            m("<think>", Syntax::Tag),
+            OpenMatch::Full {
+                len: 7,
+                opened: Opened::Think
+            }
+        );
+    }
+
+    #[test]
+    fn tool_call_openers() {
+        let full = |s: &str| match m(s, Syntax::ToolCall) {
+            OpenMatch::Full { len, .. } => Some(len),
+            _ => None,
+        };
+        assert_eq!(full("<tool_call name=\"GetWeather\">"), Some(29));
+        assert_eq!(full("<tool_call name='GetWeather'>x"), Some(29));
+        assert_eq!(full("<tool_call  name = \"GetWeather\" >"), Some(33));
+        assert_eq!(
+            m("<tool_call name=\"GetWeather'>", Syntax::ToolCall),
+            OpenMatch::No
+        );
+        assert_eq!(
+            m("<tool_call name=\"Get", Syntax::ToolCall),
+            OpenMatch::Partial
+        );
+        assert_eq!(
+            m("<tool_call name=\"Nope\">", Syntax::ToolCall),
+            OpenMatch::No
+        );
+        assert_eq!(
+            m("<tool_callname=\"GetWeather\">", Syntax::ToolCall),
+            OpenMatch::No
+        );
+        assert_eq!(m("<tool_call>", Syntax::ToolCall), OpenMatch::No);
+        let long = format!("<tool_call{}", " ".repeat(MAX_TAG_SPACE + 1));
+        assert_eq!(m(&long, Syntax::ToolCall), OpenMatch::No);
+    }
+}

@@ -1,0 +1,148 @@
+//! Scanning prose (and think blocks) for the next place a block may open.
+//!
+//! This is the hot path: tool-free text is skipped with `memchr` to the next
+//! `<` (or `[` in bracket syntax), and only the bytes after it are checked.
+//! Scanning stops at an opener, at a suffix that may still become one (which
+//! the parser holds back), or at the end of the input (all of it is text).
+
+use memchr::{memchr, memchr2};
+
+use crate::natural::parser::bracket::{Desc, MAX_DESC};
+use crate::natural::parser::names::ToolNames;
+use crate::natural::parser::opener::{OpenMatch, Opened, THINK_CLOSE, match_literal, match_opener};
+use crate::natural::syntax::Syntax;
+
+/// Where scanning stopped. Bytes before `at` are text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TextStop {
+    /// All of the input is text.
+    End,
+    /// An opener (or, in a think block, the closer) of `len` bytes is at `at`.
+    Open {
+        at: usize,
+        len: usize,
+        opened: Opened,
+    },
+    /// The bytes from `at` to the end may still become an opener.
+    Hold { at: usize },
+    /// The `{` at `at` directly follows a `[description]`.
+    Bracket { at: usize },
+}
+
+/// What the scanner needs to know about the parser's configuration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Matcher<'a> {
+    pub(crate) syntax: Syntax,
+    pub(crate) names: &'a ToolNames,
+    pub(crate) skip_think: bool,
+}
+
+impl Matcher<'_> {
+    /// Matches an opener at the start of `bytes` (which begin with `<`).
+    pub(crate) fn opener(&self, bytes: &[u8]) -> OpenMatch {
+        match_opener(bytes, self.syntax, self.names, self.skip_think)
+    }
+
+    /// Scans prose for the next opener.
+    pub(crate) fn scan_prose(&self, input: &[u8], desc: &mut Desc) -> TextStop {
+        if self.syntax == Syntax::Bracket {
+            return self.scan_bracket_prose(input, desc);
+        }
+        let mut i = 0;
+        while let Some(off) = input.get(i..).and_then(|rest| memchr(b'<', rest)) {
+            let at = i + off;
+            if let Some(stop) = self.check_lt(input, at) {
+                return stop;
+            }
+            i = at + 1;
+        }
+        TextStop::End
+    }
+
+    /// Checks the `<` at `at`; `None` if it is plain text.
+    fn check_lt(&self, input: &[u8], at: usize) -> Option<TextStop> {
+        match self.opener(input.get(at..)?) {
+            OpenMatch::No => None,
+            OpenMatch::Partial => Some(TextStop::Hold { at }),
+            OpenMatch::Full { len, opened } => Some(TextStop::Open { at, len, opened }),
+        }
+    }
+
+    /// Bracket syntax: track `[description]` while looking for `]{` and,
+    /// when think blocks are skipped, `<think>`.
+    fn scan_bracket_prose(&self, input: &[u8], desc: &mut Desc) -> TextStop {
+        let mut i = 0;
+        while i < input.len() {
+            match *desc {
+                Desc::Closed => {
+                    *desc = Desc::Outside;
+                    if input.get(i) == Some(&b'{') {
+                        return TextStop::Bracket { at: i };
+                    }
+                }
+                Desc::Inside(mut n) => {
+                    while let Some(&b) = input.get(i) {
+                        match b {
+                            b']' => {
+                                *desc = Desc::Closed;
+                                i += 1;
+                                break;
+                            }
+                            b'[' => n = 0,
+                            b'\n' | b'\r' => {
+                                *desc = Desc::Outside;
+                                i += 1;
+                                break;
+                            }
+                            // Left for the `Outside` branch (it may be `<think>`).
+                            b'<' => {
+                                *desc = Desc::Outside;
+                                break;
+                            }
+                            _ if n >= MAX_DESC => {
+                                *desc = Desc::Outside;
+                                break;
+                            }
+                            _ => n += 1,
+                        }
+                        i += 1;
+                        *desc = Desc::Inside(n);
+                    }
+                }
+                Desc::Outside => {
+                    let rest = input.get(i..).unwrap_or_default();
+                    let found = if self.skip_think {
+                        memchr2(b'[', b'<', rest)
+                    } else {
+                        memchr(b'[', rest)
+                    };
+                    let Some(off) = found else {
+                        return TextStop::End;
+                    };
+                    let at = i + off;
+                    if input.get(at) == Some(&b'[') {
+                        *desc = Desc::Inside(0);
+                    } else if let Some(stop) = self.check_lt(input, at) {
+                        return stop;
+                    }
+                    i = at + 1;
+                }
+            }
+        }
+        TextStop::End
+    }
+}
+
+/// Scans the inside of a think block for `</think>`.
+pub(crate) fn scan_think(input: &[u8]) -> TextStop {
+    let mut i = 0;
+    while let Some(off) = input.get(i..).and_then(|rest| memchr(b'<', rest)) {
+        let at = i + off;
+        match match_literal(input.get(at..).unwrap_or_default(), THINK_CLOSE) {
+            OpenMatch::No => i = at + 1,
+            OpenMatch::Partial => return TextStop::Hold { at },
+            OpenMatch::Full { len, opened } => return TextStop::Open { at, len, opened },
+        }
+    }
+    TextStop::End
+}

@@ -1,0 +1,228 @@
+//! The system block: instructions on how to call tools, then the contracts.
+//!
+//! Seed 000 puts the block before the client's own system prompt, separated by
+//! a blank line, so the client's instructions (often "answer briefly", persona,
+//! ...) come last and keep their weight.
+
+use serde_json::{Value, json};
+
+use crate::natural::contract;
+use crate::natural::policy::{Choice, Policy};
+use crate::natural::syntax::Syntax;
+use crate::natural::tools::ToolSet;
+
+/// The placeholder a user instruction template must contain.
+pub const CONTRACTS_PLACEHOLDER: &str = "{contracts}";
+
+/// Renders the whole block for the tools `offered` under `policy`.
+///
+/// With a user `template`, its `{contracts}` placeholder is replaced and the
+/// per-request rules (required, named, at most one call) that differ from the
+/// default are appended after it, because a static template cannot know them.
+/// A template without the placeholder (rejected by `NaturalOptions::validate`,
+/// but possible if that was skipped) gets the contracts appended.
+pub fn render_block(
+    offered: &ToolSet,
+    policy: &Policy,
+    syntax: Syntax,
+    template: Option<&str>,
+) -> String {
+    let contracts = render_contracts(offered, syntax);
+    match template {
+        None => {
+            let mut block = instructions(syntax, policy);
+            block.push_str("\n\n# Available tools\n\n");
+            block.push_str(&contracts);
+            block
+        }
+        Some(template) => {
+            let mut block = if template.contains(CONTRACTS_PLACEHOLDER) {
+                template.replace(CONTRACTS_PLACEHOLDER, &contracts)
+            } else {
+                format!("{}\n\n{contracts}", template.trim_end())
+            };
+            let rules = policy_rules(syntax, policy, false);
+            if !rules.is_empty() {
+                block.push_str("\n\n");
+                block.push_str(&rules.join("\n"));
+            }
+            block
+        }
+    }
+}
+
+/// All contracts, separated by a blank line.
+pub fn render_contracts(tools: &ToolSet, syntax: Syntax) -> String {
+    let mut out = String::new();
+    for (i, tool) in tools.tools.iter().enumerate() {
+        if i > 0 {
+            out.push_str("\n\n");
+        }
+        contract::render(tool, syntax, &mut out);
+    }
+    out
+}
+
+/// The built-in instructions for `syntax` and `policy`.
+pub fn instructions(syntax: Syntax, policy: &Policy) -> String {
+    let mut format = String::new();
+    syntax.render_call("ToolName", &json!({"parameter": "value"}), &mut format);
+    let syntax_note = match syntax {
+        Syntax::Tag => "The opening and closing tags are the exact name of the tool.",
+        Syntax::ToolCall => "The name attribute is the exact name of the tool.",
+        Syntax::Bracket => {
+            "Write each call on a single line. The text in square brackets is a short description of what the call does."
+        }
+    };
+    let mut lines = vec![
+        "# Tools".to_string(),
+        String::new(),
+        "You can call the tools listed below. To call a tool, write the call in exactly this format:".to_string(),
+        String::new(),
+        format,
+        String::new(),
+        syntax_note.to_string(),
+        String::new(),
+        "- Only the names listed under \"Available tools\" are tools; never call anything else.".to_string(),
+        "- The arguments are one JSON object that matches the tool's parameters and includes every required parameter.".to_string(),
+    ];
+    lines.extend(policy_rules(syntax, policy, true));
+    lines.push("- Put any explanation for the user BEFORE the calls. After the last call, stop: the results come back in a later message inside <tool_response name=\"ToolName\"> blocks.".to_string());
+    lines.join("\n")
+}
+
+/// The rules that depend on the request's policy. With `all`, the default
+/// rules (several calls allowed, calling is optional) are included too.
+fn policy_rules(syntax: Syntax, policy: &Policy, all: bool) -> Vec<String> {
+    let mut rules = Vec::new();
+    if !policy.parallel {
+        rules.push("- Make at most one call per reply.".to_string());
+    } else if all {
+        rules.push(
+            match syntax {
+                Syntax::Bracket => {
+                    "- To make several calls, write one call per line, one after another."
+                }
+                Syntax::Tag | Syntax::ToolCall => {
+                    "- To make several calls, write one block per call, one after another."
+                }
+            }
+            .to_string(),
+        );
+    }
+    match &policy.choice {
+        Choice::Required => {
+            rules.push("- You MUST call at least one tool in this reply.".to_string())
+        }
+        Choice::Named(name) => rules.push(format!(
+            "- You MUST call the tool {name} in this reply, and no other tool."
+        )),
+        Choice::Auto | Choice::None if all => rules.push(
+            "- Call a tool only when it helps; otherwise answer directly without any call."
+                .to_string(),
+        ),
+        Choice::Auto | Choice::None => {}
+    }
+    rules
+}
+
+/// Puts `block` before the system prompt: into the first `system` or
+/// `developer` message (`developer` is the newer name for the same thing),
+/// or as a new system message at position 0 when there is none.
+pub fn inject(messages: &mut Vec<Value>, block: &str) {
+    let target = messages.iter_mut().find(|message| {
+        matches!(
+            message.get("role").and_then(Value::as_str),
+            Some("system" | "developer")
+        )
+    });
+    let Some(Value::Object(message)) = target else {
+        messages.insert(0, json!({"role": "system", "content": block}));
+        return;
+    };
+    let content = message.get_mut("content");
+    match content {
+        Some(Value::String(text)) if !text.trim().is_empty() => {
+            *text = format!("{block}\n\n{text}");
+        }
+        Some(Value::Array(parts)) => {
+            // Parts are usually concatenated as they are, so the separating
+            // blank line travels inside the new part.
+            parts.insert(0, json!({"type": "text", "text": format!("{block}\n\n")}));
+        }
+        _ => {
+            message.insert("content".to_string(), Value::String(block.to_string()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inject_into_empty_or_null_system_content() {
+        for content in [json!(""), json!(null)] {
+            let mut messages = vec![json!({"role": "system", "content": content})];
+            inject(&mut messages, "BLOCK");
+            assert_eq!(
+                messages,
+                vec![json!({"role": "system", "content": "BLOCK"})]
+            );
+        }
+    }
+
+    #[test]
+    fn inject_targets_the_first_system_or_developer_message() {
+        let mut messages = vec![
+            json!({"role": "user", "content": "u"}),
+            json!({"role": "system", "content": "first"}),
+            json!({"role": "system", "content": "second"}),
+        ];
+        inject(&mut messages, "BLOCK");
+        assert_eq!(messages[1]["content"], "BLOCK\n\nfirst");
+        assert_eq!(messages[2]["content"], "second");
+    }
+
+    #[test]
+    fn instructions_follow_the_policy() {
+        let auto = instructions(Syntax::Tag, &Policy::default());
+        assert!(auto.contains("one block per call, one after another"));
+        assert!(auto.contains("Call a tool only when it helps"));
+        assert!(auto.contains("BEFORE the calls"));
+        assert!(
+            !auto
+                .lines()
+                .any(|line| line == "Example:" || line.starts_with("## "))
+        );
+
+        let named = Policy {
+            choice: Choice::Named("X".into()),
+            parallel: false,
+            ..Policy::default()
+        };
+        let text = instructions(Syntax::Bracket, &named);
+        assert!(text.contains("Make at most one call per reply."));
+        assert!(text.contains("You MUST call the tool X in this reply, and no other tool."));
+        assert!(!text.contains("only when it helps"));
+    }
+
+    #[test]
+    fn template_without_placeholder_still_gets_the_contracts() {
+        let tools = ToolSet {
+            tools: vec![crate::natural::tools::Tool {
+                name: "T".into(),
+                description: None,
+                parameters: None,
+                strict: false,
+            }],
+        };
+        let block = render_block(
+            &tools,
+            &Policy::default(),
+            Syntax::Tag,
+            Some("Use tools.\n"),
+        );
+        assert!(block.starts_with("Use tools.\n\n## T\n"));
+    }
+}

@@ -1,0 +1,206 @@
+//! The entry point of the request direction: one Chat Completions body in,
+//! the body for an upstream without native tools out.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use crate::natural::cache::ContractCache;
+use crate::natural::cache::{KeyRef, Prepared};
+pub use crate::natural::error::RequestError;
+use crate::natural::history::{self, HistoryOptions};
+use crate::natural::policy::{Choice, Policy};
+use crate::natural::prompt::{self, CONTRACTS_PLACEHOLDER};
+use crate::natural::syntax::Syntax;
+use crate::natural::tools::ToolSet;
+
+/// The request fields that only native tool calling understands. They are
+/// removed; their meaning moves into the system prompt.
+const TOOL_FIELDS: [&str; 5] = [
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "functions",
+    "function_call",
+];
+
+/// Default for [`NaturalOptions::max_tool_result_chars`]: large enough for
+/// real results, small enough that one runaway result cannot fill the context.
+pub const DEFAULT_MAX_TOOL_RESULT_CHARS: usize = 20_000;
+
+/// How natural mode rewrites requests for one provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NaturalOptions {
+    /// How calls are written.
+    pub syntax: Syntax,
+    /// A user instruction template with the placeholder `{contracts}`;
+    /// `None` uses the built-in instructions.
+    pub instructions: Option<String>,
+    /// Tool results longer than this are cut with a visible marker.
+    pub max_tool_result_chars: usize,
+    /// The role of rewritten tool results.
+    pub result_role: ResultRole,
+}
+
+impl Default for NaturalOptions {
+    fn default() -> Self {
+        NaturalOptions {
+            syntax: Syntax::default(),
+            instructions: None,
+            max_tool_result_chars: DEFAULT_MAX_TOOL_RESULT_CHARS,
+            result_role: ResultRole::default(),
+        }
+    }
+}
+
+impl NaturalOptions {
+    /// Checks the options once, when the configuration is loaded, so a broken
+    /// template is reported at startup rather than silently on each request.
+    pub fn validate(&self) -> Result<(), String> {
+        match &self.instructions {
+            Some(template) if !template.contains(CONTRACTS_PLACEHOLDER) => Err(format!(
+                "the natural-mode instructions template must contain the placeholder {CONTRACTS_PLACEHOLDER}"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Which role rewritten tool results get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultRole {
+    /// A user message after the calls (seed 001 req. 4): what most chat
+    /// templates expect, since the model did not write the results.
+    #[default]
+    User,
+    /// Merged into the assistant message that made the calls.
+    Assistant,
+}
+
+/// What the response side needs to parse the model's reply.
+#[derive(Debug, Clone)]
+pub struct ResponsePlan {
+    /// The tools actually offered (after `allowed_tools` / named-choice filtering).
+    pub tools: Arc<ToolSet>,
+    /// The tool choice; for `allowed_tools`, its mode.
+    pub choice: Choice,
+    /// `false`: at most one call may be taken from the reply.
+    pub parallel_tool_calls: bool,
+}
+
+/// The result of [`rewrite`].
+#[derive(Debug, Clone)]
+pub enum Rewrite {
+    /// Nothing tool-related in the request: forward the original bytes.
+    Unchanged,
+    /// The new body; `plan` is `None` when the reply must not be parsed
+    /// (`tool_choice: "none"`, or no tools offered).
+    Rewritten {
+        /// The serialized new body.
+        body: Vec<u8>,
+        /// How to parse the reply.
+        plan: Option<ResponsePlan>,
+    },
+}
+
+/// Rewrites a Chat Completions body for an upstream in natural mode.
+///
+/// The tool fields are removed, the contracts and instructions go before the
+/// system prompt and the tool history becomes text. Every other field keeps
+/// its value and position.
+pub fn rewrite(
+    body: &[u8],
+    options: &NaturalOptions,
+    cache: &ContractCache,
+) -> Result<Rewrite, RequestError> {
+    let mut value: Value =
+        serde_json::from_slice(body).map_err(|err| RequestError::InvalidJson {
+            message: err.to_string(),
+        })?;
+    let Value::Object(request) = &mut value else {
+        return Err(RequestError::NotAnObject);
+    };
+    let has_tool_fields = TOOL_FIELDS.iter().any(|field| request.contains_key(*field));
+    if !has_tool_fields && !history::has_tool_history(request.get("messages")) {
+        return Ok(Rewrite::Unchanged);
+    }
+
+    let tools = request.shift_remove("tools").unwrap_or(Value::Null);
+    let functions = request.shift_remove("functions").unwrap_or(Value::Null);
+    let policy = Policy::from_request(
+        request.shift_remove("tool_choice").as_ref(),
+        request.shift_remove("function_call").as_ref(),
+        request.shift_remove("parallel_tool_calls").as_ref(),
+    )?;
+    let prepared = prepare(&tools, &functions, &policy, options, cache)?;
+
+    let messages = match request.get_mut("messages") {
+        Some(Value::Array(messages)) => messages,
+        Some(_) => return Err(RequestError::wrong_type("messages", "an array")),
+        None => return Err(RequestError::missing("messages")),
+    };
+    let history_options = HistoryOptions {
+        syntax: options.syntax,
+        max_tool_result_chars: options.max_tool_result_chars,
+        result_role: options.result_role,
+    };
+    history::rewrite(messages, &history_options)?;
+    if let Some(prepared) = &prepared {
+        prompt::inject(messages, &prepared.block);
+    }
+
+    let body = serde_json::to_vec(&value).map_err(|err| RequestError::InvalidJson {
+        message: err.to_string(),
+    })?;
+    let plan = prepared.map(|prepared| ResponsePlan {
+        tools: prepared.tools,
+        choice: policy.choice,
+        parallel_tool_calls: policy.parallel,
+    });
+    Ok(Rewrite::Rewritten { body, plan })
+}
+
+/// The offered tools and their system block, from the cache when possible;
+/// `None` when the model is to get no tools.
+fn prepare(
+    tools: &Value,
+    functions: &Value,
+    policy: &Policy,
+    options: &NaturalOptions,
+    cache: &ContractCache,
+) -> Result<Option<Prepared>, RequestError> {
+    if policy.choice == Choice::None {
+        // Still validated: a malformed declaration is the client's bug even
+        // when it is not used this turn, and OpenAI rejects it too.
+        ToolSet::from_request(Some(tools), Some(functions))?;
+        return Ok(None);
+    }
+    let key = KeyRef {
+        tools,
+        functions,
+        policy,
+        syntax: options.syntax,
+        template: options.instructions.as_deref(),
+    };
+    let prepared = cache.get_or_render(key, || {
+        let declared = ToolSet::from_request(Some(tools), Some(functions))?;
+        let offered = policy.offered(&declared)?;
+        let block = if offered.is_empty() {
+            String::new()
+        } else {
+            prompt::render_block(
+                &offered,
+                policy,
+                options.syntax,
+                options.instructions.as_deref(),
+            )
+        };
+        Ok(Prepared {
+            tools: Arc::new(offered),
+            block: Arc::from(block),
+        })
+    })?;
+    Ok((!prepared.tools.is_empty()).then_some(prepared))
+}

@@ -1,0 +1,294 @@
+//! The streaming rewrite, sans-IO: upstream SSE event payloads in, the
+//! client's SSE bytes out.
+//!
+//! Content deltas go through a [`ReplyParser`] per choice; text is written as
+//! soon as the parser releases it, and the calls when the choice finishes,
+//! followed by a finish chunk with `finish_reason: "tool_calls"`. A chunk whose
+//! content the parser passes through untouched is forwarded as the upstream's
+//! own bytes, so prose costs one parse and no re-serialization.
+
+use bytes::BytesMut;
+use serde_json::{Map, Value, json};
+
+use crate::error::GatewayError;
+use crate::natural::emit::{self, ChunkHeader};
+use crate::natural::reply::{ReplyParser, ReplySettings};
+use crate::sse::encoder;
+
+pub struct StreamRewriter {
+    settings: ReplySettings,
+    header: Option<ChunkHeader>,
+    choices: Vec<ChoiceState>,
+    /// Latest usage seen; written once, last, when the client asked for it (rule 14).
+    usage: Option<Value>,
+    include_usage: bool,
+    ended: bool,
+    text: String,
+}
+
+struct ChoiceState {
+    index: u64,
+    reply: ReplyParser,
+    /// Whether any delta was written for this choice (the first carries the role).
+    started: bool,
+    finished: bool,
+}
+
+impl StreamRewriter {
+    pub fn new(settings: ReplySettings, include_usage: bool) -> Self {
+        StreamRewriter {
+            settings,
+            header: None,
+            choices: Vec::new(),
+            usage: None,
+            include_usage,
+            ended: false,
+            text: String::new(),
+        }
+    }
+
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Handles one upstream event's `data`.
+    pub fn on_event(&mut self, data: &[u8], out: &mut BytesMut) {
+        if self.ended {
+            return;
+        }
+        if data == b"[DONE]" {
+            self.finish(out);
+            return;
+        }
+        let Ok(Value::Object(mut chunk)) = serde_json::from_slice::<Value>(data) else {
+            self.fail(
+                out,
+                &GatewayError::UpstreamInvalid {
+                    message: "The upstream sent a stream event that is not a JSON object".into(),
+                    code: "upstream_invalid_event",
+                },
+            );
+            return;
+        };
+        if chunk.contains_key("error") {
+            // The upstream's own in-stream error: pass it on as it is.
+            encoder::write_raw(out, data);
+            return;
+        }
+        if self.header.is_none() {
+            self.header = Some(ChunkHeader::from_chunk(&chunk));
+        }
+        let had_usage = match chunk.remove("usage") {
+            Some(Value::Null) | None => false,
+            Some(u) => {
+                self.usage = Some(u);
+                true
+            }
+        };
+        let Some(Value::Array(choices)) = chunk.remove("choices") else {
+            return;
+        };
+        if !had_usage && choices.len() == 1 && self.forward_unchanged(&choices[0], data, out) {
+            return;
+        }
+        for choice in choices {
+            if let Value::Object(choice) = choice {
+                self.on_choice(&chunk, choice, out);
+                if self.ended {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The fast path: a plain content delta that the parser passes through
+    /// whole is forwarded as the upstream's bytes.
+    fn forward_unchanged(&mut self, choice: &Value, data: &[u8], out: &mut BytesMut) -> bool {
+        let Some(index) = choice.get("index").and_then(Value::as_u64) else {
+            return false;
+        };
+        if !choice.get("finish_reason").is_none_or(Value::is_null) {
+            return false;
+        }
+        let Some(Value::Object(delta)) = choice.get("delta") else {
+            return false;
+        };
+        let Some(Value::String(content)) = delta.get("content") else {
+            return false;
+        };
+        let pos = self.state(index);
+        let state = &mut self.choices[pos];
+        if state.finished
+            || (!state.started && !delta.contains_key("role"))
+            || (state.started && delta.contains_key("role"))
+        {
+            return false;
+        }
+        if delta.keys().any(|k| k != "content" && k != "role") {
+            return false;
+        }
+        self.text.clear();
+        match state.reply.feed(content, &mut self.text) {
+            Err(invalid) => {
+                let err = GatewayError::InvalidToolCall {
+                    message: invalid.message(),
+                };
+                self.fail(out, &err);
+            }
+            Ok(()) if self.text == *content => {
+                state.started = true;
+                encoder::write_raw(out, data);
+            }
+            Ok(()) => {
+                let header = self.header.as_ref().expect("set before choices");
+                if !self.text.is_empty() || !state.started {
+                    header.write_text(out, index, &self.text, !state.started);
+                    state.started = true;
+                }
+            }
+        }
+        true
+    }
+
+    fn on_choice(
+        &mut self,
+        chunk: &Map<String, Value>,
+        mut choice: Map<String, Value>,
+        out: &mut BytesMut,
+    ) {
+        let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let pos = self.state(index);
+        let mut delta = match choice.remove("delta") {
+            Some(Value::Object(d)) => d,
+            _ => Map::new(),
+        };
+        let finish_reason = choice.remove("finish_reason").filter(|f| !f.is_null());
+        let state = &mut self.choices[pos];
+        if state.finished {
+            return;
+        }
+        self.text.clear();
+        let fed = match delta.remove("content") {
+            Some(Value::String(content)) => state.reply.feed(&content, &mut self.text),
+            _ => Ok(()),
+        };
+        if let Err(invalid) = fed {
+            self.fail(
+                out,
+                &GatewayError::InvalidToolCall {
+                    message: invalid.message(),
+                },
+            );
+            return;
+        }
+        // Rule 4: the role once, in the first delta of the choice.
+        if state.started {
+            delta.remove("role");
+        } else {
+            delta.insert("role".into(), json!("assistant"));
+        }
+        if !self.text.is_empty() || (!state.started && finish_reason.is_none()) {
+            delta.insert(
+                "content".into(),
+                Value::String(std::mem::take(&mut self.text)),
+            );
+        }
+        let has_delta = delta.keys().any(|k| k != "role");
+        let header = self
+            .header
+            .get_or_insert_with(|| ChunkHeader::from_chunk(chunk));
+        if has_delta {
+            choice.insert("index".into(), json!(index));
+            choice.insert("delta".into(), Value::Object(delta));
+            choice.insert("finish_reason".into(), Value::Null);
+            encoder::write_json(
+                out,
+                &header.chunk(Value::Array(vec![Value::Object(choice)])),
+            );
+            state.started = true;
+        }
+        if let Some(reason) = finish_reason {
+            self.finish_choice(pos, Some(reason), out);
+        }
+    }
+
+    fn state(&mut self, index: u64) -> usize {
+        if let Some(pos) = self.choices.iter().position(|c| c.index == index) {
+            return pos;
+        }
+        self.choices.push(ChoiceState {
+            index,
+            reply: ReplyParser::new(self.settings.clone()),
+            started: false,
+            finished: false,
+        });
+        self.choices.len() - 1
+    }
+
+    /// Ends a choice: the remaining text, the calls, the finish chunk.
+    fn finish_choice(&mut self, pos: usize, upstream_reason: Option<Value>, out: &mut BytesMut) {
+        let header = self.header.clone().unwrap_or_else(ChunkHeader::fallback);
+        let state = &mut self.choices[pos];
+        state.finished = true;
+        self.text.clear();
+        let calls = match state.reply.finish(&mut self.text) {
+            Ok(calls) => calls,
+            Err(invalid) => {
+                self.fail(
+                    out,
+                    &GatewayError::InvalidToolCall {
+                        message: invalid.message(),
+                    },
+                );
+                return;
+            }
+        };
+        if !self.text.is_empty() {
+            header.write_text(out, state.index, &self.text, !state.started);
+            state.started = true;
+        }
+        for (i, call) in calls.iter().enumerate() {
+            header.write_call(out, state.index, i, call, !state.started);
+            state.started = true;
+        }
+        let reason = if calls.is_empty() {
+            upstream_reason.unwrap_or_else(|| json!("stop"))
+        } else {
+            json!("tool_calls")
+        };
+        header.write_finish(out, state.index, &reason, !state.started);
+        state.started = true;
+    }
+
+    /// The upstream's stream is over (`[DONE]` or end of body).
+    pub fn finish(&mut self, out: &mut BytesMut) {
+        if self.ended {
+            return;
+        }
+        for pos in 0..self.choices.len() {
+            if !self.choices[pos].finished {
+                self.finish_choice(pos, None, out);
+                if self.ended {
+                    return;
+                }
+            }
+        }
+        if self.include_usage
+            && let (Some(usage), Some(header)) = (&self.usage, &self.header)
+        {
+            header.write_usage(out, usage);
+        }
+        out.extend_from_slice(encoder::DONE);
+        self.ended = true;
+    }
+
+    /// The stream cannot go on: an error event, `[DONE]`, nothing after.
+    pub fn fail(&mut self, out: &mut BytesMut, error: &GatewayError) {
+        if self.ended {
+            return;
+        }
+        tracing::warn!(error = %error, "natural-mode stream failed");
+        emit::write_error(out, &error.to_json());
+        self.ended = true;
+    }
+}

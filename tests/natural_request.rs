@@ -1,0 +1,434 @@
+//! End-to-end tests of the natural-mode request rewrite, through the same
+//! entry point the gateway calls: every request shape of conformance.md rules
+//! 17-20, the tool policies, errors and caching.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use toolgate::natural::request::{
+    ContractCache, NaturalOptions, RequestError, ResponsePlan, Rewrite, rewrite,
+};
+use toolgate::natural::syntax::Syntax;
+use toolgate::natural::tools::Choice;
+
+fn weather() -> Value {
+    json!({"type": "function", "function": {
+        "name": "GetWeather",
+        "description": "Get the weather",
+        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}
+    }})
+}
+
+fn clock() -> Value {
+    json!({"type": "function", "function": {"name": "GetTime"}})
+}
+
+fn run_with(body: Value, options: &NaturalOptions) -> Result<Rewrite, RequestError> {
+    let bytes = serde_json::to_vec(&body).expect("serializable");
+    rewrite(&bytes, options, &ContractCache::default())
+}
+
+/// Rewrites `body` with default options, expecting a rewrite.
+fn run(body: Value) -> (Value, Option<ResponsePlan>) {
+    run_opts(body, &NaturalOptions::default())
+}
+
+fn run_opts(body: Value, options: &NaturalOptions) -> (Value, Option<ResponsePlan>) {
+    match run_with(body, options) {
+        Ok(Rewrite::Rewritten { body, plan }) => {
+            (serde_json::from_slice(&body).expect("valid JSON"), plan)
+        }
+        other => panic!("expected a rewrite, got {other:?}"),
+    }
+}
+
+fn error_param(body: Value) -> Option<String> {
+    match run_with(body, &NaturalOptions::default()) {
+        Err(err) => err.param().map(str::to_string),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+fn system_text(body: &Value) -> &str {
+    body["messages"][0]["content"]
+        .as_str()
+        .expect("system text")
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+// ---- pass-through and field handling ------------------------------------
+
+#[test]
+fn request_without_tools_is_unchanged() {
+    let body = json!({"model": "m", "messages": [user("hi")], "stream": true});
+    let result = run_with(body, &NaturalOptions::default()).expect("ok");
+    assert!(matches!(result, Rewrite::Unchanged));
+}
+
+#[test]
+fn other_fields_keep_their_values_and_order() {
+    let body = json!({
+        "model": "m",
+        "temperature": 0.7,
+        "tools": [weather()],
+        "x_vendor": {"b": 1, "a": [true, null]},
+        "tool_choice": "auto",
+        "messages": [user("hi")],
+        "parallel_tool_calls": true,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "response_format": {"type": "text"}
+    });
+    let (out, plan) = run(body.clone());
+    let keys: Vec<&str> = out
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "model",
+            "temperature",
+            "x_vendor",
+            "messages",
+            "stream",
+            "stream_options",
+            "response_format"
+        ]
+    );
+    for key in [
+        "temperature",
+        "x_vendor",
+        "stream_options",
+        "response_format",
+    ] {
+        assert_eq!(out[key], body[key], "{key}");
+    }
+    let nested: Vec<&str> = out["x_vendor"]
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(nested, ["b", "a"]);
+    assert!(plan.is_some());
+}
+
+#[test]
+fn tool_fields_without_tools_are_stripped_with_no_plan() {
+    let (out, plan) =
+        run(json!({"model": "m", "messages": [user("hi")], "tools": [], "tool_choice": "auto"}));
+    assert!(plan.is_none());
+    assert_eq!(out, json!({"model": "m", "messages": [user("hi")]}));
+}
+
+// ---- system prompt placement ---------------------------------------------
+
+#[test]
+fn block_goes_before_the_existing_system_prompt() {
+    let (out, _) = run(
+        json!({"messages": [{"role": "system", "content": "Be brief."}, user("hi")], "tools": [weather()]}),
+    );
+    let system = system_text(&out);
+    assert!(system.starts_with("# Tools\n"));
+    assert!(system.ends_with("\n\nBe brief."));
+    assert_eq!(out["messages"].as_array().map(Vec::len), Some(2));
+}
+
+#[test]
+fn system_message_is_created_when_missing() {
+    let (out, _) = run(json!({"messages": [user("hi")], "tools": [weather()]}));
+    assert_eq!(out["messages"][0]["role"], "system");
+    assert!(system_text(&out).contains("## GetWeather\n"));
+    assert_eq!(out["messages"][1], user("hi"));
+}
+
+#[test]
+fn developer_message_with_parts_gets_a_text_part_prepended() {
+    let (out, _) = run(json!({
+        "messages": [user("first"), {"role": "developer", "content": [{"type": "text", "text": "Rules."}]}],
+        "tools": [weather()]
+    }));
+    let parts = out["messages"][1]["content"].as_array().expect("parts");
+    assert_eq!(parts.len(), 2);
+    assert!(
+        parts[0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("# Tools") && t.ends_with("\n\n"))
+    );
+    assert_eq!(parts[1], json!({"type": "text", "text": "Rules."}));
+    assert_eq!(out["messages"][1]["role"], "developer");
+}
+
+#[test]
+fn contract_layout_rules_hold() {
+    let (out, _) = run(json!({"messages": [user("hi")], "tools": [weather(), clock()]}));
+    let text = system_text(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    let sections: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("## "))
+        .copied()
+        .collect();
+    assert_eq!(sections, ["## GetWeather", "## GetTime"]);
+    for (i, line) in lines.iter().enumerate() {
+        if *line == "Example:" {
+            let block: Vec<&&str> = lines[i + 1..]
+                .iter()
+                .take_while(|l| !l.is_empty())
+                .collect();
+            assert!(!block.is_empty());
+        }
+    }
+    assert!(text.ends_with("<GetTime>\n```json\n{}\n```\n</GetTime>"));
+}
+
+// ---- tool policy -----------------------------------------------------------
+
+#[test]
+fn tool_choice_none_renders_no_contracts() {
+    let (out, plan) =
+        run(json!({"messages": [user("hi")], "tools": [weather()], "tool_choice": "none"}));
+    assert!(plan.is_none());
+    assert_eq!(out["messages"], json!([user("hi")]));
+}
+
+#[test]
+fn auto_and_absent_offer_every_tool() {
+    for choice in [json!("auto"), Value::Null] {
+        let (out, plan) = run(
+            json!({"messages": [user("hi")], "tools": [weather(), clock()], "tool_choice": choice}),
+        );
+        let plan = plan.expect("plan");
+        assert_eq!(plan.choice, Choice::Auto);
+        assert!(plan.parallel_tool_calls);
+        assert_eq!(
+            plan.tools.names().collect::<Vec<_>>(),
+            ["GetWeather", "GetTime"]
+        );
+        assert!(system_text(&out).contains("Call a tool only when it helps"));
+    }
+}
+
+#[test]
+fn required_says_must_call() {
+    let (out, plan) =
+        run(json!({"messages": [user("hi")], "tools": [weather()], "tool_choice": "required"}));
+    assert_eq!(plan.expect("plan").choice, Choice::Required);
+    assert!(system_text(&out).contains("You MUST call at least one tool"));
+}
+
+#[test]
+fn named_choice_renders_only_that_tool() {
+    let (out, plan) = run(json!({
+        "messages": [user("hi")], "tools": [weather(), clock()],
+        "tool_choice": {"type": "function", "function": {"name": "GetTime"}}
+    }));
+    let plan = plan.expect("plan");
+    assert_eq!(plan.choice, Choice::Named("GetTime".into()));
+    assert_eq!(plan.tools.len(), 1);
+    let text = system_text(&out);
+    assert!(!text.contains("## GetWeather"));
+    assert!(text.contains("## GetTime"));
+    assert!(text.contains("You MUST call the tool GetTime in this reply, and no other tool."));
+}
+
+#[test]
+fn allowed_tools_filter_and_mode() {
+    let (out, plan) = run(json!({
+        "messages": [user("hi")], "tools": [weather(), clock()],
+        "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "GetWeather"}}]}}
+    }));
+    let plan = plan.expect("plan");
+    assert_eq!(plan.choice, Choice::Required);
+    assert_eq!(plan.tools.names().collect::<Vec<_>>(), ["GetWeather"]);
+    assert!(!system_text(&out).contains("## GetTime"));
+    assert!(system_text(&out).contains("You MUST call at least one tool"));
+}
+
+#[test]
+fn parallel_false_allows_one_call() {
+    let (out, plan) =
+        run(json!({"messages": [user("hi")], "tools": [weather()], "parallel_tool_calls": false}));
+    assert!(!plan.expect("plan").parallel_tool_calls);
+    let text = system_text(&out);
+    assert!(text.contains("Make at most one call per reply."));
+    assert!(!text.contains("several calls"));
+}
+
+#[test]
+fn legacy_functions_and_function_call() {
+    let functions = json!([{"name": "GetTime", "parameters": {"type": "object", "properties": {}}}, {"name": "Other"}]);
+    let (out, plan) = run(
+        json!({"messages": [user("hi")], "functions": functions, "function_call": {"name": "GetTime"}}),
+    );
+    let plan = plan.expect("plan");
+    assert_eq!(plan.choice, Choice::Named("GetTime".into()));
+    assert!(system_text(&out).contains("## GetTime"));
+    assert!(out.get("functions").is_none() && out.get("function_call").is_none());
+
+    let (_, plan) =
+        run(json!({"messages": [user("hi")], "functions": functions, "function_call": "none"}));
+    assert!(plan.is_none());
+    let (_, plan) =
+        run(json!({"messages": [user("hi")], "functions": functions, "function_call": "auto"}));
+    assert_eq!(plan.expect("plan").tools.len(), 2);
+}
+
+#[test]
+fn user_template_replaces_the_placeholder() {
+    let options = NaturalOptions {
+        instructions: Some("TOOLS:\n{contracts}".into()),
+        ..NaturalOptions::default()
+    };
+    assert!(options.validate().is_ok());
+    let (out, _) = run_opts(
+        json!({"messages": [user("hi")], "tools": [weather()], "tool_choice": "required"}),
+        &options,
+    );
+    let text = system_text(&out);
+    assert!(text.starts_with("TOOLS:\n## GetWeather\n"));
+    assert!(text.ends_with("\n\n- You MUST call at least one tool in this reply."));
+    let broken = NaturalOptions {
+        instructions: Some("no placeholder".into()),
+        ..NaturalOptions::default()
+    };
+    assert!(broken.validate().is_err());
+}
+
+// ---- errors ----------------------------------------------------------------
+
+#[test]
+fn errors_name_the_offending_param() {
+    let msgs = json!([user("hi")]);
+    let cases = [
+        (json!({"messages": msgs, "tools": {}}), "tools"),
+        (
+            json!({"messages": msgs, "tools": [weather(), {"type": "function", "function": {"description": "x"}}]}),
+            "tools[1].function.name",
+        ),
+        (
+            json!({"messages": msgs, "tools": [weather(), {"type": "function", "function": {"name": 5}}]}),
+            "tools[1].function.name",
+        ),
+        (
+            json!({"messages": msgs, "tools": [weather(), weather()]}),
+            "tools[1].function.name",
+        ),
+        (
+            json!({"messages": msgs, "tools": [{"type": "function"}]}),
+            "tools[0].function",
+        ),
+        (
+            json!({"messages": msgs, "tools": [{"type": "function", "function": {"name": "has space"}}]}),
+            "tools[0].function.name",
+        ),
+        (
+            json!({"messages": msgs, "tools": [{"type": "function", "function": {"name": "a", "parameters": "x"}}]}),
+            "tools[0].function.parameters",
+        ),
+        (
+            json!({"messages": msgs, "tools": [weather()], "functions": [{"name": "GetWeather"}]}),
+            "functions[0].name",
+        ),
+        (
+            json!({"messages": msgs, "tools": [weather()], "tool_choice": "sometimes"}),
+            "tool_choice",
+        ),
+        (
+            json!({"messages": msgs, "tools": [weather()], "tool_choice": {"type": "function", "function": {"name": "Nope"}}}),
+            "tool_choice.function.name",
+        ),
+        (
+            json!({"messages": msgs, "tools": [weather()], "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "Nope"}}]}}}),
+            "tool_choice.allowed_tools.tools[0].function.name",
+        ),
+        (
+            json!({"messages": msgs, "functions": [{"name": "a"}], "function_call": {"name": "b"}}),
+            "function_call.name",
+        ),
+        (
+            json!({"messages": msgs, "tools": [weather()], "parallel_tool_calls": "no"}),
+            "parallel_tool_calls",
+        ),
+        (
+            json!({"messages": msgs, "tool_choice": "required"}),
+            "tool_choice",
+        ),
+        (
+            json!({"messages": [user("hi"), 3], "tools": [weather()]}),
+            "messages[1]",
+        ),
+        (json!({"tools": [weather()]}), "messages"),
+    ];
+    for (body, param) in cases {
+        assert_eq!(error_param(body.clone()).as_deref(), Some(param), "{body}");
+    }
+}
+
+#[test]
+fn body_level_errors() {
+    let options = NaturalOptions::default();
+    let cache = ContractCache::default();
+    assert!(matches!(
+        rewrite(b"{not json", &options, &cache),
+        Err(RequestError::InvalidJson { .. })
+    ));
+    assert!(matches!(
+        rewrite(b"[1]", &options, &cache),
+        Err(RequestError::NotAnObject)
+    ));
+    let err = rewrite(b"[1]", &options, &cache).expect_err("error");
+    assert_eq!(err.status(), 400);
+}
+
+// ---- caching ---------------------------------------------------------------
+
+#[test]
+fn cache_hit_returns_the_same_arc() {
+    let cache = ContractCache::default();
+    let options = NaturalOptions::default();
+    let body =
+        serde_json::to_vec(&json!({"messages": [user("hi")], "tools": [weather()]})).expect("json");
+    let plan = |result| match result {
+        Ok(Rewrite::Rewritten {
+            plan: Some(plan), ..
+        }) => plan,
+        other => panic!("unexpected {other:?}"),
+    };
+    let first = plan(rewrite(&body, &options, &cache));
+    let second = plan(rewrite(&body, &options, &cache));
+    assert!(Arc::ptr_eq(&first.tools, &second.tools));
+    assert_eq!(cache.len(), 1);
+
+    let serial = serde_json::to_vec(
+        &json!({"messages": [user("hi")], "tools": [weather()], "parallel_tool_calls": false}),
+    )
+    .expect("json");
+    let third = plan(rewrite(&serial, &options, &cache));
+    assert!(!Arc::ptr_eq(&first.tools, &third.tools));
+    assert_eq!(cache.len(), 2);
+}
+
+#[test]
+fn tag_syntax_is_the_default_and_others_render_their_own_examples() {
+    let bracket = NaturalOptions {
+        syntax: Syntax::Bracket,
+        ..NaturalOptions::default()
+    };
+    let (out, _) = run_opts(
+        json!({"messages": [user("hi")], "tools": [clock()]}),
+        &bracket,
+    );
+    assert!(
+        system_text(&out)
+            .ends_with("Example:\n[Calling GetTime]{\"name\": \"GetTime\", \"arguments\": {}}")
+    );
+    let (out, _) = run(json!({"messages": [user("hi")], "tools": [clock()]}));
+    assert!(system_text(&out).ends_with("Example:\n<GetTime>\n```json\n{}\n```\n</GetTime>"));
+}
