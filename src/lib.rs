@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod body;
+pub mod commands;
 pub mod config;
 pub mod demo;
 pub mod error;

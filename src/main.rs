@@ -27,10 +27,28 @@ struct Cli {
 enum Command {
     /// Validate the config and print the effective config with secrets redacted.
     Check,
+    /// Print the request a provider would receive, for a request JSON read from stdin.
+    Render {
+        /// The provider (by name) whose transform to apply.
+        #[arg(long)]
+        provider: String,
+    },
+    /// Print the content and tool calls a model output (read from stdin) turns into.
+    Parse {
+        /// JSON file with the request's `tools` array (or a whole request).
+        #[arg(long, value_name = "FILE")]
+        tools: PathBuf,
+        /// Call syntax: tag, tool_call or bracket.
+        #[arg(long, default_value = "tag")]
+        syntax: String,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Parse { tools, syntax }) = &cli.command {
+        return parse(tools, syntax);
+    }
     let path = cli
         .config
         .or_else(|| std::env::var_os("TOOLGATE_CONFIG").map(PathBuf::from));
@@ -51,7 +69,46 @@ fn main() -> ExitCode {
             eprintln!("toolgate: config OK");
             ExitCode::SUCCESS
         }
+        Some(Command::Render { provider }) => {
+            let result = read_stdin()
+                .map_err(|e| format!("cannot read stdin: {e}"))
+                .and_then(|input| toolgate::commands::render(&config, &provider, input.as_bytes()));
+            print_result(result)
+        }
+        Some(Command::Parse { .. }) => unreachable!("handled before loading a config"),
         None => serve(config),
+    }
+}
+
+fn parse(tools: &std::path::Path, syntax: &str) -> ExitCode {
+    let syntax = match syntax {
+        "tag" => toolgate::natural::syntax::Syntax::Tag,
+        "tool_call" => toolgate::natural::syntax::Syntax::ToolCall,
+        "bracket" => toolgate::natural::syntax::Syntax::Bracket,
+        other => {
+            eprintln!("toolgate: unknown syntax {other:?}; expected tag, tool_call or bracket");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = std::fs::read(tools)
+        .map_err(|e| format!("cannot read {}: {e}", tools.display()))
+        .and_then(|t| {
+            let text = read_stdin().map_err(|e| format!("cannot read stdin: {e}"))?;
+            toolgate::commands::parse(&t, syntax, &text)
+        });
+    print_result(result)
+}
+
+fn print_result(result: Result<String, String>) -> ExitCode {
+    match result {
+        Ok(out) => {
+            println!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("toolgate: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -102,7 +159,6 @@ fn init_tracing() {
     }
 }
 
-#[allow(dead_code)]
 fn read_stdin() -> std::io::Result<String> {
     let mut s = String::new();
     std::io::stdin().read_to_string(&mut s)?;
