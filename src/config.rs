@@ -154,8 +154,8 @@ impl Config {
         let figment = Figment::new().merge(Toml::string(&text)).merge(
             Env::prefixed("TOOLGATE_")
                 .split("__")
-                // TOOLGATE_CONFIG names the file; it is not a key inside it.
-                .ignore(&["config"]),
+                // These name the file and the log settings; they are not keys inside the file.
+                .ignore(&["config", "log", "log_format"]),
         );
         Self::from_figment(figment)
     }

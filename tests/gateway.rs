@@ -492,3 +492,102 @@ async fn demo_model_answers_streaming_and_not() {
     assert!(text.starts_with("data: {"), "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"));
 }
+
+#[tokio::test]
+async fn malformed_client_input_gets_clear_answers() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mock = Mock::start(|_| Reply::json("{}")).await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    ))
+    .await;
+    // Huge headers: refused, not buffered without bound.
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let big = format!(
+        "GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+        "a".repeat(200_000)
+    );
+    let _ = s.write_all(big.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer))
+        .await
+        .expect("answered or closed");
+    assert!(
+        answer.is_empty() || answer.starts_with(b"HTTP/1.1 431"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // A truncated body: the client promises 100 bytes, sends 10 and hangs up.
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"model\":",
+    )
+    .await
+    .unwrap();
+    s.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer))
+        .await
+        .expect("no hang");
+    assert_eq!(
+        mock.count(),
+        0,
+        "a truncated request must not reach the upstream"
+    );
+    // Invalid UTF-8 in a JSON body.
+    let r = send(
+        Request::post(gw.url("/v1/chat/completions"))
+            .body(Full::new(Bytes::from_static(b"{\"model\":\"\xff\xfe\"}")))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    // The gateway still serves.
+    assert_eq!(get(&gw.url("/healthz")).await.status, 200);
+}
+
+#[tokio::test]
+async fn h2c_clients_are_served() {
+    let mock = Mock::start(|_| Reply::json("{\"ok\":true}")).await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    ))
+    .await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let req = Request::post(gw.url("/v1/chat/completions"))
+        .body(Full::new(Bytes::from_static(b"{\"model\":\"m\"}")))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"{\"ok\":true}");
+}
+
+#[tokio::test]
+async fn garbage_sse_from_a_passthrough_upstream_is_relayed_as_is() {
+    let garbage: &[u8] = b"data: {not json\n\n\xff\xfe\x00event: ?\n\ndata: [DONE]\n\n";
+    let mock = Mock::start(move |_| Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        pieces: vec![(Duration::ZERO, Bytes::from_static(garbage))],
+    })
+    .await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    ))
+    .await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        r#"{"model":"m","stream":true}"#,
+    )
+    .await;
+    assert_eq!(&r.body[..], garbage);
+}

@@ -1,0 +1,180 @@
+//! The real `toolgate` binary: config validation, offline commands, serving
+//! from `TOOLGATE_CONFIG`, and SIGTERM draining an open stream.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_toolgate");
+
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn check_names_a_misspelled_key_and_fails() {
+    let path = temp_file(
+        "bad.toml",
+        "[server]\nlisten = \"127.0.0.1:1\"\n\n[[providers]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodles = [\"x\"]\n",
+    );
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("providers[0].modles"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one-line reason: {err}");
+}
+
+#[test]
+fn check_prints_the_effective_config_with_env_overrides_and_redaction() {
+    let path = temp_file(
+        "good.toml",
+        "[[providers]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:9/v1\"\nheaders = { \"X-Api-Key\" = \"sk-secret\" }\n",
+    );
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .env("TOOLGATE_SERVER__LISTEN", "0.0.0.0:9999")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("0.0.0.0:9999"), "{text}");
+    assert!(!text.contains("sk-secret"), "{text}");
+}
+
+#[test]
+fn missing_config_file_is_an_error() {
+    let out = Command::new(BIN)
+        .env("TOOLGATE_CONFIG", "/nonexistent/toolgate.toml")
+        .arg("check")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/toolgate.toml"));
+}
+
+#[test]
+fn render_and_parse_work_offline() {
+    let request = r#"{"model":"demo","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"GetWeather","parameters":{"type":"object","properties":{"location":{"type":"string"}},"required":["location"]}}}]}"#;
+    let mut child = Command::new(BIN)
+        .args(["render", "--provider", "demo"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let rendered: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(rendered.get("tools").is_none());
+    assert!(
+        rendered["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("## GetWeather")
+    );
+
+    let tools = temp_file(
+        "tools.json",
+        &serde_json::from_str::<serde_json::Value>(request).unwrap()["tools"].to_string(),
+    );
+    let mut child = Command::new(BIN)
+        .args(["parse", "--syntax", "tag", "--tools"])
+        .arg(&tools)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            b"Let me look.\n<GetWeather>\n```json\n{\"location\": \"Paris\"}\n```\n</GetWeather>\n",
+        )
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let parsed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        parsed["tool_calls"][0]["function"]["arguments"],
+        "{\"location\":\"Paris\"}"
+    );
+    assert_eq!(parsed["content"], "Let me look.\n\n");
+}
+
+/// Serves the embedded default on a free port, opens a slow demo stream,
+/// sends SIGTERM: the stream must still end with `[DONE]` and the process exit 0.
+#[test]
+fn sigterm_drains_an_open_stream_and_exits_zero() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(BIN)
+        .env("TOOLGATE_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        // toolgate's own non-config variables must not be read as config keys.
+        .env("TOOLGATE_LOG", "info")
+        .env("TOOLGATE_LOG_FORMAT", "json")
+        .env_remove("TOOLGATE_CONFIG")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let logs = std::thread::spawn(move || stderr.lines().map_while(Result::ok).collect::<Vec<_>>());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut stream = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("gateway did not start: {e}"),
+        }
+    };
+    // A long reply: the demo echoes the user text, 16 chars per 10 ms chunk.
+    let body = format!(
+        r#"{{"model":"demo","stream":true,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "word ".repeat(40)
+    );
+    write!(stream, "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).unwrap();
+    let mut first = [0u8; 64];
+    stream.read_exact(&mut first).unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut rest = Vec::new();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.read_to_end(&mut rest).unwrap();
+    let text = String::from_utf8_lossy(&rest);
+    assert!(
+        text.contains("data: [DONE]"),
+        "stream cut during drain: {text}"
+    );
+    let exit = child.wait().unwrap();
+    assert!(
+        exit.success(),
+        "exit status {exit:?}; logs: {:?}",
+        logs.join().unwrap()
+    );
+}
