@@ -71,8 +71,10 @@ impl StreamRewriter {
             return;
         };
         if chunk.contains_key("error") {
-            // The upstream's own in-stream error: pass it on as it is.
-            encoder::write_raw(out, data);
+            // The upstream's own in-stream error (rule 15): pass it on, then
+            // end the stream; nothing may follow an error but `[DONE]`.
+            emit::write_error(out, &Value::Object(chunk));
+            self.ended = true;
             return;
         }
         if self.header.is_none() {
@@ -88,7 +90,13 @@ impl StreamRewriter {
         let Some(Value::Array(choices)) = chunk.remove("choices") else {
             return;
         };
-        if !had_usage && choices.len() == 1 && self.forward_unchanged(&choices[0], data, out) {
+        // Multi-line `data:` payloads must be re-framed, never copied (rule 1).
+        let single_line = memchr::memchr(b'\n', data).is_none();
+        if !had_usage
+            && single_line
+            && choices.len() == 1
+            && self.forward_unchanged(&choices[0], data, out)
+        {
             return;
         }
         for choice in choices {

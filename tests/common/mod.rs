@@ -340,3 +340,97 @@ pub fn provider_toml(name: &str, url: &str, models: &str, extra: &str) -> String
 pub fn fast_server() -> &'static str {
     "[server]\nlisten = \"127.0.0.1:0\"\nfirst_byte_timeout_secs = 2\nstream_idle_timeout_secs = 2\nshutdown_grace_secs = 5\n"
 }
+
+// ---- Helpers for natural-mode end-to-end tests (tests/natural_e2e.rs) ----
+
+/// The header fields a scripted upstream puts on every chunk.
+pub const UP_ID: &str = "chatcmpl-upstream-7f3a";
+pub const UP_CREATED: u64 = 1_717_171_717;
+pub const UP_MODEL: &str = "llama-natural";
+pub const UP_FINGERPRINT: &str = "fp_up_42";
+
+/// One upstream chunk with the scripted header.
+pub fn upstream_chunk(choices: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "id": UP_ID,
+        "object": "chat.completion.chunk",
+        "created": UP_CREATED,
+        "model": UP_MODEL,
+        "system_fingerprint": UP_FINGERPRINT,
+        "choices": choices,
+    })
+}
+
+/// An OpenAI SSE body streaming `pieces` as content: a first role chunk, one
+/// chunk per piece, a `finish_reason: "stop"` chunk, an optional usage chunk
+/// (`choices: []`), then `[DONE]`.
+pub fn upstream_sse(pieces: &[&str], usage: Option<&serde_json::Value>) -> String {
+    use serde_json::json;
+    let mut chunks = vec![upstream_chunk(
+        json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]),
+    )];
+    for p in pieces {
+        chunks.push(upstream_chunk(
+            json!([{"index": 0, "delta": {"content": p}, "logprobs": null, "finish_reason": null}]),
+        ));
+    }
+    chunks.push(upstream_chunk(
+        json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"}]),
+    ));
+    if let Some(usage) = usage {
+        let mut c = upstream_chunk(json!([]));
+        c["usage"] = usage.clone();
+        chunks.push(c);
+    }
+    let mut out = String::new();
+    for c in chunks {
+        out.push_str("data: ");
+        out.push_str(&c.to_string());
+        out.push_str("\n\n");
+    }
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
+/// A non-streaming upstream `chat.completion` whose message is `content`.
+pub fn upstream_completion(content: &str) -> String {
+    serde_json::json!({
+        "id": UP_ID,
+        "object": "chat.completion",
+        "created": UP_CREATED,
+        "model": UP_MODEL,
+        "system_fingerprint": UP_FINGERPRINT,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                     "logprobs": null, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30},
+    })
+    .to_string()
+}
+
+/// `text` cut into pieces of `n` characters (never inside a character).
+pub fn char_pieces(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(n.max(1)).map(|c| c.iter().collect()).collect()
+}
+
+/// A streamed SSE reply sending `body` as raw pieces cut at `cuts` (byte
+/// offsets, in any place, even inside a UTF-8 character); every piece after
+/// the first waits `delay`, so the pieces leave in separate TCP writes.
+pub fn raw_sse_reply(body: &[u8], cuts: &[usize], delay: Duration) -> Reply {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for &cut in cuts {
+        if cut > start && cut < body.len() {
+            let wait = if start == 0 { Duration::ZERO } else { delay };
+            pieces.push((wait, Bytes::copy_from_slice(&body[start..cut])));
+            start = cut;
+        }
+    }
+    let wait = if start == 0 { Duration::ZERO } else { delay };
+    pieces.push((wait, Bytes::copy_from_slice(&body[start..])));
+    Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        pieces,
+    }
+}
