@@ -22,6 +22,9 @@ pub const TOOL_CALLS: &str = "toolgate_tool_calls_total";
 pub const INVALID_BLOCKS: &str = "toolgate_invalid_tool_blocks_total";
 pub const HELD_BYTES: &str = "toolgate_held_back_bytes";
 pub const HOLD_DURATION: &str = "toolgate_hold_seconds";
+pub const REPAIR_ATTEMPTS: &str = "toolgate_repair_attempts_total";
+pub const REPAIRS: &str = "toolgate_repairs_total";
+pub const REPAIR_DURATION: &str = "toolgate_repair_duration_seconds";
 
 /// Latency buckets from 1 ms to 5 minutes: model calls are slow, the gateway is not.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -48,6 +51,9 @@ pub fn install() -> PrometheusHandle {
                 })
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(HOLD_DURATION.into()), HOLD_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(REPAIR_DURATION.into()), LATENCY_BUCKETS)
                 })
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(HELD_BYTES.into()), BYTE_BUCKETS)
@@ -112,5 +118,18 @@ fn describe() {
         HOLD_DURATION,
         Unit::Seconds,
         "How long undecided text was held back."
+    );
+    describe_counter!(
+        REPAIR_ATTEMPTS,
+        "Requests made to a fallback model to repair a call."
+    );
+    describe_counter!(
+        REPAIRS,
+        "Repairs by outcome (success, failure), by provider."
+    );
+    describe_histogram!(
+        REPAIR_DURATION,
+        Unit::Seconds,
+        "Time to repair one call, all attempts included."
     );
 }

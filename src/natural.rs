@@ -18,6 +18,7 @@ pub mod history;
 pub mod parser;
 pub mod policy;
 pub mod prompt;
+pub mod repair;
 pub mod reply;
 pub mod request;
 pub mod stream;

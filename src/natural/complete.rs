@@ -4,10 +4,16 @@
 use serde_json::{Value, json};
 
 use crate::error::GatewayError;
-use crate::natural::reply::{ReplyParser, ReplySettings};
+use crate::natural::repair::Repairer;
+use crate::natural::reply::{InvalidCall, ReplyParser, ReplySettings};
 
-/// Rewrites an upstream completion body (rule 16).
-pub fn rewrite(body: &[u8], settings: &ReplySettings) -> Result<Vec<u8>, GatewayError> {
+/// Rewrites an upstream completion body (rule 16), repairing broken calls
+/// with the fallback model when one is configured.
+pub async fn rewrite(
+    body: &[u8],
+    settings: &ReplySettings,
+    repairer: Option<&Repairer>,
+) -> Result<Vec<u8>, GatewayError> {
     let mut completion: Value =
         serde_json::from_slice(body).map_err(|e| GatewayError::UpstreamInvalid {
             message: format!("The upstream's completion is not valid JSON: {e}"),
@@ -15,13 +21,17 @@ pub fn rewrite(body: &[u8], settings: &ReplySettings) -> Result<Vec<u8>, Gateway
         })?;
     if let Some(choices) = completion.get_mut("choices").and_then(Value::as_array_mut) {
         for choice in choices {
-            rewrite_choice(choice, settings)?;
+            rewrite_choice(choice, settings, repairer).await?;
         }
     }
     Ok(serde_json::to_vec(&completion).unwrap_or_default())
 }
 
-fn rewrite_choice(choice: &mut Value, settings: &ReplySettings) -> Result<(), GatewayError> {
+async fn rewrite_choice(
+    choice: &mut Value,
+    settings: &ReplySettings,
+    repairer: Option<&Repairer>,
+) -> Result<(), GatewayError> {
     let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else {
         return Ok(());
     };
@@ -30,11 +40,26 @@ fn rewrite_choice(choice: &mut Value, settings: &ReplySettings) -> Result<(), Ga
     };
     let mut reply = ReplyParser::new(settings.clone());
     let mut text = String::with_capacity(content.len());
-    let invalid = |i: crate::natural::reply::InvalidCall| GatewayError::InvalidToolCall {
+    let invalid = |i: InvalidCall| GatewayError::InvalidToolCall {
         message: i.message(),
     };
     reply.feed(content, &mut text).map_err(invalid)?;
-    let calls = reply.finish(&mut text).map_err(invalid)?;
+    reply.finish_text(&mut text).map_err(invalid)?;
+    for request in reply.take_repairs() {
+        let result = match repairer {
+            Some(r) => r.repair(&request).await,
+            None => Err(InvalidCall {
+                tool: request.tool.clone(),
+                reason: request.error.clone(),
+            }),
+        };
+        reply.resolve(request.id, result);
+    }
+    let calls = reply.take_calls().map_err(invalid)?;
+    let message = choice
+        .get_mut("message")
+        .and_then(Value::as_object_mut)
+        .expect("checked above");
     if calls.is_empty() {
         message.insert("content".into(), Value::String(text));
         return Ok(());

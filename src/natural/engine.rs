@@ -5,18 +5,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{Request, Response, header};
+use http::{HeaderValue, Request, Response, header};
 use http_body_util::{BodyExt, Full};
 use serde::Deserialize;
 
 use crate::body::{self, Body};
-use crate::config::{Config, Mode, Provider};
+use crate::config::{Config, Mode, OnInvalid, Provider};
 use crate::error::GatewayError;
 use crate::natural::body::RewriteBody;
 use crate::natural::cache::ContractCache;
 use crate::natural::parser::ParserOptions;
+use crate::natural::repair::Repairer;
 use crate::natural::reply::ReplySettings;
-use crate::natural::request::{self, NaturalOptions, Rewrite};
+use crate::natural::request::{self, NaturalOptions, ResponsePlan, Rewrite};
 use crate::natural::stream::StreamRewriter;
 use crate::natural::validate::SchemaCache;
 use crate::upstream::Upstreams;
@@ -39,8 +40,6 @@ struct ProviderState {
 /// The request fields that decide how the response is read.
 #[derive(Deserialize, Default)]
 struct StreamFlags {
-    #[serde(default)]
-    stream: Option<bool>,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
 }
@@ -99,7 +98,7 @@ impl Engine {
     pub async fn handle(
         &self,
         upstreams: &Upstreams,
-        _config: &Config,
+        config: &Config,
         provider: &Arc<Provider>,
         req: Request<Full<Bytes>>,
     ) -> Result<Response<Body>, GatewayError> {
@@ -125,6 +124,7 @@ impl Engine {
                 .await;
         };
         let flags: StreamFlags = serde_json::from_slice(&body).unwrap_or_default();
+        let client_auth = parts.headers.get(header::AUTHORIZATION).cloned();
         // The reply must be parsed, so it must arrive uncompressed.
         parts.headers.remove(header::ACCEPT_ENCODING);
         let response = upstreams
@@ -133,11 +133,13 @@ impl Engine {
         if !response.status().is_success() {
             return Ok(response);
         }
+        let repairer = self.repairer(upstreams, config, provider, &plan, client_auth);
         let settings = ReplySettings::new(
             &provider.name,
             &plan,
             state.parser.clone(),
             provider.tools.on_invalid,
+            repairer.is_some(),
             self.schemas.clone(),
         );
         let (mut parts, upstream_body) = response.into_parts();
@@ -165,18 +167,48 @@ impl Engine {
             let rewriter = StreamRewriter::new(settings, include_usage);
             return Ok(Response::from_parts(
                 parts,
-                RewriteBody::new(upstream_body, rewriter).boxed_unsync(),
+                RewriteBody::new(upstream_body, rewriter, repairer).boxed_unsync(),
             ));
         }
-        let _ = flags.stream;
         let collected = body::collect_limited(upstream_body, MAX_COMPLETION_BYTES)
             .await
             .map_err(|e| GatewayError::UpstreamInvalid {
                 message: format!("Could not read the upstream's completion: {e}"),
                 code: "upstream_invalid_body",
             })?;
-        let rewritten = crate::natural::complete::rewrite(&collected, &settings)?;
+        let rewritten =
+            crate::natural::complete::rewrite(&collected, &settings, repairer.as_deref()).await?;
         Ok(Response::from_parts(parts, body::full(rewritten)))
+    }
+}
+
+impl Engine {
+    /// The fallback model for this request, when `on_invalid = "fallback"`.
+    fn repairer(
+        &self,
+        upstreams: &Upstreams,
+        config: &Config,
+        provider: &Provider,
+        plan: &ResponsePlan,
+        client_auth: Option<HeaderValue>,
+    ) -> Option<Arc<Repairer>> {
+        if provider.tools.on_invalid != OnInvalid::Fallback {
+            return None;
+        }
+        let fallback = provider.tools.fallback.as_ref()?;
+        let target = config.provider(&fallback.provider)?;
+        Some(Arc::new(Repairer {
+            upstreams: upstreams.clone(),
+            provider: target.clone(),
+            model: fallback.model.clone(),
+            attempts: fallback.attempts,
+            timeout: fallback.timeout,
+            tools: plan.tools.clone(),
+            schemas: self.schemas.clone(),
+            syntax: provider.tools.syntax,
+            authorization: client_auth,
+            for_provider: provider.name.as_str().into(),
+        }))
     }
 }
 

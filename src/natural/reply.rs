@@ -14,6 +14,7 @@ use rand::distr::Alphanumeric;
 use crate::config::OnInvalid;
 use crate::metrics as m;
 use crate::natural::parser::{Event, InvalidReason, Parser, ParserOptions};
+use crate::natural::policy::Choice;
 use crate::natural::request::ResponsePlan;
 use crate::natural::tools::ToolSet;
 use crate::natural::validate::SchemaCache;
@@ -27,6 +28,10 @@ pub struct ReplySettings {
     pub on_invalid: OnInvalid,
     /// `parallel_tool_calls: false`: only the first call is a call.
     pub max_calls: Option<usize>,
+    /// `tool_choice` required a call (`"required"` or a named function).
+    pub call_required: bool,
+    /// Invalid blocks become repair requests (`on_invalid = "fallback"` with a fallback configured).
+    pub repair: bool,
     pub schemas: Arc<SchemaCache>,
 }
 
@@ -36,6 +41,7 @@ impl ReplySettings {
         plan: &ResponsePlan,
         parser: ParserOptions,
         on_invalid: OnInvalid,
+        repair: bool,
         schemas: Arc<SchemaCache>,
     ) -> Self {
         ReplySettings {
@@ -44,6 +50,8 @@ impl ReplySettings {
             parser,
             on_invalid,
             max_calls: (!plan.parallel_tool_calls).then_some(1),
+            call_required: matches!(plan.choice, Choice::Required | Choice::Named(_)),
+            repair: repair && on_invalid == OnInvalid::Fallback,
             schemas,
         }
     }
@@ -77,11 +85,35 @@ impl InvalidCall {
     }
 }
 
+/// A broken call (or a missing required one) for the fallback model to rewrite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepairRequest {
+    /// Identifies the call's slot within its choice.
+    pub id: u32,
+    /// The tool concerned; `None` when a required call is missing and several tools were offered.
+    pub tool: Option<String>,
+    /// What the model wrote: the broken block, or its whole message when no call was written.
+    pub original: String,
+    /// The parser's or validator's complaint.
+    pub error: String,
+}
+
+/// A call slot in message order; repairs keep their place (and so their index).
+enum Slot {
+    Ready(ReadyCall),
+    Pending(u32),
+    Failed(InvalidCall),
+}
+
 pub struct ReplyParser {
     settings: ReplySettings,
     parser: Parser,
     events: Vec<Event>,
-    calls: Vec<ReadyCall>,
+    slots: Vec<Slot>,
+    repairs: Vec<RepairRequest>,
+    next_repair: u32,
+    /// The whole message so far, kept only when a missing required call may need repair.
+    transcript: Option<String>,
     /// When text started being held back, for the hold-time metric.
     holding_since: Option<Instant>,
     held_peak: usize,
@@ -90,11 +122,15 @@ pub struct ReplyParser {
 impl ReplyParser {
     pub fn new(settings: ReplySettings) -> Self {
         let parser = Parser::new(settings.tools.names(), settings.parser.clone());
+        let transcript = (settings.repair && settings.call_required).then(String::new);
         ReplyParser {
             settings,
             parser,
             events: Vec::new(),
-            calls: Vec::new(),
+            slots: Vec::new(),
+            repairs: Vec::new(),
+            next_repair: 0,
+            transcript,
             holding_since: None,
             held_peak: 0,
         }
@@ -102,21 +138,104 @@ impl ReplyParser {
 
     /// Feeds a content delta; appends the text to show now to `out`.
     pub fn feed(&mut self, text: &str, out: &mut String) -> Result<(), InvalidCall> {
+        if let Some(t) = &mut self.transcript {
+            t.push_str(text);
+        }
         self.parser.feed(text, &mut self.events);
         self.note_hold();
         self.drain(out)
     }
 
-    /// The message ended: appends the remaining text to `out` and returns the calls.
-    pub fn finish(&mut self, out: &mut String) -> Result<Vec<ReadyCall>, InvalidCall> {
+    /// The message ended: appends the remaining text to `out`. When a call
+    /// was required and none was written, asks for a repair.
+    pub fn finish_text(&mut self, out: &mut String) -> Result<(), InvalidCall> {
         self.parser.finish(&mut self.events);
         self.note_hold();
         self.drain(out)?;
-        for call in &self.calls {
+        if self.settings.call_required && self.settings.repair && self.slots.is_empty() {
+            let tool = match self.settings.tools.tools.as_slice() {
+                [only] => Some(only.name.clone()),
+                _ => None,
+            };
+            let original = self.transcript.take().unwrap_or_default();
+            self.request_repair(
+                tool,
+                original,
+                "a tool call was required, but the model wrote none".to_owned(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Repair requests made since the last call.
+    pub fn take_repairs(&mut self) -> Vec<RepairRequest> {
+        std::mem::take(&mut self.repairs)
+    }
+
+    /// Whether some slot still waits for its repair.
+    pub fn is_waiting(&self) -> bool {
+        self.slots.iter().any(|s| matches!(s, Slot::Pending(_)))
+    }
+
+    /// Fills a repair slot with the fallback model's call, or its failure.
+    pub fn resolve(
+        &mut self,
+        id: u32,
+        result: Result<(String, serde_json::Map<String, serde_json::Value>), InvalidCall>,
+    ) {
+        for slot in &mut self.slots {
+            if matches!(slot, Slot::Pending(p) if *p == id) {
+                *slot = match result {
+                    Ok((name, args)) => Slot::Ready(ReadyCall {
+                        id: call_id(),
+                        name,
+                        arguments: serde_json::Value::Object(args).to_string(),
+                    }),
+                    Err(e) => Slot::Failed(e),
+                };
+                return;
+            }
+        }
+    }
+
+    /// The calls, in message order, once nothing is waiting.
+    pub fn take_calls(&mut self) -> Result<Vec<ReadyCall>, InvalidCall> {
+        let mut calls = Vec::with_capacity(self.slots.len());
+        for slot in self.slots.drain(..) {
+            match slot {
+                Slot::Ready(call) => calls.push(call),
+                Slot::Failed(e) => return Err(e),
+                Slot::Pending(_) => {
+                    return Err(InvalidCall {
+                        tool: None,
+                        reason: "a repair did not finish".into(),
+                    });
+                }
+            }
+        }
+        for call in &calls {
             metrics::counter!(m::TOOL_CALLS, "provider" => self.settings.provider.to_string(), "tool" => call.name.clone())
                 .increment(1);
         }
-        Ok(std::mem::take(&mut self.calls))
+        Ok(calls)
+    }
+
+    /// `finish_text` then `take_calls`, for callers without a fallback model.
+    pub fn finish(&mut self, out: &mut String) -> Result<Vec<ReadyCall>, InvalidCall> {
+        self.finish_text(out)?;
+        self.take_calls()
+    }
+
+    fn request_repair(&mut self, tool: Option<String>, original: String, error: String) {
+        let id = self.next_repair;
+        self.next_repair += 1;
+        self.slots.push(Slot::Pending(id));
+        self.repairs.push(RepairRequest {
+            id,
+            tool,
+            original,
+            error,
+        });
     }
 
     fn note_hold(&mut self) {
@@ -139,66 +258,75 @@ impl ReplyParser {
     }
 
     fn drain(&mut self, out: &mut String) -> Result<(), InvalidCall> {
+        let mut events = std::mem::take(&mut self.events);
         let mut result = Ok(());
-        for event in self.events.drain(..) {
+        for event in events.drain(..) {
             if result.is_err() {
                 break;
             }
             match event {
                 Event::Text(t) => out.push_str(&t),
                 Event::Call(call) => {
-                    let tool = self.settings.tools.get(&call.name);
-                    let checked = match tool {
+                    let checked = match self.settings.tools.get(&call.name) {
                         Some(tool) => self.settings.schemas.check(tool, &call.arguments),
                         None => Err("not a declared tool".to_owned()),
                     };
                     match checked {
                         Err(reason) => {
                             count_invalid(&self.settings.provider, "schema");
-                            result = reject(
-                                self.settings.on_invalid,
-                                Some(call.name),
-                                format!("arguments do not match the schema: {reason}"),
-                                &call.raw,
-                                out,
-                            );
+                            let reason = format!("arguments do not match the schema: {reason}");
+                            result = self.invalid(Some(call.name), reason, call.raw, out);
                         }
                         Ok(())
                             if self
                                 .settings
                                 .max_calls
-                                .is_some_and(|max| self.calls.len() >= max) =>
+                                .is_some_and(|max| self.slots.len() >= max) =>
                         {
                             // parallel_tool_calls: false. The extra call stays visible as text.
                             count_invalid(&self.settings.provider, "extra_call");
                             out.push_str(&call.raw);
                         }
-                        Ok(()) => self.calls.push(ReadyCall {
+                        Ok(()) => self.slots.push(Slot::Ready(ReadyCall {
                             id: call_id(),
                             name: call.name,
                             arguments: serde_json::Value::Object(call.arguments).to_string(),
-                        }),
+                        })),
                     }
                 }
                 Event::Invalid(block) => {
                     count_invalid(&self.settings.provider, reason_label(&block.reason));
-                    result = reject(
-                        self.settings.on_invalid,
-                        block.name,
-                        block.reason.to_string(),
-                        &block.raw,
-                        out,
-                    );
+                    result = self.invalid(block.name, block.reason.to_string(), block.raw, out);
                 }
             }
         }
-        self.events.clear();
+        self.events = events;
         result
+    }
+
+    /// Applies `on_invalid` to a block that could not become a call.
+    fn invalid(
+        &mut self,
+        tool: Option<String>,
+        reason: String,
+        raw: String,
+        out: &mut String,
+    ) -> Result<(), InvalidCall> {
+        if self.settings.repair
+            && self
+                .settings
+                .max_calls
+                .is_none_or(|max| self.slots.len() < max)
+        {
+            self.request_repair(tool, raw, reason);
+            return Ok(());
+        }
+        reject(self.settings.on_invalid, tool, reason, &raw, out)
     }
 }
 
-/// `on_invalid = "text"` shows the block as written; otherwise the reply fails.
-/// (`"fallback"` fails too until repair exists.)
+/// `on_invalid = "text"` shows the block as written; otherwise the reply fails
+/// (`"fallback"` only reaches here when no repair can be asked for).
 fn reject(
     policy: OnInvalid,
     tool: Option<String>,

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::GatewayError;
 use crate::natural::emit::{self, ChunkHeader};
-use crate::natural::reply::{ReplyParser, ReplySettings};
+use crate::natural::reply::{InvalidCall, RepairRequest, ReplyParser, ReplySettings};
 use crate::sse::encoder;
 
 pub struct StreamRewriter {
@@ -23,6 +23,10 @@ pub struct StreamRewriter {
     usage: Option<Value>,
     include_usage: bool,
     ended: bool,
+    /// The upstream's stream is over; `[DONE]` waits only for repairs.
+    done_requested: bool,
+    /// Repairs asked for since the driver last took them, by choice index.
+    repairs: Vec<(u64, RepairRequest)>,
     text: String,
 }
 
@@ -32,6 +36,8 @@ struct ChoiceState {
     /// Whether any delta was written for this choice (the first carries the role).
     started: bool,
     finished: bool,
+    /// Finished, but its calls wait for repairs; holds the upstream's finish reason.
+    waiting: Option<Option<Value>>,
 }
 
 impl StreamRewriter {
@@ -43,12 +49,57 @@ impl StreamRewriter {
             usage: None,
             include_usage,
             ended: false,
+            done_requested: false,
+            repairs: Vec::new(),
             text: String::new(),
         }
     }
 
     pub fn is_ended(&self) -> bool {
         self.ended
+    }
+
+    /// A choice's calls wait for a repair: feed nothing more until resolved.
+    pub fn is_blocked(&self) -> bool {
+        !self.ended && self.choices.iter().any(|c| c.waiting.is_some())
+    }
+
+    /// Repairs to start, tagged with their choice index.
+    pub fn take_repairs(&mut self) -> Vec<(u64, RepairRequest)> {
+        std::mem::take(&mut self.repairs)
+    }
+
+    /// A repair finished: its call takes its slot, and a choice whose calls no
+    /// longer wait is written out (then `[DONE]`, if the upstream was done).
+    pub fn resolve(
+        &mut self,
+        choice: u64,
+        id: u32,
+        result: Result<(String, Map<String, Value>), InvalidCall>,
+        out: &mut BytesMut,
+    ) {
+        if self.ended {
+            return;
+        }
+        let Some(pos) = self.choices.iter().position(|c| c.index == choice) else {
+            return;
+        };
+        let state = &mut self.choices[pos];
+        state.reply.resolve(id, result);
+        if state.waiting.is_some() && !state.reply.is_waiting() {
+            let reason = state.waiting.take().flatten();
+            self.emit_calls(pos, reason, out);
+        }
+        if self.done_requested && !self.is_blocked() {
+            self.finish(out);
+        }
+    }
+
+    fn collect_repairs(&mut self, pos: usize) {
+        let state = &mut self.choices[pos];
+        let index = state.index;
+        self.repairs
+            .extend(state.reply.take_repairs().into_iter().map(|r| (index, r)));
     }
 
     /// Handles one upstream event's `data`.
@@ -136,7 +187,10 @@ impl StreamRewriter {
             return false;
         }
         self.text.clear();
-        match state.reply.feed(content, &mut self.text) {
+        let fed = state.reply.feed(content, &mut self.text);
+        self.collect_repairs(pos);
+        let state = &mut self.choices[pos];
+        match fed {
             Err(invalid) => {
                 let err = GatewayError::InvalidToolCall {
                     message: invalid.message(),
@@ -180,6 +234,8 @@ impl StreamRewriter {
             Some(Value::String(content)) => state.reply.feed(&content, &mut self.text),
             _ => Ok(()),
         };
+        self.collect_repairs(pos);
+        let state = &mut self.choices[pos];
         if let Err(invalid) = fed {
             self.fail(
                 out,
@@ -229,17 +285,45 @@ impl StreamRewriter {
             reply: ReplyParser::new(self.settings.clone()),
             started: false,
             finished: false,
+            waiting: None,
         });
         self.choices.len() - 1
     }
 
-    /// Ends a choice: the remaining text, the calls, the finish chunk.
+    /// Ends a choice: the remaining text, then (once repairs are done) the
+    /// calls and the finish chunk.
     fn finish_choice(&mut self, pos: usize, upstream_reason: Option<Value>, out: &mut BytesMut) {
         let header = self.header.clone().unwrap_or_else(ChunkHeader::fallback);
         let state = &mut self.choices[pos];
         state.finished = true;
         self.text.clear();
-        let calls = match state.reply.finish(&mut self.text) {
+        if let Err(invalid) = state.reply.finish_text(&mut self.text) {
+            self.fail(
+                out,
+                &GatewayError::InvalidToolCall {
+                    message: invalid.message(),
+                },
+            );
+            return;
+        }
+        if !self.text.is_empty() {
+            header.write_text(out, state.index, &self.text, !state.started);
+            state.started = true;
+        }
+        let waiting = state.reply.is_waiting();
+        self.collect_repairs(pos);
+        if waiting {
+            self.choices[pos].waiting = Some(upstream_reason);
+            return;
+        }
+        self.emit_calls(pos, upstream_reason, out);
+    }
+
+    /// Writes a finished choice's calls (indexes 0, 1, 2 ...) and its finish chunk.
+    fn emit_calls(&mut self, pos: usize, upstream_reason: Option<Value>, out: &mut BytesMut) {
+        let header = self.header.clone().unwrap_or_else(ChunkHeader::fallback);
+        let state = &mut self.choices[pos];
+        let calls = match state.reply.take_calls() {
             Ok(calls) => calls,
             Err(invalid) => {
                 self.fail(
@@ -251,10 +335,6 @@ impl StreamRewriter {
                 return;
             }
         };
-        if !self.text.is_empty() {
-            header.write_text(out, state.index, &self.text, !state.started);
-            state.started = true;
-        }
         for (i, call) in calls.iter().enumerate() {
             header.write_call(out, state.index, i, call, !state.started);
             state.started = true;
@@ -273,6 +353,7 @@ impl StreamRewriter {
         if self.ended {
             return;
         }
+        self.done_requested = true;
         for pos in 0..self.choices.len() {
             if !self.choices[pos].finished {
                 self.finish_choice(pos, None, out);
@@ -280,6 +361,9 @@ impl StreamRewriter {
                     return;
                 }
             }
+        }
+        if self.is_blocked() {
+            return;
         }
         if self.include_usage
             && let (Some(usage), Some(header)) = (&self.usage, &self.header)

@@ -1,0 +1,294 @@
+//! Repairing invalid calls with a fallback model (`on_invalid = "fallback"`):
+//! a scripted model writes a broken call, a scripted fallback answers well,
+//! badly, slowly or with a 500, streaming and not.
+
+mod common;
+mod conformance;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use conformance::{Expect, check_completion, check_stream};
+use serde_json::{Value, json};
+
+const BROKEN: &str =
+    "Checking.\n\n<GetWeather>\n{\"city\": \"Paris\",}\n</GetWeather>\n\nOne moment.";
+
+fn tools() -> Value {
+    json!([{"type": "function", "function": {
+        "name": "GetWeather",
+        "parameters": {
+            "type": "object",
+            "properties": {"location": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["location"]
+        }
+    }}])
+}
+
+fn chat(stream: bool, extra: Value) -> String {
+    let mut req = json!({
+        "model": "m",
+        "stream": stream,
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": tools(),
+    });
+    if let Value::Object(extra) = extra {
+        for (k, v) in extra {
+            req[k] = v;
+        }
+    }
+    req.to_string()
+}
+
+/// The scripted model: answers `reply`, streamed or whole.
+async fn model(reply: &'static str) -> Mock {
+    Mock::start(move |req| {
+        if req.json()["stream"] == true {
+            let pieces = char_pieces(reply, 7);
+            let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            Reply::sse(&[&upstream_sse(&refs, None)], Duration::ZERO)
+        } else {
+            Reply::json(&upstream_completion(reply))
+        }
+    })
+    .await
+}
+
+fn native_call(arguments: &str) -> Reply {
+    Reply::json(
+        &json!({
+            "id": "fb-1", "object": "chat.completion", "created": 1, "model": "small",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": null,
+                "tool_calls": [{"id": "x", "type": "function", "function": {"name": "GetWeather", "arguments": arguments}}]
+            }}]
+        })
+        .to_string(),
+    )
+}
+
+async fn gateway(model: &Mock, fallback: &Mock, fallback_mode: &str, extra: &str) -> TestGateway {
+    let timeout = if extra.contains("fallback_timeout_secs") {
+        ""
+    } else {
+        "fallback_timeout_secs = 0.5\n"
+    };
+    let toml = format!(
+        "{}{}{}",
+        fast_server(),
+        provider_toml(
+            "up",
+            &model.url(),
+            "[\"*\"]",
+            &format!(
+                "[providers.tools]\nmode = \"natural\"\non_invalid = \"fallback\"\nfallback = \"fb/small\"\n{timeout}{extra}"
+            )
+        ),
+        provider_toml(
+            "fb",
+            &fallback.url(),
+            "[]",
+            &format!("[providers.tools]\nmode = \"{fallback_mode}\"")
+        ),
+    );
+    TestGateway::start(&toml).await
+}
+
+#[tokio::test]
+async fn a_valid_repair_takes_the_broken_calls_place_streaming_and_not() {
+    let m = model(BROKEN).await;
+    let fb = Mock::start(|_| native_call("{\"location\": \"Paris\"}")).await;
+    let gw = gateway(&m, &fb, "passthrough", "").await;
+
+    let r = post(&gw.url("/v1/chat/completions"), &chat(true, json!({}))).await;
+    let s =
+        check_stream(&r.body, &Expect::default()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let choice = &s.choices[&0];
+    assert_eq!(
+        choice.content, "Checking.\n\n\n\nOne moment.",
+        "text around the block keeps flowing"
+    );
+    assert_eq!(choice.calls.len(), 1);
+    assert_eq!(choice.calls[0].name, "GetWeather");
+    assert_eq!(
+        serde_json::from_str::<Value>(&choice.calls[0].arguments).unwrap(),
+        json!({"location": "Paris"})
+    );
+    assert_eq!(choice.finish_reason.as_deref(), Some("tool_calls"));
+
+    // What the fallback was asked: native tools, the tool named, the contract,
+    // the original text and the complaint.
+    let asked = fb.last().json();
+    assert_eq!(asked["model"], "small");
+    assert_eq!(asked["tool_choice"]["function"]["name"], "GetWeather");
+    assert_eq!(asked["tools"][0]["function"]["name"], "GetWeather");
+    let prompt = asked["messages"].to_string();
+    assert!(prompt.contains("## GetWeather"), "{prompt}");
+    assert!(prompt.contains("city"), "original text is shown: {prompt}");
+    assert!(
+        prompt.contains("invalid JSON"),
+        "the complaint is shown: {prompt}"
+    );
+
+    let r = post(&gw.url("/v1/chat/completions"), &chat(false, json!({}))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    check_completion(&v).unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+        "{\"location\":\"Paris\"}"
+    );
+
+    let metrics = get(&gw.url("/metrics")).await.text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("toolgate_repairs_total{") && l.contains("outcome=\"success\"")),
+        "{metrics}"
+    );
+    assert!(metrics.contains("toolgate_repair_attempts_total"));
+    assert!(metrics.contains("toolgate_repair_duration_seconds_bucket"));
+}
+
+#[tokio::test]
+async fn repaired_call_keeps_its_index_before_a_valid_one() {
+    let m = model("A <GetWeather>{\"city\": 1}</GetWeather> B <GetWeather>{\"location\": \"Rome\"}</GetWeather> C").await;
+    let fb = Mock::start(|_| native_call("{\"location\": \"Paris\"}")).await;
+    let gw = gateway(&m, &fb, "passthrough", "").await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat(true, json!({}))).await;
+    let s =
+        check_stream(&r.body, &Expect::default()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let calls = &s.choices[&0].calls;
+    assert_eq!(calls.len(), 2);
+    assert!(
+        calls[0].arguments.contains("Paris"),
+        "repaired call first: {calls:?}"
+    );
+    assert!(calls[1].arguments.contains("Rome"));
+}
+
+#[tokio::test]
+async fn failed_repairs_fail_clearly() {
+    let invalid = Mock::start(|_| native_call("{\"city\": \"Paris\"}")).await;
+    let hanging = Mock::start(|_| Reply::Hang).await;
+    let broken = Mock::start(|_| Reply::Full {
+        status: 500,
+        headers: vec![],
+        body: Bytes::from_static(b"boom"),
+    })
+    .await;
+    for (fb, why) in [
+        (&invalid, "do not match the schema"),
+        (&hanging, "did not answer within"),
+        (&broken, "HTTP 500"),
+    ] {
+        let m = model(BROKEN).await;
+        let gw = gateway(&m, fb, "passthrough", "fallback_attempts = 2").await;
+        let r = post(&gw.url("/v1/chat/completions"), &chat(true, json!({}))).await;
+        let s = check_stream(
+            &r.body,
+            &Expect {
+                allow_error: true,
+                ..Expect::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+        assert!(
+            s.error.is_some(),
+            "an error event ends the stream: {}",
+            r.text()
+        );
+        let text = r.text();
+        assert!(
+            text.contains("GetWeather")
+                && text.contains("repair by fb/small failed")
+                && text.contains(why),
+            "{text}"
+        );
+
+        let r = post(&gw.url("/v1/chat/completions"), &chat(false, json!({}))).await;
+        assert_eq!(r.status, 502, "{}", r.text());
+        let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(
+            message.contains("GetWeather")
+                && message.contains("repair by fb/small failed")
+                && message.contains(why),
+            "{message}"
+        );
+        assert_eq!(fb.count(), 4, "two attempts per request");
+    }
+}
+
+#[tokio::test]
+async fn a_required_call_the_model_never_wrote_is_asked_of_the_fallback() {
+    let m = model("I am not sure what to do.").await;
+    let fb = Mock::start(|_| native_call("{\"location\": \"Oslo\"}")).await;
+    let gw = gateway(&m, &fb, "passthrough", "").await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat(true, json!({"tool_choice": "required"})),
+    )
+    .await;
+    let s =
+        check_stream(&r.body, &Expect::default()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    assert_eq!(s.choices[&0].content, "I am not sure what to do.");
+    assert_eq!(s.choices[&0].calls.len(), 1);
+    assert!(
+        fb.last().json()["messages"]
+            .to_string()
+            .contains("I am not sure what to do.")
+    );
+    // With tool_choice auto, no call is no problem: the fallback is not asked.
+    let before = fb.count();
+    let r = post(&gw.url("/v1/chat/completions"), &chat(false, json!({}))).await;
+    assert_eq!(r.json()["choices"][0]["finish_reason"], "stop");
+    assert_eq!(fb.count(), before);
+}
+
+#[tokio::test]
+async fn a_non_native_fallback_is_asked_for_json_text() {
+    let m = model(BROKEN).await;
+    let fb = Mock::start(|_| {
+        Reply::json(&upstream_completion(
+            "```json\n{\"location\": \"Lima\"}\n```",
+        ))
+    })
+    .await;
+    let gw = gateway(&m, &fb, "natural", "").await;
+    let v = post(&gw.url("/v1/chat/completions"), &chat(false, json!({})))
+        .await
+        .json();
+    assert_eq!(
+        v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+        "{\"location\":\"Lima\"}"
+    );
+    let asked = fb.last().json();
+    assert_eq!(asked["response_format"]["type"], "json_object");
+    assert!(asked.get("tools").is_none());
+}
+
+#[tokio::test]
+async fn a_slow_repair_keeps_the_stream_alive() {
+    let m = model(BROKEN).await;
+    let answer = native_call("{\"location\": \"Paris\"}");
+    let Reply::Full { body, .. } = answer else {
+        unreachable!()
+    };
+    let fb = Mock::start(move |_| Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "application/json".into())],
+        // Two halves, each within the 2 s idle timeout, 3.4 s in all.
+        pieces: vec![
+            (Duration::from_millis(1700), body.slice(..10)),
+            (Duration::from_millis(1700), body.slice(10..)),
+        ],
+    })
+    .await;
+    let gw = gateway(&m, &fb, "passthrough", "fallback_timeout_secs = 10").await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat(true, json!({}))).await;
+    let s =
+        check_stream(&r.body, &Expect::default()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    assert!(r.text().contains(": keep-alive\n\n"), "{}", r.text());
+    assert_eq!(s.choices[&0].calls.len(), 1);
+}
