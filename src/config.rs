@@ -129,6 +129,8 @@ pub struct ToolsConfig {
     pub result_role: ResultRole,
     pub skip_think: bool,
     pub max_block_bytes: usize,
+    pub pretty: bool,
+    pub separator: String,
 }
 
 #[derive(Debug, Clone)]
@@ -404,12 +406,6 @@ fn http_target(path: &str, url: &str) -> Result<HttpTarget, ConfigError> {
 }
 
 fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
-    if raw.mode == Mode::ToNatural {
-        return Err(ConfigError::new(
-            format!("{path}.mode"),
-            "\"to_natural\" is not available in this build yet; use \"passthrough\" or \"natural\"",
-        ));
-    }
     let syntax = raw.syntax.unwrap_or(match raw.mode {
         Mode::ToNatural => Syntax::ToolCall,
         _ => Syntax::Tag,
@@ -457,6 +453,18 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
             "must contain the placeholder {contracts}",
         ));
     }
+    if raw.separator.contains('\n') {
+        return Err(ConfigError::new(
+            format!("{path}.separator"),
+            "must be a single line",
+        ));
+    }
+    if raw.on_invalid != OnInvalid::Error && raw.mode == Mode::ToNatural {
+        return Err(ConfigError::new(
+            format!("{path}.on_invalid"),
+            "applies to natural mode only; to_natural never parses calls out of model text",
+        ));
+    }
     if raw.max_block_bytes == 0 {
         return Err(ConfigError::new(
             format!("{path}.max_block_bytes"),
@@ -473,6 +481,8 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
         result_role: raw.result_role,
         skip_think: raw.skip_think,
         max_block_bytes: raw.max_block_bytes,
+        pretty: raw.pretty,
+        separator: raw.separator.clone(),
     })
 }
 

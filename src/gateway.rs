@@ -131,16 +131,20 @@ impl Gateway {
             bytes
         };
         let upstream_req = Request::from_parts(parts, Full::new(bytes));
-        let natural_chat = provider.tools.mode == Mode::Natural
-            && upstream_req.method() == Method::POST
+        // Tool transforms apply to chat completions only; every other path is transparent.
+        let chat = upstream_req.method() == Method::POST
             && upstream_req.uri().path() == "/v1/chat/completions";
-        if natural_chat {
-            return self
-                .natural
-                .handle(&self.upstreams, &self.config, provider, upstream_req)
-                .await;
+        match provider.tools.mode {
+            Mode::Natural if chat => {
+                self.natural
+                    .handle(&self.upstreams, &self.config, provider, upstream_req)
+                    .await
+            }
+            Mode::ToNatural if chat => {
+                crate::to_natural::handle(&self.upstreams, provider, upstream_req).await
+            }
+            _ => self.upstreams.send(provider, upstream_req).await,
         }
-        self.upstreams.send(provider, upstream_req).await
     }
 
     fn list_models(&self) -> Response<Body> {

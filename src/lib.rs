@@ -25,4 +25,5 @@ pub mod natural;
 pub mod router;
 pub mod server;
 pub mod sse;
+pub mod to_natural;
 pub mod upstream;

@@ -134,6 +134,10 @@ pub struct RawTools {
     pub skip_think: bool,
     /// A tool block larger than this is invalid.
     pub max_block_bytes: usize,
+    /// to_natural: pretty-print the arguments of calls written as text.
+    pub pretty: bool,
+    /// to_natural: the line written between two calls.
+    pub separator: String,
 }
 
 impl Default for RawTools {
@@ -150,6 +154,8 @@ impl Default for RawTools {
             result_role: ResultRole::User,
             skip_think: true,
             max_block_bytes: 256 * 1024,
+            pretty: true,
+            separator: "---".into(),
         }
     }
 }

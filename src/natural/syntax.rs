@@ -52,22 +52,25 @@ impl Syntax {
     /// whose `arguments` string is not valid JSON: the model should see what
     /// it (or the client) actually sent rather than have the request fail.
     pub fn render_call_text(self, name: &str, arguments: &str, out: &mut String) {
+        self.write_call_open(name, out);
+        out.push_str(arguments);
+        self.write_call_close(name, out);
+    }
+
+    /// Appends everything a call's text has before its arguments. Split from
+    /// [`Syntax::write_call_close`] so a call can be written as its
+    /// arguments stream in (to_natural mode).
+    pub fn write_call_open(self, name: &str, out: &mut String) {
         match self {
             Syntax::Tag => {
                 out.push('<');
                 out.push_str(name);
                 out.push_str(">\n```json\n");
-                out.push_str(arguments);
-                out.push_str("\n```\n</");
-                out.push_str(name);
-                out.push('>');
             }
             Syntax::ToolCall => {
                 out.push_str("<tool_call name=\"");
                 out.push_str(&escape_attribute(name));
                 out.push_str("\">\n");
-                out.push_str(arguments);
-                out.push_str("\n</tool_call>");
             }
             Syntax::Bracket => {
                 let quoted = serde_json::Value::from(name).to_string();
@@ -76,9 +79,20 @@ impl Syntax {
                 out.push_str("]{\"name\": ");
                 out.push_str(&quoted);
                 out.push_str(", \"arguments\": ");
-                out.push_str(arguments);
-                out.push('}');
             }
+        }
+    }
+
+    /// Appends everything a call's text has after its arguments.
+    pub fn write_call_close(self, name: &str, out: &mut String) {
+        match self {
+            Syntax::Tag => {
+                out.push_str("\n```\n</");
+                out.push_str(name);
+                out.push('>');
+            }
+            Syntax::ToolCall => out.push_str("\n</tool_call>"),
+            Syntax::Bracket => out.push('}'),
         }
     }
 

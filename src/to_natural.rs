@@ -1,0 +1,137 @@
+//! to_natural mode: a native-tools upstream, a client that wants calls as
+//! readable text (seeds 001 and 002).
+//!
+//! Upstream direction ([`history`]): the client's natural-text history is
+//! parsed back into native `tool_calls` and `tool` messages; its `tools` go
+//! upstream as they are. Client direction ([`stream`], [`complete`]): native
+//! calls become text in the configured syntax, streamed as they arrive.
+
+pub mod body;
+pub mod complete;
+pub mod history;
+pub mod pretty;
+pub mod stream;
+
+use bytes::Bytes;
+use http::{Request, Response, header};
+use http_body_util::{BodyExt, Full};
+
+use crate::body::{self as gbody, Body};
+use crate::config::Provider;
+use crate::error::GatewayError;
+use crate::natural::syntax::Syntax;
+use crate::upstream::Upstreams;
+
+/// Largest non-streaming upstream completion read to rewrite.
+const MAX_COMPLETION_BYTES: usize = 64 * 1024 * 1024;
+
+/// How calls are written as text.
+#[derive(Debug, Clone)]
+pub struct RenderOptions {
+    pub syntax: Syntax,
+    /// Pretty-print the arguments JSON (tag and tool_call syntaxes).
+    pub pretty: bool,
+    /// Written on its own line between two calls.
+    pub separator: String,
+}
+
+impl RenderOptions {
+    /// Bracket calls stay on one line, so their JSON is never pretty-printed.
+    pub fn pretty_arguments(&self) -> bool {
+        self.pretty && self.syntax != Syntax::Bracket
+    }
+
+    /// One whole call, exactly as the streaming path writes it.
+    pub fn write_call(&self, name: &str, arguments: &str, out: &mut String) {
+        self.syntax.write_call_open(name, out);
+        if arguments.trim().is_empty() {
+            out.push_str("{}");
+        } else if self.pretty_arguments() {
+            match serde_json::from_str::<serde_json::Value>(arguments) {
+                Ok(v) => out.push_str(
+                    &serde_json::to_string_pretty(&v).unwrap_or_else(|_| arguments.to_owned()),
+                ),
+                Err(_) => out.push_str(arguments),
+            }
+        } else {
+            out.push_str(arguments);
+        }
+        self.syntax.write_call_close(name, out);
+    }
+}
+
+/// Sends a chat completion to a to_natural provider and renders the reply.
+pub async fn handle(
+    upstreams: &Upstreams,
+    provider: &Provider,
+    req: Request<Full<Bytes>>,
+) -> Result<Response<Body>, GatewayError> {
+    let tools = &provider.tools;
+    let options = RenderOptions {
+        syntax: tools.syntax,
+        pretty: tools.pretty,
+        separator: tools.separator.clone(),
+    };
+    let (mut parts, body) = req.into_parts();
+    let bytes = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_else(|never| match never {});
+    let history = history::HistoryOptions {
+        syntax: tools.syntax,
+        max_tool_result_chars: tools.max_tool_result_chars,
+    };
+    let bytes = match history::rewrite(&bytes, &history) {
+        Ok(Some(rewritten)) => Bytes::from(rewritten),
+        Ok(None) => bytes,
+        Err(e) => {
+            return Err(GatewayError::BadRequest {
+                param: e.param().map(str::to_owned),
+                message: e.to_string(),
+            });
+        }
+    };
+    // The reply must be parsed, so it must arrive uncompressed.
+    parts.headers.remove(header::ACCEPT_ENCODING);
+    let response = upstreams
+        .send(provider, Request::from_parts(parts, Full::new(bytes)))
+        .await?;
+    if !response.status().is_success() {
+        return Ok(response);
+    }
+    let (mut parts, upstream_body) = response.into_parts();
+    if let Some(encoding) = parts.headers.get(header::CONTENT_ENCODING)
+        && encoding != "identity"
+    {
+        return Err(GatewayError::UpstreamInvalid {
+            message: format!(
+                "The upstream compressed its reply ({encoding:?}) although toolgate asked for none"
+            ),
+            code: "upstream_invalid_body",
+        });
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let is_sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if is_sse {
+        let renderer = stream::StreamRenderer::new(options);
+        return Ok(Response::from_parts(
+            parts,
+            body::RenderBody::new(upstream_body, renderer).boxed_unsync(),
+        ));
+    }
+    let collected = gbody::collect_limited(upstream_body, MAX_COMPLETION_BYTES)
+        .await
+        .map_err(|e| GatewayError::UpstreamInvalid {
+            message: format!("Could not read the upstream's completion: {e}"),
+            code: "upstream_invalid_body",
+        })?;
+    Ok(Response::from_parts(
+        parts,
+        gbody::full(complete::rewrite(&collected, &options)?),
+    ))
+}

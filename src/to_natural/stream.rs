@@ -1,0 +1,267 @@
+//! The client direction of to_natural mode, sans-IO: upstream chunks with
+//! native `tool_calls` deltas in, chunks whose content carries the calls as
+//! text out.
+//!
+//! A call's opening tag goes out as soon as its name is known and its
+//! argument fragments follow as they arrive (pretty-printed on the fly).
+//! Deltas that interleave several calls are reassembled: the call being
+//! written streams, the others wait their turn and are written one after
+//! another. Content that arrives while a call is open waits until it closes.
+//! `finish_reason: "tool_calls"` becomes `"stop"`; every other field of the
+//! upstream's chunks (`id`, `created`, `model`, `system_fingerprint`,
+//! `usage`, `logprobs`) is kept.
+
+use std::collections::BTreeMap;
+
+use bytes::BytesMut;
+use serde_json::{Map, Value, json};
+
+use crate::error::GatewayError;
+use crate::natural::emit::{self, ChunkHeader};
+use crate::sse::encoder;
+use crate::to_natural::RenderOptions;
+use crate::to_natural::pretty::PrettyPrinter;
+
+pub struct StreamRenderer {
+    options: RenderOptions,
+    header: Option<ChunkHeader>,
+    choices: BTreeMap<u64, ChoiceState>,
+    ended: bool,
+    text: String,
+}
+
+#[derive(Default)]
+struct CallBuf {
+    name: String,
+    /// Argument text received but not yet written.
+    pending: String,
+    any_arguments: bool,
+    done: bool,
+}
+
+#[derive(Default)]
+struct ChoiceState {
+    calls: BTreeMap<u64, CallBuf>,
+    /// The call being written, and the printer tracking its JSON.
+    current: Option<(u64, PrettyPrinter)>,
+    calls_written: usize,
+    wrote_text: bool,
+    /// Content that arrived while a call was open.
+    waiting_text: String,
+    finished: bool,
+}
+
+impl StreamRenderer {
+    pub fn new(options: RenderOptions) -> Self {
+        StreamRenderer {
+            options,
+            header: None,
+            choices: BTreeMap::new(),
+            ended: false,
+            text: String::new(),
+        }
+    }
+
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    pub fn on_event(&mut self, data: &[u8], out: &mut BytesMut) {
+        if self.ended {
+            return;
+        }
+        if data == b"[DONE]" {
+            self.finish(out);
+            return;
+        }
+        let Ok(Value::Object(mut chunk)) = serde_json::from_slice::<Value>(data) else {
+            self.fail(
+                out,
+                &GatewayError::UpstreamInvalid {
+                    message: "The upstream sent a stream event that is not a JSON object".into(),
+                    code: "upstream_invalid_event",
+                },
+            );
+            return;
+        };
+        if chunk.contains_key("error") {
+            emit::write_error(out, &Value::Object(chunk));
+            self.ended = true;
+            return;
+        }
+        if self.header.is_none() {
+            self.header = Some(ChunkHeader::from_chunk(&chunk));
+        }
+        let Some(Value::Array(choices)) = chunk.remove("choices") else {
+            encoder::write_json(out, &Value::Object(chunk));
+            return;
+        };
+        let has_usage = chunk.get("usage").is_some_and(|u| !u.is_null());
+        let mut kept = Vec::with_capacity(choices.len());
+        for choice in choices {
+            if let Value::Object(choice) = choice
+                && let Some(choice) = self.on_choice(choice)
+            {
+                kept.push(Value::Object(choice));
+            }
+        }
+        if !kept.is_empty() || has_usage {
+            chunk.insert("choices".into(), Value::Array(kept));
+            encoder::write_json(out, &Value::Object(chunk));
+        }
+    }
+
+    /// Rewrites one choice of a chunk; `None` when nothing is left to send.
+    fn on_choice(&mut self, mut choice: Map<String, Value>) -> Option<Map<String, Value>> {
+        let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let state = self.choices.entry(index).or_default();
+        if state.finished {
+            return None;
+        }
+        let mut delta = match choice.remove("delta") {
+            Some(Value::Object(d)) => d,
+            _ => Map::new(),
+        };
+        self.text.clear();
+        if let Some(Value::String(content)) = delta.remove("content") {
+            if state.current.is_some() {
+                state.waiting_text.push_str(&content);
+            } else {
+                state.wrote_text |= !content.is_empty();
+                self.text.push_str(&content);
+            }
+        }
+        if let Some(Value::Array(calls)) = delta.remove("tool_calls") {
+            for call in calls {
+                let i = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let buf = state.calls.entry(i).or_default();
+                if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
+                    buf.name.push_str(name);
+                }
+                if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
+                    buf.pending.push_str(args);
+                    buf.any_arguments |= !args.is_empty();
+                }
+            }
+        }
+        // Legacy streamed `function_call` is one call at index 0.
+        if let Some(Value::Object(f)) = delta.remove("function_call") {
+            let buf = state.calls.entry(0).or_default();
+            if let Some(name) = f.get("name").and_then(Value::as_str) {
+                buf.name.push_str(name);
+            }
+            if let Some(args) = f.get("arguments").and_then(Value::as_str) {
+                buf.pending.push_str(args);
+                buf.any_arguments |= !args.is_empty();
+            }
+        }
+        let finish = choice.remove("finish_reason").filter(|f| !f.is_null());
+        advance(state, &self.options, &mut self.text, finish.is_some());
+        let finish = finish.map(|f| {
+            state.finished = true;
+            match f.as_str() {
+                Some("tool_calls" | "function_call") => json!("stop"),
+                _ => f,
+            }
+        });
+        if !self.text.is_empty() {
+            delta.insert(
+                "content".into(),
+                Value::String(std::mem::take(&mut self.text)),
+            );
+        }
+        if delta.is_empty() && finish.is_none() && choice.get("logprobs").is_none_or(Value::is_null)
+        {
+            return None;
+        }
+        choice.insert("delta".into(), Value::Object(delta));
+        choice.insert("finish_reason".into(), finish.unwrap_or(Value::Null));
+        Some(choice)
+    }
+
+    /// `[DONE]` or end of body: choices that never finished are closed.
+    pub fn finish(&mut self, out: &mut BytesMut) {
+        if self.ended {
+            return;
+        }
+        let header = self.header.clone().unwrap_or_else(ChunkHeader::fallback);
+        for (&index, state) in &mut self.choices {
+            if state.finished {
+                continue;
+            }
+            self.text.clear();
+            advance(state, &self.options, &mut self.text, true);
+            state.finished = true;
+            if !self.text.is_empty() {
+                header.write_text(out, index, &self.text, false);
+            }
+            header.write_finish(out, index, &json!("stop"), false);
+        }
+        out.extend_from_slice(encoder::DONE);
+        self.ended = true;
+    }
+
+    pub fn fail(&mut self, out: &mut BytesMut, error: &GatewayError) {
+        if self.ended {
+            return;
+        }
+        emit::write_error(out, &error.to_json());
+        self.ended = true;
+    }
+}
+
+/// Writes as much of the choice's calls as can be written now; with `flush`,
+/// everything (the message ended).
+fn advance(state: &mut ChoiceState, options: &RenderOptions, out: &mut String, flush: bool) {
+    loop {
+        if state.current.is_none() {
+            let next = state
+                .calls
+                .iter()
+                .find(|(_, c)| !c.done && (!c.name.is_empty()))
+                .map(|(&i, _)| i);
+            let Some(i) = next else { break };
+            let name = state.calls[&i].name.clone();
+            if state.calls_written > 0 {
+                out.push('\n');
+                out.push_str(&options.separator);
+                out.push('\n');
+            } else if state.wrote_text {
+                out.push_str("\n\n");
+            }
+            options.syntax.write_call_open(&name, out);
+            state.current = Some((i, PrettyPrinter::new()));
+        }
+        let Some((i, printer)) = state.current.as_mut() else {
+            break;
+        };
+        let buf = state.calls.get_mut(i).expect("current call exists");
+        let fragment = std::mem::take(&mut buf.pending);
+        if options.pretty_arguments() {
+            printer.feed(&fragment, out);
+        } else {
+            let mut scratch = String::new();
+            printer.feed(&fragment, &mut scratch);
+            out.push_str(&fragment);
+        }
+        if !(printer.is_complete() || flush) {
+            break;
+        }
+        if !buf.any_arguments {
+            out.push_str("{}");
+        } else if options.pretty_arguments() {
+            printer.finish(out);
+        }
+        options.syntax.write_call_close(&buf.name, out);
+        buf.done = true;
+        state.calls_written += 1;
+        state.current = None;
+        if !state.waiting_text.is_empty() {
+            state.wrote_text = true;
+            out.push_str(&std::mem::take(&mut state.waiting_text));
+        }
+    }
+    if flush && !state.waiting_text.is_empty() {
+        out.push_str(&std::mem::take(&mut state.waiting_text));
+    }
+}
