@@ -44,8 +44,8 @@ pub async fn respond(config: &DemoConfig, req: Request<Full<Bytes>>) -> Response
         Ok(v) => v,
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("invalid JSON: {e}")),
     };
-    let text = match script::reply(&request) {
-        Ok(t) => t,
+    let (text, call) = match script::answer(&request) {
+        Ok(a) => (a.text, a.call),
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
     let model = request
@@ -62,6 +62,7 @@ pub async fn respond(config: &DemoConfig, req: Request<Full<Bytes>>) -> Response
         prompt_tokens: (bytes.len() / 4) as u64,
         completion_tokens: text.chars().count().div_ceil(4) as u64,
         text,
+        call,
     };
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
         let usage = request
@@ -106,6 +107,8 @@ struct Reply {
     created: u64,
     model: String,
     text: String,
+    /// A native call `(name, arguments)`, made after the text.
+    call: Option<(String, String)>,
     prompt_tokens: u64,
     completion_tokens: u64,
 }
@@ -120,6 +123,14 @@ impl Reply {
     }
 
     fn completion(&self) -> Value {
+        let mut message = json!({"role": "assistant", "content": self.text, "refusal": null});
+        if let Some((name, arguments)) = &self.call {
+            message["tool_calls"] = json!([{
+                "id": "call_demo0000000000000000000",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }]);
+        }
         json!({
             "id": self.id,
             "object": "chat.completion",
@@ -128,9 +139,9 @@ impl Reply {
             "system_fingerprint": FINGERPRINT,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": self.text, "refusal": null},
+                "message": message,
                 "logprobs": null,
-                "finish_reason": "stop",
+                "finish_reason": if self.call.is_some() { "tool_calls" } else { "stop" },
             }],
             "usage": self.usage(),
         })
@@ -160,7 +171,22 @@ impl Reply {
         for piece in chars.chunks(chunk_chars) {
             push(&self.chunk(json!({"content": piece.iter().collect::<String>()}), None));
         }
-        push(&self.chunk(json!({}), Some("stop")));
+        let mut finish = "stop";
+        if let Some((name, arguments)) = &self.call {
+            finish = "tool_calls";
+            let start = json!({"tool_calls": [{"index": 0, "id": "call_demo0000000000000000000", "type": "function",
+                "function": {"name": name, "arguments": ""}}]});
+            push(&self.chunk(start, None));
+            let chars: Vec<char> = arguments.chars().collect();
+            for piece in chars.chunks(chunk_chars) {
+                let args: String = piece.iter().collect();
+                push(&self.chunk(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}),
+                    None,
+                ));
+            }
+        }
+        push(&self.chunk(json!({}), Some(finish)));
         if usage {
             let mut last = self.chunk(json!({}), None);
             last["choices"] = json!([]);

@@ -166,7 +166,15 @@ fn sigterm_drains_an_open_stream_and_exits_zero() {
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     stream.read_to_end(&mut rest).unwrap();
-    let text = String::from_utf8_lossy(&rest);
+    let text = String::from_utf8_lossy(&rest).into_owned();
+    if !text.contains("data: [DONE]") {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "stream cut during drain: {text:?}\nlogs: {:?}",
+            logs.join().unwrap()
+        );
+    }
     assert!(
         text.contains("data: [DONE]"),
         "stream cut during drain: {text}"

@@ -8,7 +8,60 @@
 
 use serde_json::Value;
 
-/// The reply text, or why the request is unusable (answered as a 400, like a real provider).
+/// What the demo answers: text, optionally followed by one native tool call.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub text: String,
+    /// `(name, arguments JSON)` when the request offered native `tools`.
+    pub call: Option<(String, String)>,
+}
+
+/// The answer, or why the request is unusable (answered as a 400, like a real provider).
+///
+/// Offered native `tools` (the demo behind a passthrough or to_natural
+/// provider), it calls one natively, with arguments synthesized from the schema.
+pub fn answer(request: &Value) -> Result<Answer, String> {
+    let text = reply(request)?;
+    let tools = request
+        .get("tools")
+        .and_then(Value::as_array)
+        .filter(|t| !t.is_empty());
+    let choice_none = request.get("tool_choice").and_then(Value::as_str) == Some("none");
+    let last_is_result = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|m| m.last())
+        .is_some_and(|m| matches!(role(m), "tool" | "function"));
+    let (Some(tools), false, false) = (tools, choice_none, last_is_result) else {
+        return Ok(Answer { text, call: None });
+    };
+    let user = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|m| m.iter().rev().find(|m| role(m) == "user"))
+        .map(text_of)
+        .unwrap_or_default()
+        .to_lowercase();
+    let name_of = |t: &Value| {
+        t.pointer("/function/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let tool = tools
+        .iter()
+        .find(|t| !name_of(t).is_empty() && user.contains(&name_of(t).to_lowercase()))
+        .unwrap_or(&tools[0]);
+    let name = name_of(tool);
+    let arguments =
+        crate::natural::example::arguments(tool.pointer("/function/parameters")).to_string();
+    Ok(Answer {
+        text: format!("I'll use {name} for that."),
+        call: Some((name, arguments)),
+    })
+}
+
+/// The reply text, or why the request is unusable.
 pub fn reply(request: &Value) -> Result<String, String> {
     let messages = request
         .get("messages")
@@ -163,6 +216,20 @@ mod tests {
             {"role": "user", "content": "<tool_response name=\"GetWeather\">\n21 C\n</tool_response>"}
         ]});
         assert_eq!(reply(&natural).unwrap(), "GetWeather returned: 21 C");
+    }
+
+    #[test]
+    fn native_tools_get_a_native_call() {
+        let req = json!({
+            "messages": [{"role": "user", "content": "weather?"}],
+            "tools": [{"type": "function", "function": {"name": "GetWeather", "parameters": {
+                "type": "object", "properties": {"unit": {"type": "string", "enum": ["celsius"]}}, "required": ["unit"]}}}]
+        });
+        let a = answer(&req).unwrap();
+        assert_eq!(
+            a.call,
+            Some(("GetWeather".to_owned(), "{\"unit\":\"celsius\"}".to_owned()))
+        );
     }
 
     #[test]
