@@ -32,6 +32,8 @@ where
     body.map_err(Into::into).boxed_unsync()
 }
 
+pub mod coalesce;
+pub mod drain;
 pub mod idle_timeout;
 pub mod observed;
 

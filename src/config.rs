@@ -21,6 +21,8 @@ use figment::providers::{Env, Format, Toml};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, Scheme};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 pub use raw::{Mode, OnInvalid, RawConfig, ResultRole};
 
@@ -81,6 +83,44 @@ pub struct ServerConfig {
     pub first_byte_timeout: Duration,
     pub stream_idle_timeout: Duration,
     pub shutdown_grace: Duration,
+    pub max_concurrent_requests: Option<usize>,
+    /// Extra roots for https upstreams, from `upstream_ca_bundle`.
+    pub upstream_ca: Vec<CertificateDer<'static>>,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub auth: Option<Arc<ApiKeys>>,
+}
+
+/// Inbound bearer keys (`[server.auth]`), compared in constant time.
+pub struct ApiKeys {
+    keys: Vec<Vec<u8>>,
+}
+
+impl ApiKeys {
+    /// Whether `presented` equals one of the keys. Every key is compared in
+    /// full whatever the outcome, so timing reveals neither which key nor
+    /// how much of one matched.
+    pub fn accepts(&self, presented: &[u8]) -> bool {
+        let mut found = 0u8;
+        for key in &self.keys {
+            found |= constant_time_eq(key, presented) as u8;
+        }
+        found == 1
+    }
+}
+
+impl fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ApiKeys({} keys)", self.keys.len())
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    // Lengths of API keys are not secret; their bytes are.
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
 }
 
 #[derive(Debug)]
@@ -156,8 +196,13 @@ impl Config {
         let figment = Figment::new().merge(Toml::string(&text)).merge(
             Env::prefixed("TOOLGATE_")
                 .split("__")
-                // These name the file and the log settings; they are not keys inside the file.
-                .ignore(&["config", "log", "log_format"]),
+                // Only `server` and `providers` are config keys; other TOOLGATE_*
+                // variables (TOOLGATE_CONFIG, TOOLGATE_LOG, ...) are not.
+                // figment hands the filter the key before lowercasing it.
+                .filter(|key| {
+                    let key = key.as_str().to_ascii_lowercase().replace("__", ".");
+                    key.starts_with("server.") || key.starts_with("providers.")
+                }),
         );
         Self::from_figment(figment)
     }
@@ -294,7 +339,79 @@ fn server(raw: &raw::RawServer) -> Result<ServerConfig, ConfigError> {
             raw.stream_idle_timeout_secs,
         )?,
         shutdown_grace: secs("server.shutdown_grace_secs", raw.shutdown_grace_secs)?,
+        max_concurrent_requests: (raw.max_concurrent_requests > 0)
+            .then_some(raw.max_concurrent_requests),
+        upstream_ca: match &raw.upstream_ca_bundle {
+            Some(path) => certs("server.upstream_ca_bundle", path)?,
+            None => Vec::new(),
+        },
+        tls: raw.tls.as_ref().map(tls).transpose()?,
+        auth: raw.auth.as_ref().map(auth).transpose()?,
     })
+}
+
+fn certs(path: &str, file: &str) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
+    let certs: Vec<_> = CertificateDer::pem_file_iter(file)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| {
+            ConfigError::new(
+                path,
+                format!("cannot read PEM certificates from {file}: {e}"),
+            )
+        })?;
+    if certs.is_empty() {
+        return Err(ConfigError::new(
+            path,
+            format!("{file} holds no PEM certificate"),
+        ));
+    }
+    Ok(certs)
+}
+
+fn tls(raw: &raw::RawTls) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
+    let chain = certs("server.tls.cert", &raw.cert)?;
+    let key = PrivateKeyDer::from_pem_file(&raw.key).map_err(|e| {
+        ConfigError::new(
+            "server.tls.key",
+            format!("cannot read a PEM private key from {}: {e}", raw.key),
+        )
+    })?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
+    .map_err(|e| {
+        ConfigError::new(
+            "server.tls",
+            format!("certificate and key do not form a usable pair: {e}"),
+        )
+    })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+fn auth(raw: &raw::RawAuth) -> Result<Arc<ApiKeys>, ConfigError> {
+    let path = "server.auth.api_keys_env";
+    let value = std::env::var(&raw.api_keys_env).map_err(|_| {
+        ConfigError::new(
+            path,
+            format!("environment variable {} is not set", raw.api_keys_env),
+        )
+    })?;
+    let keys: Vec<Vec<u8>> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(|k| k.as_bytes().to_vec())
+        .collect();
+    if keys.is_empty() {
+        return Err(ConfigError::new(
+            path,
+            format!("{} holds no key", raw.api_keys_env),
+        ));
+    }
+    Ok(Arc::new(ApiKeys { keys }))
 }
 
 fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError> {

@@ -37,6 +37,10 @@ pub enum GatewayError {
     InvalidToolCall { message: String },
     #[error("The gateway is shutting down")]
     Draining,
+    #[error("Missing or invalid API key: send `Authorization: Bearer <key>`")]
+    Unauthorized,
+    #[error("The gateway is at its limit of concurrent requests; retry shortly")]
+    Overloaded,
 }
 
 impl GatewayError {
@@ -58,7 +62,8 @@ impl GatewayError {
             | GatewayError::UpstreamInvalid { .. }
             | GatewayError::InvalidToolCall { .. } => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            GatewayError::Draining => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::Draining | GatewayError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -69,6 +74,8 @@ impl GatewayError {
             | GatewayError::UnknownModel(_)
             | GatewayError::UnknownRoute { .. }
             | GatewayError::PayloadTooLarge { .. } => "invalid_request_error",
+            GatewayError::Unauthorized => "authentication_error",
+            GatewayError::Overloaded => "rate_limit_error",
             _ => "upstream_error",
         }
     }
@@ -84,6 +91,8 @@ impl GatewayError {
             GatewayError::UpstreamInvalid { code, .. } => code,
             GatewayError::InvalidToolCall { .. } => "invalid_tool_call",
             GatewayError::Draining => "shutting_down",
+            GatewayError::Unauthorized => "invalid_api_key",
+            GatewayError::Overloaded => "overloaded",
         }
     }
 
@@ -115,6 +124,17 @@ impl GatewayError {
             header::CONTENT_TYPE,
             header::HeaderValue::from_static("application/json"),
         );
+        if matches!(self, GatewayError::Overloaded) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        }
+        if matches!(self, GatewayError::Unauthorized) {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
         if matches!(self, GatewayError::Draining) {
             response.headers_mut().insert(
                 header::CONNECTION,

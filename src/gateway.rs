@@ -1,21 +1,28 @@
 //! The request handler: operational endpoints, routing, and forwarding.
 //!
-//! One [`Gateway`] serves every connection. For each `/v1/*` request it reads
-//! the body (bounded), finds the model, picks the provider, applies the
-//! provider's tool transform when one is configured for chat completions, and
-//! streams the upstream's answer back. Every error it makes itself goes
-//! through [`GatewayError::into_response`].
+//! One [`Gateway`] serves every connection. For each `/v1/*` request it checks
+//! the inbound key and the concurrency limit, reads the body (bounded), finds
+//! the model, picks the provider, applies the provider's tool transform when
+//! one is configured for chat completions, and streams the upstream's answer
+//! back. Every error it makes itself goes through [`GatewayError::into_response`].
+//!
+//! Everything derived from the config lives in a [`Runtime`] behind an
+//! `ArcSwap`: a reload swaps it atomically, and each request keeps the
+//! runtime it started with until its response body ends.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::Body as HttpBody;
 use http_body_util::Full;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
+use tokio::sync::{Semaphore, watch};
 
+use crate::body::drain::DrainGuard;
 use crate::body::observed::{Observed, RequestLog};
 use crate::body::{self, Body, BoxError};
 use crate::config::{Config, Mode};
@@ -26,31 +33,75 @@ use crate::router;
 use crate::upstream::Upstreams;
 
 pub struct Gateway {
-    config: Arc<Config>,
-    upstreams: Upstreams,
-    natural: natural::Engine,
+    runtime: ArcSwap<Runtime>,
     metrics: PrometheusHandle,
     draining: AtomicBool,
+    /// Turns true when the shutdown grace period is over: open streams end.
+    grace_over: watch::Sender<bool>,
+}
+
+/// Everything built from one config; replaced whole on reload.
+pub struct Runtime {
+    pub config: Arc<Config>,
+    upstreams: Upstreams,
+    natural: natural::Engine,
+    limit: Option<Arc<Semaphore>>,
+}
+
+impl Runtime {
+    fn new(config: Arc<Config>) -> Self {
+        Runtime {
+            upstreams: Upstreams::new(&config.server),
+            natural: natural::Engine::new(&config),
+            limit: config
+                .server
+                .max_concurrent_requests
+                .map(|n| Arc::new(Semaphore::new(n))),
+            config,
+        }
+    }
 }
 
 impl Gateway {
     pub fn new(config: Arc<Config>) -> Self {
         Gateway {
-            upstreams: Upstreams::new(&config.server),
-            natural: natural::Engine::new(&config),
+            runtime: ArcSwap::from_pointee(Runtime::new(config)),
             metrics: crate::metrics::install(),
-            config,
             draining: AtomicBool::new(false),
+            grace_over: watch::Sender::new(false),
         }
     }
 
-    pub fn config(&self) -> &Arc<Config> {
-        &self.config
+    /// The config in force now.
+    pub fn config(&self) -> Arc<Config> {
+        self.runtime.load().config.clone()
+    }
+
+    /// Swaps in a new, already validated config. Requests in flight finish
+    /// on the old one. The listen address cannot change without a restart.
+    pub fn reload(&self, config: Config) {
+        let old = self.config();
+        if old.server.listen != config.server.listen {
+            tracing::warn!(
+                old = %old.server.listen,
+                new = %config.server.listen,
+                "server.listen changes need a restart; still listening on the old address"
+            );
+        }
+        self.runtime.store(Arc::new(Runtime::new(Arc::new(config))));
+        metrics::counter!(crate::metrics::CONFIG_RELOADS, "outcome" => "success").increment(1);
+        tracing::info!("config reloaded");
     }
 
     /// Marks the gateway as draining: `/readyz` answers 503 from now on.
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// The grace period is over: every open stream ends with an error event
+    /// and `[DONE]` at its next event boundary.
+    pub fn expire_streams(&self) {
+        self.grace_over.send_replace(true);
     }
 
     pub fn metrics(&self) -> &PrometheusHandle {
@@ -80,16 +131,24 @@ impl Gateway {
                 );
                 r
             }
-            (&Method::GET, "/v1/models") => self.list_models(),
             (_, path) if path.starts_with("/v1/") => {
+                let runtime = self.runtime.load_full();
                 let mut log = RequestLog::start(route_label(path));
-                let response = match self.proxy(req, &mut log).await {
-                    Ok(r) => r,
+                let response = match admit(&runtime, &req, &mut log) {
                     Err(e) => e.into_response(),
+                    Ok(()) if req.method() == Method::GET && path == "/v1/models" => {
+                        list_models(&runtime.config)
+                    }
+                    Ok(()) => match proxy(&runtime, req, &mut log).await {
+                        Ok(r) => r,
+                        Err(e) => e.into_response(),
+                    },
                 };
                 log.status = response.status().as_u16();
                 if is_event_stream(&response) {
                     log.set_streaming();
+                    let drain = DrainGuard::new(self.grace_over.subscribe());
+                    return response.map(|b| body::boxed(Observed::new(drain.wrap(b), log)));
                 }
                 response.map(|b| body::boxed(Observed::new(b, log)))
             }
@@ -100,79 +159,106 @@ impl Gateway {
             .into_response(),
         }
     }
+}
 
-    async fn proxy<B>(
-        &self,
-        req: Request<B>,
-        log: &mut RequestLog,
-    ) -> Result<Response<Body>, GatewayError>
-    where
-        B: HttpBody<Data = Bytes>,
-        B::Error: Into<BoxError>,
-    {
-        let (parts, incoming) = req.into_parts();
-        let bytes =
-            inbound::read_body(&parts.headers, incoming, self.config.server.max_body_bytes).await?;
-        log.bytes_in = bytes.len() as u64;
-        let field = inbound::find_model(&parts.headers, &bytes)?.ok_or_else(|| {
-            GatewayError::bad_request(
-                "toolgate routes /v1 requests by their `model`, and this request has none",
-                Some("model"),
-            )
-        })?;
-        let route = router::route(&self.config.providers, &field.name)
-            .ok_or_else(|| GatewayError::UnknownModel(field.name.clone()))?;
-        let provider = route.provider;
-        log.provider.clone_from(&provider.name);
-        log.model = route.model.to_string();
-        let bytes = if route.changes_model(&field.name) {
-            inbound::replace_model(&bytes, &field, &route.model)
-        } else {
-            bytes
-        };
-        let upstream_req = Request::from_parts(parts, Full::new(bytes));
-        // Tool transforms apply to chat completions only; every other path is transparent.
-        let chat = upstream_req.method() == Method::POST
-            && upstream_req.uri().path() == "/v1/chat/completions";
-        match provider.tools.mode {
-            Mode::Natural if chat => {
-                self.natural
-                    .handle(&self.upstreams, &self.config, provider, upstream_req)
-                    .await
-            }
-            Mode::ToNatural if chat => {
-                crate::to_natural::handle(&self.upstreams, provider, upstream_req).await
-            }
-            _ => self.upstreams.send(provider, upstream_req).await,
+/// The inbound key (`[server.auth]`) and the concurrency limit.
+fn admit<B>(runtime: &Runtime, req: &Request<B>, log: &mut RequestLog) -> Result<(), GatewayError> {
+    if let Some(keys) = &runtime.config.server.auth {
+        let presented = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+            .map(<[u8]>::trim_ascii);
+        if !presented.is_some_and(|k| keys.accepts(k)) {
+            return Err(GatewayError::Unauthorized);
         }
     }
+    if let Some(limit) = &runtime.limit {
+        let permit = limit
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| GatewayError::Overloaded)?;
+        log.permit = Some(permit);
+    }
+    Ok(())
+}
 
-    fn list_models(&self) -> Response<Body> {
-        // Literal patterns are models; globs are not listable, so they are
-        // listed as `provider/*` to show the prefix route exists.
-        let mut data = Vec::new();
-        for p in &self.config.providers {
-            let mut any_glob = false;
-            for pattern in &p.model_patterns {
-                if pattern.contains(['*', '?', '[', '{']) {
-                    any_glob = true;
-                } else {
-                    data.push(
-                        json!({"id": pattern, "object": "model", "created": 0, "owned_by": p.name}),
-                    );
-                }
-            }
-            if any_glob || p.model_patterns.is_empty() {
-                data.push(json!({"id": format!("{}/*", p.name), "object": "model", "created": 0, "owned_by": p.name}));
+async fn proxy<B>(
+    runtime: &Runtime,
+    req: Request<B>,
+    log: &mut RequestLog,
+) -> Result<Response<Body>, GatewayError>
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let (mut parts, incoming) = req.into_parts();
+    if runtime.config.server.auth.is_some() {
+        // The client's key is toolgate's own; it never goes upstream.
+        parts.headers.remove(header::AUTHORIZATION);
+    }
+    let limit = runtime.config.server.max_body_bytes;
+    let bytes = inbound::read_body(&parts.headers, incoming, limit).await?;
+    log.bytes_in = bytes.len() as u64;
+    let field = inbound::find_model(&parts.headers, &bytes)?.ok_or_else(|| {
+        GatewayError::bad_request(
+            "toolgate routes /v1 requests by their `model`, and this request has none",
+            Some("model"),
+        )
+    })?;
+    let route = router::route(&runtime.config.providers, &field.name)
+        .ok_or_else(|| GatewayError::UnknownModel(field.name.clone()))?;
+    let provider = route.provider;
+    log.provider.clone_from(&provider.name);
+    log.model = route.model.to_string();
+    let bytes = if route.changes_model(&field.name) {
+        inbound::replace_model(&bytes, &field, &route.model)
+    } else {
+        bytes
+    };
+    let upstream_req = Request::from_parts(parts, Full::new(bytes));
+    // Tool transforms apply to chat completions only; every other path is transparent.
+    let chat = upstream_req.method() == Method::POST
+        && upstream_req.uri().path() == "/v1/chat/completions";
+    match provider.tools.mode {
+        Mode::Natural if chat => {
+            runtime
+                .natural
+                .handle(&runtime.upstreams, &runtime.config, provider, upstream_req)
+                .await
+        }
+        Mode::ToNatural if chat => {
+            crate::to_natural::handle(&runtime.upstreams, provider, upstream_req).await
+        }
+        _ => runtime.upstreams.send(provider, upstream_req).await,
+    }
+}
+
+fn list_models(config: &Config) -> Response<Body> {
+    // Literal patterns are models; globs are not listable, so they are
+    // listed as `provider/*` to show the prefix route exists.
+    let mut data = Vec::new();
+    for p in &config.providers {
+        let mut any_glob = false;
+        for pattern in &p.model_patterns {
+            if pattern.contains(['*', '?', '[', '{']) {
+                any_glob = true;
+            } else {
+                data.push(
+                    json!({"id": pattern, "object": "model", "created": 0, "owned_by": p.name}),
+                );
             }
         }
-        let mut r = Response::new(body::json(&json!({"object": "list", "data": data})));
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        r
+        if any_glob || p.model_patterns.is_empty() {
+            data.push(json!({"id": format!("{}/*", p.name), "object": "model", "created": 0, "owned_by": p.name}));
+        }
     }
+    let mut r = Response::new(body::json(&json!({"object": "list", "data": data})));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<Body> {

@@ -76,7 +76,7 @@ fn main() -> ExitCode {
             print_result(result)
         }
         Some(Command::Parse { .. }) => unreachable!("handled before loading a config"),
-        None => serve(config),
+        None => serve(config, path),
     }
 }
 
@@ -112,7 +112,7 @@ fn print_result(result: Result<String, String>) -> ExitCode {
     }
 }
 
-fn serve(config: Config) -> ExitCode {
+fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -134,6 +134,7 @@ fn serve(config: Config) -> ExitCode {
             }
         };
         let gateway = Arc::new(toolgate::gateway::Gateway::new(Arc::new(config)));
+        tokio::spawn(reload_on_sighup(gateway.clone(), path));
         match toolgate::server::run(gateway, listener, toolgate::server::shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -142,6 +143,35 @@ fn serve(config: Config) -> ExitCode {
             }
         }
     })
+}
+
+/// SIGHUP: re-read the same config source (and env), validate it, and swap
+/// it in; an invalid config is logged and counted, and the old one keeps serving.
+async fn reload_on_sighup(gateway: Arc<toolgate::gateway::Gateway>, path: Option<PathBuf>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; config reload is off");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            let source = match &path {
+                Some(p) => Source::File(p),
+                None => Source::Embedded,
+            };
+            match Config::load(source) {
+                Ok(config) => gateway.reload(config),
+                Err(e) => {
+                    metrics::counter!(toolgate::metrics::CONFIG_RELOADS, "outcome" => "invalid")
+                        .increment(1);
+                    tracing::error!(error = %e, "config reload rejected; the previous config keeps serving");
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (gateway, path);
 }
 
 fn init_tracing() {

@@ -25,6 +25,8 @@ pub const HOLD_DURATION: &str = "toolgate_hold_seconds";
 pub const REPAIR_ATTEMPTS: &str = "toolgate_repair_attempts_total";
 pub const REPAIRS: &str = "toolgate_repairs_total";
 pub const REPAIR_DURATION: &str = "toolgate_repair_duration_seconds";
+pub const CONFIG_RELOADS: &str = "toolgate_config_reloads_total";
+pub const STREAMS_EXPIRED: &str = "toolgate_streams_expired_total";
 
 /// Latency buckets from 1 ms to 5 minutes: model calls are slow, the gateway is not.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -118,6 +120,14 @@ fn describe() {
         HOLD_DURATION,
         Unit::Seconds,
         "How long undecided text was held back."
+    );
+    describe_counter!(
+        CONFIG_RELOADS,
+        "SIGHUP reloads by outcome (success, invalid)."
+    );
+    describe_counter!(
+        STREAMS_EXPIRED,
+        "Streams ended with an error event because the shutdown grace period ran out."
     );
     describe_counter!(
         REPAIR_ATTEMPTS,

@@ -14,11 +14,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::gateway::Gateway;
 
 /// How long a client may take to send its request head.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// After the grace period, how long ended streams get to flush their last event.
+const FINAL_FLUSH: Duration = Duration::from_secs(2);
 /// Largest request head accepted; hyper answers 431 beyond it.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
 
@@ -61,12 +64,29 @@ pub async fn run(
             let gw = gw.clone();
             async move { Ok::<_, Infallible>(gw.handle(req).await) }
         });
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        // Read per connection, so a reload's new certificate applies to new connections.
+        let tls = gateway.config().server.tls.clone();
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let result = match tls {
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(conn.into_owned()).await
+                }
+                Some(config) => {
+                    let handshake = TlsAcceptor::from(config).accept(stream);
+                    match tokio::time::timeout(HEADER_READ_TIMEOUT, handshake).await {
+                        Ok(Ok(tls)) => {
+                            let conn = builder.serve_connection(TokioIo::new(tls), service);
+                            watcher.watch(conn.into_owned()).await
+                        }
+                        Ok(Err(e)) => Err(e.into()),
+                        Err(_) => Err("TLS handshake timed out".into()),
+                    }
+                }
+            };
+            if let Err(e) = result {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
@@ -80,9 +100,19 @@ pub async fn run(
         grace_secs = grace.as_secs_f64(),
         "draining"
     );
+    let drained = graceful.shutdown();
+    tokio::pin!(drained);
     tokio::select! {
-        () = graceful.shutdown() => tracing::info!("drained"),
-        () = tokio::time::sleep(grace) => tracing::warn!("grace period over; closing remaining connections"),
+        () = &mut drained => tracing::info!("drained"),
+        () = tokio::time::sleep(grace) => {
+            // Streams still open get an error event and `[DONE]` at their
+            // next event boundary; then their connections close.
+            tracing::warn!("grace period over; ending the streams still open");
+            gateway.expire_streams();
+            if tokio::time::timeout(FINAL_FLUSH, &mut drained).await.is_err() {
+                tracing::warn!("closing connections that did not finish");
+            }
+        }
     }
     upkeep.abort();
     Ok(())

@@ -12,6 +12,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use crate::body::coalesce::Coalesce;
 use crate::body::idle_timeout::IdleTimeout;
 use crate::body::{self, Body};
 use crate::config::{HttpTarget, Provider, ServerConfig, Target};
@@ -33,17 +34,8 @@ impl Upstreams {
         http.enforce_http(false);
         http.set_connect_timeout(Some(server.connect_timeout));
         http.set_nodelay(true);
-        let builder = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(error = %e, "no system CA roots found; https upstreams will fail to verify");
-                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
-                    rustls::ClientConfig::builder()
-                        .with_root_certificates(rustls::RootCertStore::empty())
-                        .with_no_client_auth(),
-                )
-            }
-        };
+        let builder =
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls_client_config(server));
         // HTTP/2 is negotiated by ALPN on https; plain http stays HTTP/1.1.
         let connector = builder
             .https_or_http()
@@ -104,11 +96,43 @@ impl Upstreams {
                     .record(started.elapsed().as_secs_f64());
                 let (mut parts, incoming) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
-                let body = body::boxed(IdleTimeout::new(incoming, self.stream_idle_timeout));
+                // Frames already waiting go out in one write (see `coalesce`).
+                let body = body::boxed(IdleTimeout::new(
+                    Coalesce::new(incoming),
+                    self.stream_idle_timeout,
+                ));
                 Ok(Response::from_parts(parts, body))
             }
         }
     }
+}
+
+/// System roots plus `upstream_ca_bundle`, for verifying https upstreams.
+fn tls_client_config(server: &ServerConfig) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for e in &native.errors {
+        tracing::warn!(error = %e, "could not load some system CA certificates");
+    }
+    let (_, skipped) = roots.add_parsable_certificates(native.certs);
+    if skipped > 0 {
+        tracing::debug!(skipped, "system CA certificates rustls cannot use");
+    }
+    for cert in &server.upstream_ca {
+        if let Err(e) = roots.add(cert.clone()) {
+            tracing::warn!(error = %e, "a certificate of upstream_ca_bundle was rejected");
+        }
+    }
+    if roots.is_empty() {
+        tracing::warn!("no CA certificates available; https upstreams will fail to verify");
+    }
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("ring supports the default protocol versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth()
 }
 
 pub fn count_error(provider: &str, kind: &'static str) {

@@ -186,3 +186,31 @@ fn sigterm_drains_an_open_stream_and_exits_zero() {
         logs.join().unwrap()
     );
 }
+
+#[test]
+fn env_overrides_apply_strays_are_ignored_and_typos_rejected() {
+    let run = |vars: &[(&str, &str)]| {
+        let mut c = Command::new(BIN);
+        c.arg("check").env_remove("TOOLGATE_CONFIG");
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    // Kubernetes service links and unrelated TOOLGATE_* variables are not config keys.
+    let out = run(&[
+        ("TOOLGATE_SERVER__LISTEN", "0.0.0.0:18089"),
+        ("TOOLGATE_SERVICE_HOST", "10.0.0.1"),
+        ("TOOLGATE_SERVER_SERVICE_PORT", "80"),
+        ("TOOLGATE_LOG", "debug"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("listen = \"0.0.0.0:18089\""));
+    let out = run(&[("TOOLGATE_SERVER__LISTN", "0.0.0.0:1")]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("server.listn"));
+}

@@ -25,6 +25,8 @@ pub struct RequestLog {
     pub bytes_out: u64,
     /// Set when the body ended in an error (upstream reset, idle timeout).
     pub failed: Option<String>,
+    /// The request's place under `max_concurrent_requests`, held until the body ends.
+    pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
     finished: bool,
 }
 
@@ -41,6 +43,7 @@ impl RequestLog {
             bytes_in: 0,
             bytes_out: 0,
             failed: None,
+            permit: None,
             finished: false,
         }
     }

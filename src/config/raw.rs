@@ -33,6 +33,33 @@ pub struct RawServer {
     pub stream_idle_timeout_secs: f64,
     /// How long SIGTERM waits for in-flight requests before closing them.
     pub shutdown_grace_secs: f64,
+    /// Requests in flight beyond this get 503 with Retry-After (0: no limit).
+    pub max_concurrent_requests: usize,
+    /// PEM file of extra CA certificates trusted for https upstreams (internal providers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_ca_bundle: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<RawTls>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<RawAuth>,
+}
+
+/// `[server.tls]`: serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    /// PEM certificate chain.
+    pub cert: String,
+    /// PEM private key.
+    pub key: String,
+}
+
+/// `[server.auth]`: require a bearer key from clients.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    /// Name of an env var holding comma-separated keys.
+    pub api_keys_env: String,
 }
 
 impl Default for RawServer {
@@ -44,6 +71,10 @@ impl Default for RawServer {
             first_byte_timeout_secs: 300.0,
             stream_idle_timeout_secs: 120.0,
             shutdown_grace_secs: 30.0,
+            max_concurrent_requests: 4096,
+            upstream_ca_bundle: None,
+            tls: None,
+            auth: None,
         }
     }
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, header};
 use http_body_util::{BodyExt, Full};
-use serde::Deserialize;
 
 use crate::body::{self, Body};
 use crate::config::{Config, Mode, OnInvalid, Provider};
@@ -35,19 +34,6 @@ struct ProviderState {
     options: NaturalOptions,
     parser: ParserOptions,
     contracts: ContractCache,
-}
-
-/// The request fields that decide how the response is read.
-#[derive(Deserialize, Default)]
-struct StreamFlags {
-    #[serde(default)]
-    stream_options: Option<StreamOptions>,
-}
-
-#[derive(Deserialize, Default)]
-struct StreamOptions {
-    #[serde(default)]
-    include_usage: Option<bool>,
 }
 
 impl Engine {
@@ -123,7 +109,6 @@ impl Engine {
                 .send(provider, Request::from_parts(parts, Full::new(body)))
                 .await;
         };
-        let flags: StreamFlags = serde_json::from_slice(&body).unwrap_or_default();
         let client_auth = parts.headers.get(header::AUTHORIZATION).cloned();
         // The reply must be parsed, so it must arrive uncompressed.
         parts.headers.remove(header::ACCEPT_ENCODING);
@@ -160,11 +145,7 @@ impl Engine {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if is_sse {
-            let include_usage = flags
-                .stream_options
-                .and_then(|o| o.include_usage)
-                .unwrap_or(false);
-            let rewriter = StreamRewriter::new(settings, include_usage);
+            let rewriter = StreamRewriter::new(settings, plan.include_usage);
             return Ok(Response::from_parts(
                 parts,
                 RewriteBody::new(upstream_body, rewriter, repairer).boxed_unsync(),

@@ -88,6 +88,9 @@ pub struct ResponsePlan {
     pub choice: Choice,
     /// `false`: at most one call may be taken from the reply.
     pub parallel_tool_calls: bool,
+    /// The client asked for a usage chunk (`stream_options.include_usage`);
+    /// read here so the response side need not parse the request again.
+    pub include_usage: bool,
 }
 
 /// The result of [`rewrite`].
@@ -151,6 +154,10 @@ pub fn rewrite(
         prompt::inject(messages, &prepared.block);
     }
 
+    let include_usage = value
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let body = serde_json::to_vec(&value).map_err(|err| RequestError::InvalidJson {
         message: err.to_string(),
     })?;
@@ -158,6 +165,7 @@ pub fn rewrite(
         tools: prepared.tools,
         choice: policy.choice,
         parallel_tool_calls: policy.parallel,
+        include_usage,
     });
     Ok(Rewrite::Rewritten { body, plan })
 }
