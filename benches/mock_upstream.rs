@@ -1,0 +1,329 @@
+//! A fast, canned OpenAI-compatible upstream for `benches/load.sh`.
+//!
+//! Not a criterion benchmark: it is a `[[bench]]` target with `harness = false`
+//! only so that `cargo bench --no-run` builds it next to the other benches.
+//! Under plain `cargo bench` (which passes `--bench`) it exits at once.
+//!
+//! ```text
+//! mock_upstream serve [--listen 127.0.0.1:0] [--threads 1] [--chunks 32] [--slow-ms 1000]
+//! mock_upstream describe        # prints the canned streams' event counts
+//! ```
+//!
+//! `serve` prints `listening <port>` on stdout once bound. Every request body
+//! is read whole, then answered by the model name it mentions:
+//!
+//! | model           | answer                                                             |
+//! |-----------------|--------------------------------------------------------------------|
+//! | `bench-sse`     | SSE: a role chunk, `--chunks` content chunks, a finish chunk, DONE  |
+//! | `bench-natural` | SSE whose content is prose then a `<GetWeather>` call (tag syntax)  |
+//! | `bench-slow*`   | SSE that stays open: one content chunk every `--slow-ms`            |
+//! | anything else   | a non-streaming chat completion (JSON)                             |
+//!
+//! Streams are sent one event per body frame, as a real upstream produces
+//! them, on keep-alive HTTP/1.1 connections. The responses are built once at
+//! start-up, so serving costs little more than hyper's own work.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, header};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+
+const CREATED: u64 = 1_700_000_000;
+
+/// The natural-mode reply: some prose, then a call in the `tag` syntax.
+pub const NATURAL_TEXT: &str = "Let me check the current weather in Paris for you, \
+so that you know whether to bring an umbrella today.\n\n<GetWeather>\n```json\n\
+{\"location\": \"Paris, France\", \"unit\": \"celsius\"}\n```\n</GetWeather>";
+
+const PROSE_WORDS: &[&str] = &[
+    "The",
+    " weather",
+    " in",
+    " Paris",
+    " is",
+    " mild",
+    " today",
+    ",",
+    " around",
+    " eighteen",
+    " degrees",
+    " with",
+    " a",
+    " light",
+    " breeze",
+    " from",
+    " the",
+    " west",
+    " and",
+    " some",
+    " clouds",
+    " in",
+    " the",
+    " afternoon",
+    ".",
+];
+
+struct Canned {
+    json: Bytes,
+    sse: Arc<[Bytes]>,
+    natural: Arc<[Bytes]>,
+    slow_first: Bytes,
+    slow_next: Bytes,
+    slow_every: Duration,
+}
+
+fn chunk(model: &str, delta: &str, finish: Option<&str>) -> Bytes {
+    let finish = finish.map_or("null".to_owned(), |f| format!("\"{f}\""));
+    Bytes::from(format!(
+        "data: {{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":{CREATED},\
+\"model\":\"{model}\",\"system_fingerprint\":\"fp_bench\",\"choices\":[{{\"index\":0,\"delta\":{delta},\
+\"logprobs\":null,\"finish_reason\":{finish}}}]}}\n\n"
+    ))
+}
+
+fn content_delta(text: &str) -> String {
+    format!(
+        "{{\"content\":{}}}",
+        serde_json::to_string(text).expect("a string")
+    )
+}
+
+/// A stream of `pieces` as content deltas, framed the way OpenAI streams are.
+fn stream(model: &str, pieces: &[&str]) -> Arc<[Bytes]> {
+    let mut frames = vec![chunk(model, r#"{"role":"assistant","content":""}"#, None)];
+    frames.extend(pieces.iter().map(|p| chunk(model, &content_delta(p), None)));
+    frames.push(chunk(model, "{}", Some("stop")));
+    frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    frames.into()
+}
+
+/// Splits text into model-token-sized pieces (about 4 bytes, on char boundaries).
+pub fn tokens(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < text.len() {
+        let mut end = (start + 4).min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        out.push(&text[start..end]);
+        start = end;
+    }
+    out
+}
+
+impl Canned {
+    fn new(chunks: usize, slow_ms: u64) -> Self {
+        let json = format!(
+            "{{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion\",\"created\":{CREATED},\
+\"model\":\"bench-json\",\"system_fingerprint\":\"fp_bench\",\"choices\":[{{\"index\":0,\"message\":\
+{{\"role\":\"assistant\",\"content\":\"The weather in Paris is mild today, around eighteen degrees \
+with a light breeze from the west.\",\"refusal\":null}},\"logprobs\":null,\"finish_reason\":\"stop\"}}],\
+\"usage\":{{\"prompt_tokens\":42,\"completion_tokens\":21,\"total_tokens\":63}}}}"
+        );
+        let words: Vec<&str> = PROSE_WORDS.iter().copied().cycle().take(chunks).collect();
+        Canned {
+            json: Bytes::from(json),
+            sse: stream("bench-sse", &words),
+            natural: stream("bench-natural", &tokens(NATURAL_TEXT)),
+            slow_first: chunk("bench-slow", r#"{"role":"assistant","content":""}"#, None),
+            slow_next: chunk("bench-slow", r#"{"content":" tick"}"#, None),
+            slow_every: Duration::from_millis(slow_ms),
+        }
+    }
+}
+
+/// The three shapes of answer body, without boxing.
+enum MockBody {
+    Full(Option<Bytes>),
+    Frames {
+        frames: Arc<[Bytes]>,
+        next: usize,
+    },
+    Slow {
+        first: Option<Bytes>,
+        next: Bytes,
+        every: Duration,
+        sleep: Pin<Box<tokio::time::Sleep>>,
+    },
+}
+
+impl Body for MockBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match &mut *self {
+            MockBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            MockBody::Frames { frames, next } => {
+                let frame = frames.get(*next).cloned();
+                *next += 1;
+                Poll::Ready(frame.map(|b| Ok(Frame::data(b))))
+            }
+            MockBody::Slow {
+                first,
+                next,
+                every,
+                sleep,
+            } => {
+                if let Some(b) = first.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(b))));
+                }
+                match sleep.as_mut().poll(cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(()) => {
+                        let deadline = sleep.deadline() + *every;
+                        sleep.as_mut().reset(deadline);
+                        Poll::Ready(Some(Ok(Frame::data(next.clone()))))
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            MockBody::Full(b) => b.is_none(),
+            MockBody::Frames { frames, next } => *next >= frames.len(),
+            MockBody::Slow { .. } => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            MockBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            MockBody::Full(None) => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    memchr::memmem::find(haystack, needle).is_some()
+}
+
+async fn answer(
+    canned: Arc<Canned>,
+    req: Request<Incoming>,
+) -> Result<Response<MockBody>, Infallible> {
+    let body = match req.into_body().collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let sse = |body: MockBody| {
+        Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CACHE_CONTROL, "no-cache")
+            .body(body)
+            .expect("static response")
+    };
+    // `bench-slow` and `bench-slow-natural` (any model starting `bench-slow`).
+    let response = if contains(&body, b"\"bench-slow") {
+        sse(MockBody::Slow {
+            first: Some(canned.slow_first.clone()),
+            next: canned.slow_next.clone(),
+            every: canned.slow_every,
+            sleep: Box::pin(tokio::time::sleep(canned.slow_every)),
+        })
+    } else if contains(&body, b"\"bench-sse\"") {
+        sse(MockBody::Frames {
+            frames: canned.sse.clone(),
+            next: 0,
+        })
+    } else if contains(&body, b"\"bench-natural\"") {
+        sse(MockBody::Frames {
+            frames: canned.natural.clone(),
+            next: 0,
+        })
+    } else {
+        Response::builder()
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(MockBody::Full(Some(canned.json.clone())))
+            .expect("static response")
+    };
+    Ok(response)
+}
+
+async fn serve(listen: SocketAddr, canned: Arc<Canned>) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    println!("listening {}", listener.local_addr()?.port());
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                eprintln!("mock_upstream: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let canned = canned.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| answer(canned.clone(), req));
+            let _ = http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let chunks = arg(&args, "--chunks", 32usize);
+    match args.first().map(String::as_str) {
+        Some("serve") => {
+            let listen: SocketAddr = arg(&args, "--listen", "127.0.0.1:0".parse().expect("addr"));
+            let threads = arg(&args, "--threads", 1usize);
+            let slow_ms = arg(&args, "--slow-ms", 1000u64);
+            let canned = Arc::new(Canned::new(chunks, slow_ms));
+            let runtime = if threads <= 1 {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+            } else {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(threads)
+                    .enable_all()
+                    .build()
+            }
+            .expect("runtime");
+            if let Err(e) = runtime.block_on(serve(listen, canned)) {
+                eprintln!("mock_upstream: {e}");
+                std::process::exit(1);
+            }
+        }
+        Some("describe") => {
+            let canned = Canned::new(chunks, 1000);
+            // Events carrying a JSON chunk (the `[DONE]` sentinel excluded).
+            println!("sse_events {}", canned.sse.len() - 1);
+            println!("natural_events {}", canned.natural.len() - 1);
+        }
+        // `cargo bench` runs every bench target with `--bench`: nothing to do here.
+        _ => eprintln!("mock_upstream: a helper of benches/load.sh (`serve` or `describe`)"),
+    }
+}
