@@ -1,0 +1,759 @@
+//! Real OpenAI client libraries pointed at toolgate: async-openai (Rust, in
+//! process), the official `openai` Python package and the official `openai`
+//! npm package (each a script under tests/clients, spawned with the gateway's
+//! base URL). Upstreams are scripted mocks or the built-in demo model; all
+//! traffic stays on loopback.
+//!
+//! The Python and Node tests need what `bash tests/run.sh` installs: a venv
+//! (`CLIENT_TESTS_PYTHON`, its python) and the npm project
+//! (`CLIENT_TESTS_NODE_DIR`). When the variables are unset, the default
+//! locations under tests/clients are used if they are installed; otherwise the
+//! tests fail and say to run `bash tests/run.sh`. They never pass silently.
+
+mod common;
+mod conformance;
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use async_openai::types::chat::{
+    ChatCompletionMessageToolCalls, ChatCompletionResponseStream, CreateChatCompletionRequest,
+    CreateChatCompletionResponse, CreateChatCompletionStreamResponse, FinishReason,
+};
+use common::*;
+use conformance::{Expect, check_stream};
+use serde_json::{Value, json};
+
+/// Seed 000's weather example, as a natural-text model writes it.
+const SEED_REPLY: &str = "I'll get the weather for San Francisco today in Fahrenheit.\n\n<GetWeather>\n```json\n{\n  \"location\": \"San Francisco, CA\",\n  \"unit\": \"fahrenheit\"\n}\n```\n</GetWeather>";
+const SEED_TEXT: &str = "I'll get the weather for San Francisco today in Fahrenheit.";
+
+/// Two calls in one reply.
+const TWO_CALLS_REPLY: &str = "Let me do both.\n\n<GetWeather>\n```json\n{\"location\": \"Paris\", \"unit\": \"celsius\"}\n```\n</GetWeather>\n\n<BookRestaurant>\n```json\n{\"restaurantName\": \"Chez Léon\", \"numberOfPeople\": 4}\n```\n</BookRestaurant>";
+
+/// What a script run may take at most (Python's import of `openai` alone is
+/// about a second).
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn get_weather() -> Value {
+    json!({"type": "function", "function": {
+        "name": "GetWeather",
+        "description": "Get the current weather for a location",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {"type": "string", "description": "The city and state"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}
+            },
+            "required": ["location"]
+        }
+    }})
+}
+
+fn book_restaurant() -> Value {
+    json!({"type": "function", "function": {
+        "name": "BookRestaurant",
+        "description": "Book a table at a restaurant",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "restaurantName": {"type": "string"},
+                "numberOfPeople": {"type": "integer"}
+            },
+            "required": ["restaurantName", "numberOfPeople"]
+        }
+    }})
+}
+
+// ---------------------------------------------------------------------------
+// Gateways and upstreams
+
+/// A natural-mode model whose every reply is `reply`: streamed in pieces of 5
+/// characters, or as one completion.
+async fn natural_model(reply: &'static str) -> Mock {
+    Mock::start(move |req| {
+        if req.json()["stream"] == true {
+            let pieces = char_pieces(reply, 5);
+            let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            Reply::sse(&[&upstream_sse(&refs, None)], Duration::ZERO)
+        } else {
+            Reply::json(&upstream_completion(reply))
+        }
+    })
+    .await
+}
+
+/// A gateway with `mock` as natural provider `up` (every model).
+async fn natural_gateway(mock: &Mock) -> TestGateway {
+    TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml(
+            "up",
+            &mock.url(),
+            "[\"*\"]",
+            "[providers.tools]\nmode = \"natural\""
+        )
+    ))
+    .await
+}
+
+/// The embedded default config: model `demo`, natural mode.
+async fn demo_gateway() -> TestGateway {
+    TestGateway::start(toolgate::config::EMBEDDED_DEFAULT).await
+}
+
+fn base_url(gw: &TestGateway) -> String {
+    gw.url("/v1")
+}
+
+// ---------------------------------------------------------------------------
+// Rust: async-openai
+
+fn rust_client(gw: &TestGateway) -> Client<OpenAIConfig> {
+    // reqwest is built with `rustls-no-provider` (no aws-lc-rs): use ring,
+    // which toolgate already uses. Only loopback http is spoken anyway.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::with_config(
+        OpenAIConfig::new()
+            .with_api_base(base_url(gw))
+            .with_api_key("unused-by-toolgate-tests"),
+    )
+}
+
+fn rust_request(model: &str, tools: Vec<Value>) -> CreateChatCompletionRequest {
+    serde_json::from_value(json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "What's the weather like in San Francisco today?"}],
+        "tools": tools,
+    }))
+    .expect("a typed request")
+}
+
+async fn next_chunk(
+    stream: &mut ChatCompletionResponseStream,
+) -> Option<Result<CreateChatCompletionStreamResponse, OpenAIError>> {
+    std::future::poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(&mut *stream), cx)).await
+}
+
+/// A streamed reply as async-openai's typed chunks assemble it.
+#[derive(Debug, Default)]
+struct Assembled {
+    content: String,
+    /// (id, name, arguments) by call index.
+    calls: Vec<(String, String, String)>,
+    finish: Option<FinishReason>,
+}
+
+async fn rust_stream(
+    client: &Client<OpenAIConfig>,
+    req: CreateChatCompletionRequest,
+) -> Result<Assembled, OpenAIError> {
+    let mut stream =
+        tokio::time::timeout(Duration::from_secs(20), client.chat().create_stream(req))
+            .await
+            .expect("stream opened within 20 s")?;
+    let mut out = Assembled::default();
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(20), next_chunk(&mut stream))
+        .await
+        .expect("a chunk within 20 s")
+    {
+        for choice in chunk?.choices {
+            assert_eq!(choice.index, 0);
+            if let Some(c) = choice.delta.content {
+                out.content.push_str(&c);
+            }
+            for tc in choice.delta.tool_calls.unwrap_or_default() {
+                let i = tc.index as usize;
+                if i == out.calls.len() {
+                    let f = tc.function.clone().unwrap_or_default();
+                    out.calls.push((
+                        tc.id.clone().expect("a call starts with its id"),
+                        f.name.expect("a call starts with its name"),
+                        String::new(),
+                    ));
+                } else {
+                    assert_eq!(i + 1, out.calls.len(), "calls arrive in index order");
+                    assert!(tc.id.is_none(), "id only in a call's first delta");
+                }
+                if let Some(args) = tc.function.and_then(|f| f.arguments) {
+                    out.calls[i].2.push_str(&args);
+                }
+            }
+            if let Some(f) = choice.finish_reason {
+                out.finish = Some(f);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn function_calls(resp: &CreateChatCompletionResponse) -> Vec<(String, String, Value)> {
+    resp.choices[0]
+        .message
+        .tool_calls
+        .iter()
+        .flatten()
+        .map(|c| match c {
+            ChatCompletionMessageToolCalls::Function(f) => (
+                f.id.clone(),
+                f.function.name.clone(),
+                serde_json::from_str(&f.function.arguments).expect("arguments are JSON"),
+            ),
+            other => panic!("not a function call: {other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn rust_async_openai_non_streaming_tool_call() {
+    let mock = natural_model(SEED_REPLY).await;
+    let gw = natural_gateway(&mock).await;
+    let client = rust_client(&gw);
+    let resp = client
+        .chat()
+        .create(rust_request(
+            UP_MODEL,
+            vec![get_weather(), book_restaurant()],
+        ))
+        .await
+        .expect("a typed chat.completion");
+    assert_eq!(resp.id, UP_ID);
+    assert_eq!(resp.model, UP_MODEL);
+    let choice = &resp.choices[0];
+    assert_eq!(choice.finish_reason, Some(FinishReason::ToolCalls));
+    assert_eq!(
+        choice.message.content.as_deref().map(str::trim),
+        Some(SEED_TEXT)
+    );
+    let calls = function_calls(&resp);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(calls[0].0.starts_with("call_"), "{}", calls[0].0);
+    assert_eq!(calls[0].1, "GetWeather");
+    assert_eq!(
+        calls[0].2,
+        json!({"location": "San Francisco, CA", "unit": "fahrenheit"})
+    );
+}
+
+#[tokio::test]
+async fn rust_async_openai_streams_two_tool_calls() {
+    let mock = natural_model(TWO_CALLS_REPLY).await;
+    let gw = natural_gateway(&mock).await;
+    let client = rust_client(&gw);
+    let out = rust_stream(
+        &client,
+        rust_request(UP_MODEL, vec![get_weather(), book_restaurant()]),
+    )
+    .await
+    .expect("a well-formed typed stream");
+    assert_eq!(out.content.trim(), "Let me do both.");
+    assert_eq!(out.finish, Some(FinishReason::ToolCalls));
+    let names: Vec<&str> = out.calls.iter().map(|c| c.1.as_str()).collect();
+    assert_eq!(names, ["GetWeather", "BookRestaurant"]);
+    assert_ne!(out.calls[0].0, out.calls[1].0, "distinct call ids");
+    let args: Vec<Value> = out
+        .calls
+        .iter()
+        .map(|c| serde_json::from_str(&c.2).expect("arguments are JSON"))
+        .collect();
+    assert_eq!(args[0], json!({"location": "Paris", "unit": "celsius"}));
+    assert_eq!(
+        args[1],
+        json!({"restaurantName": "Chez Léon", "numberOfPeople": 4})
+    );
+}
+
+/// A whole tool loop with typed messages: the assistant's typed tool call goes
+/// back into the history with a `tool` result; the demo model answers.
+#[tokio::test]
+async fn rust_async_openai_tool_loop_against_the_demo_model() {
+    let gw = demo_gateway().await;
+    let client = rust_client(&gw);
+    let first = client
+        .chat()
+        .create(rust_request("demo", vec![get_weather()]))
+        .await
+        .expect("first turn");
+    assert_eq!(
+        first.choices[0].finish_reason,
+        Some(FinishReason::ToolCalls)
+    );
+    let calls = function_calls(&first);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].1, "GetWeather");
+    let location = calls[0].2["location"].as_str().expect("a location string");
+    let mut history = serde_json::to_value(rust_request("demo", vec![get_weather()])).unwrap();
+    // The typed assistant message, serialized as async-openai sends it.
+    let assistant = serde_json::to_value(&first.choices[0].message).unwrap();
+    let messages = history["messages"].as_array_mut().unwrap();
+    messages.push(assistant);
+    messages.push(json!({"role": "tool", "tool_call_id": calls[0].0,
+                         "content": format!("18 C in {location}")}));
+    let second: CreateChatCompletionRequest = serde_json::from_value(history).unwrap();
+    let out = rust_stream(&client, second).await.expect("second turn");
+    assert_eq!(out.finish, Some(FinishReason::Stop));
+    assert!(out.calls.is_empty(), "{out:?}");
+    assert_eq!(
+        out.content,
+        format!("GetWeather returned: 18 C in {location}")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Python and Node: installed by tests/run.sh, spawned here
+
+fn clients_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+fn not_installed(what: &str, var: &str, tried: &Path) -> ! {
+    panic!(
+        "\n\n*** The {what} client tests need what `bash tests/run.sh` installs. ***\n\
+         ${var} is not set and {} does not exist.\n\
+         Run `bash tests/run.sh` once (it installs the clients, then runs every test),\n\
+         or set {var}.\n",
+        tried.display()
+    )
+}
+
+/// The venv's python (from run.sh, else the default venv if installed).
+fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("CLIENT_TESTS_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let default = clients_dir().join(".venv/bin/python");
+    if !default.exists() {
+        not_installed("Python", "CLIENT_TESTS_PYTHON", &default);
+    }
+    default
+}
+
+/// The npm project holding `node_modules/openai` and `clients.mjs`.
+fn node_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("CLIENT_TESTS_NODE_DIR") {
+        return PathBuf::from(p);
+    }
+    let default = clients_dir().join("node");
+    let sdk = default.join("node_modules/openai/package.json");
+    if !sdk.exists() {
+        not_installed("Node", "CLIENT_TESTS_NODE_DIR", &sdk);
+    }
+    default
+}
+
+/// A finished script run.
+#[derive(Debug)]
+struct Run {
+    ok: bool,
+    /// The `RESULT` JSON line, if the script got that far.
+    result: Option<Value>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The result of a run that must have succeeded.
+    fn success(&self) -> &Value {
+        assert!(self.ok, "the client script failed:\n{self}");
+        self.result
+            .as_ref()
+            .unwrap_or_else(|| panic!("no RESULT line:\n{self}"))
+    }
+
+    /// The output of a run that must have failed.
+    fn failure(&self) -> &str {
+        assert!(!self.ok, "the client script passed, but must fail:\n{self}");
+        &self.stderr
+    }
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "--- stdout\n{}--- stderr\n{}---",
+            self.stdout, self.stderr
+        )
+    }
+}
+
+async fn run_script(program: &Path, script: &Path, scenario: &str, url: &str, model: &str) -> Run {
+    let dir = script.parent().unwrap();
+    let started = Instant::now();
+    let child = tokio::process::Command::new(program)
+        .arg(script)
+        .arg(scenario)
+        .current_dir(dir)
+        .env("CLIENT_TESTS_BASE_URL", url)
+        .env("CLIENT_TESTS_MODEL", model)
+        // Loopback only: no proxy may take the request elsewhere.
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("ALL_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .env_remove("all_proxy")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    let out = tokio::time::timeout(SCRIPT_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} {scenario} took over {SCRIPT_TIMEOUT:?}",
+                script.display()
+            )
+        })
+        .expect("script output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let result = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .map(|j| {
+            serde_json::from_str(j).unwrap_or_else(|e| panic!("RESULT is not JSON ({e}): {j}"))
+        });
+    eprintln!(
+        "{} {scenario}: exit {:?} in {:.1?}",
+        script.file_name().unwrap().to_string_lossy(),
+        out.status.code(),
+        started.elapsed()
+    );
+    Run {
+        ok: out.status.success(),
+        result,
+        stdout,
+        stderr,
+    }
+}
+
+async fn python_run(scenario: &str, url: &str, model: &str) -> Run {
+    let script = clients_dir().join("python/clients.py");
+    run_script(&python(), &script, scenario, url, model).await
+}
+
+async fn node_run(scenario: &str, url: &str, model: &str) -> Run {
+    let script = node_dir().join("clients.mjs");
+    let node = std::env::var_os("CLIENT_TESTS_NODE").unwrap_or_else(|| "node".into());
+    run_script(Path::new(&node), &script, scenario, url, model).await
+}
+
+/// The seed call as every client must assemble it.
+fn assert_seed_call(result: &Value) {
+    let calls = result["calls"].as_array().expect("calls");
+    assert_eq!(calls.len(), 1, "{result:#}");
+    assert_eq!(calls[0]["name"], "GetWeather");
+    assert!(calls[0]["id"].as_str().unwrap().starts_with("call_"));
+    let args: Value = serde_json::from_str(calls[0]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        args,
+        json!({"location": "San Francisco, CA", "unit": "fahrenheit"})
+    );
+    assert_eq!(result["finish_reason"], "tool_calls", "{result:#}");
+    assert_eq!(
+        result["content"].as_str().map(str::trim),
+        Some(SEED_TEXT),
+        "{result:#}"
+    );
+}
+
+#[tokio::test]
+async fn python_create_stream_accumulates_tool_call_deltas() {
+    let mock = natural_model(SEED_REPLY).await;
+    let gw = natural_gateway(&mock).await;
+    let run = python_run("create_stream", &base_url(&gw), UP_MODEL).await;
+    let r = run.success();
+    assert_seed_call(r);
+    assert!(r["chunks"].as_u64().unwrap() > 3, "{r:#}");
+}
+
+#[tokio::test]
+async fn python_stream_helper_get_final_completion() {
+    let mock = natural_model(SEED_REPLY).await;
+    let gw = natural_gateway(&mock).await;
+    let run = python_run("stream_helper", &base_url(&gw), UP_MODEL).await;
+    let r = run.success();
+    assert_seed_call(r);
+    let events = r["events"].as_array().unwrap();
+    assert!(
+        events.contains(&json!("tool_calls.function.arguments.done")),
+        "{r:#}"
+    );
+}
+
+#[tokio::test]
+async fn python_tool_loop_against_the_demo_model() {
+    let gw = demo_gateway().await;
+    let run = python_run("tool_loop", &base_url(&gw), "demo").await;
+    let r = run.success();
+    assert_eq!(r["call"]["name"], "GetWeather", "{r:#}");
+    let location = r["call"]["arguments"]["location"].as_str().unwrap();
+    assert_eq!(r["result"], format!("21 C and sunny in {location}"));
+    assert_eq!(
+        r["answer"],
+        format!("GetWeather returned: {}", r["result"].as_str().unwrap())
+    );
+}
+
+#[tokio::test]
+async fn node_stream_helper_final_chat_completion() {
+    let mock = natural_model(SEED_REPLY).await;
+    let gw = natural_gateway(&mock).await;
+    let run = node_run("stream_helper", &base_url(&gw), UP_MODEL).await;
+    let r = run.success();
+    assert_seed_call(r);
+    assert!(
+        r["events"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("tool_calls.function.arguments.done")),
+        "{r:#}"
+    );
+}
+
+#[tokio::test]
+async fn node_run_tools_with_a_local_function() {
+    let gw = demo_gateway().await;
+    for scenario in ["run_tools", "run_tools_stream"] {
+        let run = node_run(scenario, &base_url(&gw), "demo").await;
+        let r = run.success();
+        assert_eq!(r["invocations"].as_array().unwrap().len(), 1, "{r:#}");
+        let location = r["invocations"][0]["location"].as_str().unwrap();
+        let result = format!("21 C and sunny in {location}");
+        assert_eq!(r["tool_result"], result, "{r:#}");
+        assert_eq!(
+            r["answer"],
+            format!("GetWeather returned: {result}"),
+            "{r:#}"
+        );
+        assert_eq!(
+            r["roles"],
+            json!(["user", "assistant", "tool", "assistant"])
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A broken emitter: the tests above can fail
+
+/// A stream with one fault, replayed byte for byte by a passthrough provider
+/// (so toolgate's rewriter is not involved).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    RepeatedCallId,
+    MissingToolCallIndex,
+    ContentAfterCall,
+}
+
+fn broken_sse(fault: Fault) -> String {
+    let chunk = |delta: Value, finish: Value| {
+        upstream_chunk(
+            json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]),
+        )
+    };
+    let start = |index: u64, id: &str, name: &str| {
+        chunk(
+            json!({"tool_calls": [{"index": index, "id": id, "type": "function",
+                                   "function": {"name": name, "arguments": ""}}]}),
+            Value::Null,
+        )
+    };
+    let args = |index: Option<u64>, args: &str| {
+        let mut entry = json!({"function": {"arguments": args}});
+        if let Some(i) = index {
+            entry["index"] = json!(i);
+        }
+        chunk(json!({"tool_calls": [entry]}), Value::Null)
+    };
+    let weather_args = r#"{"location":"San Francisco, CA","unit":"fahrenheit"}"#;
+    let book_args = r#"{"restaurantName":"Chez Léon","numberOfPeople":4}"#;
+    let second_id = if fault == Fault::RepeatedCallId {
+        "call_aaaaaaaaaaaaaaaaaaaaaaaa"
+    } else {
+        "call_bbbbbbbbbbbbbbbbbbbbbbbb"
+    };
+    let mut chunks = vec![
+        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        chunk(json!({"content": SEED_TEXT}), Value::Null),
+        start(0, "call_aaaaaaaaaaaaaaaaaaaaaaaa", "GetWeather"),
+        args(
+            (fault != Fault::MissingToolCallIndex).then_some(0),
+            weather_args,
+        ),
+    ];
+    if fault == Fault::ContentAfterCall {
+        chunks.push(chunk(json!({"content": " And a late word."}), Value::Null));
+    }
+    chunks.push(start(1, second_id, "BookRestaurant"));
+    chunks.push(args(Some(1), book_args));
+    chunks.push(chunk(json!({}), json!("tool_calls")));
+    let mut out = String::new();
+    for c in chunks {
+        out.push_str(&format!("data: {c}\n\n"));
+    }
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
+/// A passthrough gateway over a mock that replays the faulty stream named by
+/// the request's model (`broken-0`, `broken-1`, ...).
+async fn broken_gateway() -> (Mock, TestGateway) {
+    let mock = Mock::start(|req| {
+        let model = req.json()["model"].as_str().unwrap_or_default().to_owned();
+        let fault = match model.as_str() {
+            "broken-0" => Fault::RepeatedCallId,
+            "broken-1" => Fault::MissingToolCallIndex,
+            _ => Fault::ContentAfterCall,
+        };
+        Reply::sse(&[&broken_sse(fault)], Duration::ZERO)
+    })
+    .await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("raw", &mock.url(), "[\"broken-*\"]", "")
+    ))
+    .await;
+    (mock, gw)
+}
+
+fn broken_model(fault: Fault) -> &'static str {
+    match fault {
+        Fault::RepeatedCallId => "broken-0",
+        Fault::MissingToolCallIndex => "broken-1",
+        Fault::ContentAfterCall => "broken-2",
+    }
+}
+
+/// Each fault fails the conformance checker, and fails at least one real
+/// client: the SDKs' own accumulators where they check (a missing index), and
+/// otherwise the checks a careful caller makes on what the SDK assembled.
+#[tokio::test]
+async fn a_broken_emitter_fails_the_checker_and_real_clients() {
+    let (_mock, gw) = broken_gateway().await;
+    let url = base_url(&gw);
+    let rust = rust_client(&gw);
+    for (fault, rule) in [
+        (Fault::RepeatedCallId, "not unique"),
+        (Fault::MissingToolCallIndex, "rule 6"),
+        (Fault::ContentAfterCall, "rule 12"),
+    ] {
+        let model = broken_model(fault);
+        let body = json!({"model": model, "stream": true,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [get_weather(), book_restaurant()]});
+        let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.text(),
+            broken_sse(fault),
+            "passthrough replays it byte for byte"
+        );
+        let err = check_stream(&r.body, &Expect::default())
+            .expect_err(&format!("{fault:?}: the checker must reject it"));
+        assert!(err.contains(rule), "{fault:?}: {err}");
+
+        let py_helper = python_run("stream_helper", &url, model).await;
+        let py_create = python_run("create_stream", &url, model).await;
+        let node_helper = node_run("stream_helper", &url, model).await;
+        let rust_out = rust_stream(&rust, rust_request(model, vec![get_weather()])).await;
+        match fault {
+            Fault::MissingToolCallIndex => {
+                // The SDKs' own accumulators reject it.
+                let e = py_helper.failure();
+                assert!(
+                    e.contains("RuntimeError: Expected list delta entry to have an `index` key"),
+                    "{py_helper}"
+                );
+                let e = rust_out.expect_err("async-openai must reject a call delta without index");
+                assert!(matches!(e, OpenAIError::JSONDeserialize(..)), "{e:?}");
+                assert!(e.to_string().contains("index"), "{e}");
+                // Python's raw chunks carry `index=None`, which the caller's
+                // accumulation rejects.
+                assert!(
+                    py_create
+                        .failure()
+                        .contains("tool call delta without index"),
+                    "{py_create}"
+                );
+                // Node's helper does not check: it files the arguments under
+                // the key `undefined` and hands back GetWeather with "" as
+                // its arguments, which the caller's JSON.parse rejects.
+                assert!(
+                    node_helper
+                        .failure()
+                        .contains(r#"arguments of GetWeather are not JSON: """#),
+                    "{node_helper}"
+                );
+            }
+            Fault::RepeatedCallId => {
+                for run in [&py_helper, &py_create, &node_helper] {
+                    assert!(run.failure().contains("repeated call id"), "{run}");
+                }
+                let out = rust_out.expect("async-openai accepts it");
+                assert_eq!(out.calls[0].0, out.calls[1].0);
+            }
+            Fault::ContentAfterCall => {
+                assert!(
+                    py_create.failure().contains("after a tool call"),
+                    "{py_create}"
+                );
+                // The helpers glue the late text onto the content silently.
+                let r = py_helper.success();
+                assert!(
+                    r["content"].as_str().unwrap().ends_with("late word."),
+                    "{r:#}"
+                );
+                let r = node_helper.success();
+                assert!(
+                    r["content"].as_str().unwrap().ends_with("late word."),
+                    "{r:#}"
+                );
+                rust_out.expect("async-openai accepts it");
+            }
+        }
+    }
+}
+
+/// The same clients accept toolgate's own rewrite of a reply with two calls,
+/// so the failures above come from the faults, not from the harness.
+#[tokio::test]
+async fn the_same_clients_accept_toolgates_rewrite_of_two_calls() {
+    let mock = natural_model(TWO_CALLS_REPLY).await;
+    let gw = natural_gateway(&mock).await;
+    let url = base_url(&gw);
+    let body = json!({"model": UP_MODEL, "stream": true,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [get_weather(), book_restaurant()]});
+    let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+    let s = check_stream(&r.body, &Expect::default()).expect("conformant");
+    assert_eq!(s.choice().calls.len(), 2);
+    for run in [
+        python_run("stream_helper", &url, UP_MODEL).await,
+        python_run("create_stream", &url, UP_MODEL).await,
+        node_run("stream_helper", &url, UP_MODEL).await,
+    ] {
+        let r = run.success();
+        let names: Vec<&str> = r["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["GetWeather", "BookRestaurant"], "{r:#}");
+        assert_eq!(r["finish_reason"], "tool_calls");
+    }
+}

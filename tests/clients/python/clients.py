@@ -1,0 +1,181 @@
+"""The official `openai` Python package driven against a running toolgate.
+
+Run by tests/clients.rs as `python clients.py SCENARIO` with:
+  CLIENT_TESTS_BASE_URL  the gateway's `/v1` URL (loopback only)
+  CLIENT_TESTS_MODEL     the model to ask for
+
+Each scenario checks what a user of the SDK relies on, then prints one line
+`RESULT <json>` that the Rust test asserts on. Any failure (an SDK exception
+or a failed assert) ends the process with a traceback and a non-zero status.
+"""
+
+import json
+import os
+import sys
+
+import openai
+from openai import OpenAI
+
+GET_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "GetWeather",
+        "description": "Get the current weather for a location",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {"type": "string", "description": "The city and state"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["location"],
+        },
+    },
+}
+
+BOOK_RESTAURANT = {
+    "type": "function",
+    "function": {
+        "name": "BookRestaurant",
+        "description": "Book a table at a restaurant",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "restaurantName": {"type": "string"},
+                "numberOfPeople": {"type": "integer"},
+            },
+            "required": ["restaurantName", "numberOfPeople"],
+        },
+    },
+}
+
+TOOLS = [GET_WEATHER, BOOK_RESTAURANT]
+QUESTION = [{"role": "user", "content": "What's the weather like in San Francisco today?"}]
+
+
+def client() -> OpenAI:
+    # No retries: a failure must show at once, not after backoff.
+    return OpenAI(
+        base_url=os.environ["CLIENT_TESTS_BASE_URL"],
+        api_key="unused-by-toolgate-tests",
+        max_retries=0,
+        timeout=20.0,
+    )
+
+
+def model() -> str:
+    return os.environ.get("CLIENT_TESTS_MODEL", "demo")
+
+
+def check_calls(calls: list) -> None:
+    ids = [c["id"] for c in calls]
+    assert all(isinstance(i, str) and i for i in ids), f"empty call id: {calls}"
+    assert len(set(ids)) == len(ids), f"repeated call id: {ids}"
+    for c in calls:
+        try:
+            args = json.loads(c["arguments"])
+        except json.JSONDecodeError:
+            raise AssertionError(f"arguments of {c['name']} are not JSON: {c['arguments']!r}") from None
+        assert isinstance(args, dict), f"arguments of {c['name']} are not a JSON object: {args!r}"
+
+
+def create_stream() -> dict:
+    """`chat.completions.create(stream=True)`, accumulating tool-call deltas by
+    index as the SDK's documentation shows."""
+    stream = client().chat.completions.create(
+        model=model(), messages=QUESTION, tools=TOOLS, stream=True
+    )
+    content, calls, finish, chunks = "", {}, None, 0
+    for chunk in stream:
+        chunks += 1
+        for choice in chunk.choices:
+            assert choice.index == 0, f"unexpected choice {choice.index}"
+            delta = choice.delta
+            if delta.content:
+                assert not calls, f"content {delta.content!r} after a tool call"
+                content += delta.content
+            for tc in delta.tool_calls or []:
+                assert isinstance(tc.index, int), f"tool call delta without index: {tc}"
+                if tc.index not in calls:
+                    assert tc.id and tc.function and tc.function.name, f"call starts without id/name: {tc}"
+                    calls[tc.index] = {"id": tc.id, "name": tc.function.name, "arguments": ""}
+                else:
+                    assert tc.id is None, f"id repeated in a later delta: {tc}"
+                if tc.function and tc.function.arguments:
+                    calls[tc.index]["arguments"] += tc.function.arguments
+            if choice.finish_reason is not None:
+                finish = choice.finish_reason
+    assert sorted(calls) == list(range(len(calls))), f"call indexes {sorted(calls)}"
+    calls = [calls[i] for i in sorted(calls)]
+    check_calls(calls)
+    return {"content": content, "calls": calls, "finish_reason": finish, "chunks": chunks}
+
+
+def stream_helper() -> dict:
+    """`client.chat.completions.stream()`: the SDK accumulates the deltas
+    itself (and raises on malformed ones); `get_final_completion()`."""
+    events = []
+    with client().chat.completions.stream(model=model(), messages=QUESTION, tools=TOOLS) as stream:
+        for event in stream:
+            events.append(event.type)
+        final = stream.get_final_completion()
+    choice = final.choices[0]
+    calls = [
+        {"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments}
+        for tc in choice.message.tool_calls or []
+    ]
+    check_calls(calls)
+    done = events.count("tool_calls.function.arguments.done")
+    assert done == len(calls), f"{done} arguments.done events for {len(calls)} calls: {events}"
+    return {
+        "content": choice.message.content,
+        "calls": calls,
+        "finish_reason": choice.finish_reason,
+        "events": sorted(set(events)),
+    }
+
+
+def get_weather(location: str, unit: str = "celsius") -> str:
+    return f"21 C and sunny in {location}"
+
+
+def tool_loop() -> dict:
+    """A whole tool loop: the model calls GetWeather, the result goes back as a
+    `tool` message, and the model answers with text."""
+    c = client()
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first = c.chat.completions.create(model=model(), messages=messages, tools=[GET_WEATHER])
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls", f"finish_reason {choice.finish_reason}"
+    calls = choice.message.tool_calls
+    assert calls and len(calls) == 1, f"tool_calls {calls}"
+    call = calls[0]
+    assert call.function.name == "GetWeather", call
+    args = json.loads(call.function.arguments)
+    result = get_weather(**args)
+    # The SDK's own message object goes back into the history, as users do.
+    messages.append(choice.message)
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    second = c.chat.completions.create(model=model(), messages=messages, tools=[GET_WEATHER])
+    answer = second.choices[0]
+    assert answer.finish_reason == "stop", f"finish_reason {answer.finish_reason}"
+    assert not answer.message.tool_calls, f"another call: {answer.message.tool_calls}"
+    return {
+        "call": {"name": call.function.name, "arguments": args},
+        "result": result,
+        "answer": answer.message.content,
+    }
+
+
+SCENARIOS = {f.__name__: f for f in (create_stream, stream_helper, tool_loop)}
+
+
+def main() -> None:
+    if len(sys.argv) != 2 or sys.argv[1] not in SCENARIOS:
+        sys.exit(f"usage: clients.py {{{'|'.join(SCENARIOS)}}}")
+    result = SCENARIOS[sys.argv[1]]()
+    result["sdk"] = f"openai-python {openai.__version__}"
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
