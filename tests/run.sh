@@ -1,16 +1,52 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: checks formatting and lints, then
 # runs every unit, property, golden and integration test. Everything it needs
-# comes from crates.io through cargo; tests talk only to loopback.
+# comes from crates.io through cargo, and for the real-client tests from PyPI
+# (pip, in tests/clients/.venv) and npm (npm ci); tests talk only to loopback.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&2; exit 1; }
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 
+# The real-client tests (tests/clients.rs) drive the official `openai` SDKs:
+# Python's from PyPI in a venv, Node's from npm. Installed once, then only
+# checked (a few milliseconds) until a pin changes.
+clients=tests/clients
+echo "== client SDKs ($clients)"
+command -v python3 >/dev/null || { echo "python3 is required for the client tests" >&2; exit 1; }
+command -v node >/dev/null && command -v npm >/dev/null ||
+  { echo "node and npm are required for the client tests" >&2; exit 1; }
+venv=$clients/.venv
+want="$(python3 --version) $(sha256sum "$clients/python/requirements.txt" | cut -d' ' -f1)"
+if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$want" ] || ! "$venv/bin/python" -c '' 2>/dev/null; then
+  start=$SECONDS
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+    -r "$clients/python/requirements.txt"
+  echo "$want" >"$venv/.installed"
+  echo "   python venv installed in $((SECONDS - start)) s"
+fi
+echo "   openai (python) $("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("openai"))')"
+modules=$clients/node/node_modules
+want="$(node --version) $(cat "$clients/node/package.json" "$clients/node/package-lock.json" | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$modules/.installed" 2>/dev/null)" != "$want" ]; then
+  start=$SECONDS
+  (cd "$clients/node" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "$want" >"$modules/.installed"
+  echo "   node_modules installed in $((SECONDS - start)) s"
+fi
+echo "   openai (node) $(node -p 'require("./'"$modules"'/openai/package.json").version')"
+# Not TOOLGATE_*: the binary reads that prefix as config overrides.
+export CLIENT_TESTS_PYTHON="$PWD/$venv/bin/python"
+export CLIENT_TESTS_NODE_DIR="$PWD/$clients/node"
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --locked --all-targets -- -D warnings
+echo "== deploy/ checks (YAML/JSON, probes and ports, Dockerfile build)"
+TOOLGATE_PYTHON="$CLIENT_TESTS_PYTHON" bash deploy/check.sh
 echo "== cargo test"
 cargo test --locked --all-targets
