@@ -305,6 +305,55 @@ async fn rust_async_openai_tool_loop_against_the_demo_model() {
     );
 }
 
+/// to_natural: the demo model (native tools) behind the `demo-text` provider;
+/// the client sees its call as a `<tool_call>` block in plain content, and
+/// sends its history back as text.
+#[tokio::test]
+async fn rust_async_openai_to_natural_round_trip_with_the_demo_model() {
+    let gw = demo_gateway().await;
+    let client = rust_client(&gw);
+    let first = client
+        .chat()
+        .create(rust_request("demo-text", vec![get_weather()]))
+        .await
+        .expect("non-streaming to_natural reply");
+    let message = &first.choices[0].message;
+    assert_eq!(first.choices[0].finish_reason, Some(FinishReason::Stop));
+    assert!(
+        message.tool_calls.as_ref().is_none_or(Vec::is_empty),
+        "{message:?}"
+    );
+    let content = message.content.clone().expect("text content");
+    assert!(
+        content.contains("<tool_call name=\"GetWeather\">\n{"),
+        "{content}"
+    );
+    assert!(content.trim_end().ends_with("</tool_call>"), "{content}");
+
+    let streamed = rust_stream(&client, rust_request("demo-text", vec![get_weather()]))
+        .await
+        .expect("streamed to_natural reply");
+    assert_eq!(streamed.finish, Some(FinishReason::Stop));
+    assert!(streamed.calls.is_empty());
+    assert_eq!(
+        streamed.content, content,
+        "streaming and non-streaming render the same text"
+    );
+
+    // The natural-text history goes back; toolgate makes it native again.
+    let mut history = serde_json::to_value(rust_request("demo-text", vec![get_weather()])).unwrap();
+    let messages = history["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": content}));
+    messages.push(json!({"role": "user", "content": "<tool_response name=\"GetWeather\">\n18 C\n</tool_response>"}));
+    let second: CreateChatCompletionRequest = serde_json::from_value(history).unwrap();
+    let answer = client.chat().create(second).await.expect("second turn");
+    assert_eq!(
+        answer.choices[0].message.content.as_deref(),
+        Some("GetWeather returned: 18 C"),
+        "the demo saw a native tool result"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Python and Node: installed by tests/run.sh, spawned here
 
