@@ -8,6 +8,10 @@
 //! own bytes, so prose costs one parse and no re-serialization.
 
 use bytes::BytesMut;
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::error::GatewayError;
@@ -111,6 +115,18 @@ impl StreamRewriter {
             self.finish(out);
             return;
         }
+        // Almost every chunk is one plain content delta: read it borrowed,
+        // without building a JSON tree, and forward its bytes if the parser
+        // lets its text through. Multi-line `data:` payloads must be
+        // re-framed, never copied (rule 1), so they take the general path.
+        if self.header.is_some()
+            && memchr::memchr(b'\n', data).is_none()
+            && let Ok(plain) = serde_json::from_slice::<PlainChunk<'_>>(data)
+            && let Some((index, has_role, content)) = plain.content_only()
+            && self.forward_plain(index, has_role, &content, data, out)
+        {
+            return;
+        }
         let Ok(Value::Object(mut chunk)) = serde_json::from_slice::<Value>(data) else {
             self.fail(
                 out,
@@ -131,25 +147,12 @@ impl StreamRewriter {
         if self.header.is_none() {
             self.header = Some(ChunkHeader::from_chunk(&chunk));
         }
-        let had_usage = match chunk.remove("usage") {
-            Some(Value::Null) | None => false,
-            Some(u) => {
-                self.usage = Some(u);
-                true
-            }
-        };
+        if let Some(usage) = chunk.remove("usage").filter(|u| !u.is_null()) {
+            self.usage = Some(usage);
+        }
         let Some(Value::Array(choices)) = chunk.remove("choices") else {
             return;
         };
-        // Multi-line `data:` payloads must be re-framed, never copied (rule 1).
-        let single_line = memchr::memchr(b'\n', data).is_none();
-        if !had_usage
-            && single_line
-            && choices.len() == 1
-            && self.forward_unchanged(&choices[0], data, out)
-        {
-            return;
-        }
         for choice in choices {
             if let Value::Object(choice) = choice {
                 self.on_choice(&chunk, choice, out);
@@ -161,29 +164,20 @@ impl StreamRewriter {
     }
 
     /// The fast path: a plain content delta that the parser passes through
-    /// whole is forwarded as the upstream's bytes.
-    fn forward_unchanged(&mut self, choice: &Value, data: &[u8], out: &mut BytesMut) -> bool {
-        let Some(index) = choice.get("index").and_then(Value::as_u64) else {
-            return false;
-        };
-        if !choice.get("finish_reason").is_none_or(Value::is_null) {
-            return false;
-        }
-        let Some(Value::Object(delta)) = choice.get("delta") else {
-            return false;
-        };
-        let Some(Value::String(content)) = delta.get("content") else {
-            return false;
-        };
+    /// whole is forwarded as the upstream's bytes. `false`: not applicable,
+    /// take the general path.
+    fn forward_plain(
+        &mut self,
+        index: u64,
+        has_role: bool,
+        content: &str,
+        data: &[u8],
+        out: &mut BytesMut,
+    ) -> bool {
         let pos = self.state(index);
         let state = &mut self.choices[pos];
-        if state.finished
-            || (!state.started && !delta.contains_key("role"))
-            || (state.started && delta.contains_key("role"))
-        {
-            return false;
-        }
-        if delta.keys().any(|k| k != "content" && k != "role") {
+        // Rule 4: the role in the first delta only; otherwise the general path fixes it.
+        if state.finished || state.started == has_role {
             return false;
         }
         self.text.clear();
@@ -197,7 +191,7 @@ impl StreamRewriter {
                 };
                 self.fail(out, &err);
             }
-            Ok(()) if self.text == *content => {
+            Ok(()) if self.text == content => {
                 state.started = true;
                 encoder::write_raw(out, data);
             }
@@ -382,5 +376,109 @@ impl StreamRewriter {
         tracing::warn!(error = %error, "natural-mode stream failed");
         emit::write_error(out, &error.to_json());
         self.ended = true;
+    }
+}
+
+/// The common chunk shape, read without building a JSON tree: exactly one
+/// choice whose delta holds content (and perhaps the role) and nothing else.
+#[derive(Deserialize)]
+struct PlainChunk<'a> {
+    #[serde(borrow)]
+    choices: [PlainChoice<'a>; 1],
+    #[serde(default, borrow)]
+    usage: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct PlainChoice<'a> {
+    index: u64,
+    #[serde(borrow)]
+    delta: PlainDelta<'a>,
+    #[serde(default, borrow)]
+    finish_reason: Option<&'a RawValue>,
+}
+
+/// Any other delta key, unless null, sends the chunk down the general path.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainDelta<'a> {
+    #[serde(borrow)]
+    content: Cow<'a, str>,
+    #[serde(default, borrow)]
+    role: Option<&'a str>,
+    #[serde(default, borrow)]
+    refusal: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    tool_calls: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    function_call: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<&'a RawValue>,
+}
+
+impl<'a> PlainChunk<'a> {
+    /// `(choice index, has role, content)` when this is a plain content delta.
+    fn content_only(self) -> Option<(u64, bool, Cow<'a, str>)> {
+        let [choice] = self.choices;
+        let d = choice.delta;
+        let plain = self.usage.is_none()
+            && self.error.is_none()
+            && choice.finish_reason.is_none()
+            && d.refusal.is_none()
+            && d.tool_calls.is_none()
+            && d.function_call.is_none()
+            && d.reasoning_content.is_none()
+            && d.role.is_none_or(|r| r == "assistant");
+        plain.then(|| (choice.index, d.role.is_some(), d.content))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::OnInvalid;
+    use crate::natural::cache::ContractCache;
+    use crate::natural::parser::ParserOptions;
+    use crate::natural::request::{self, NaturalOptions, Rewrite};
+    use crate::natural::validate::SchemaCache;
+    use std::sync::Arc;
+
+    fn rewriter() -> StreamRewriter {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"GetWeather"}}]}"#;
+        let Rewrite::Rewritten {
+            plan: Some(plan), ..
+        } = request::rewrite(body, &NaturalOptions::default(), &ContractCache::default()).unwrap()
+        else {
+            panic!("a plan")
+        };
+        let settings = ReplySettings::new(
+            "p",
+            &plan,
+            ParserOptions::default(),
+            OnInvalid::Error,
+            false,
+            Arc::new(SchemaCache::new()),
+        );
+        StreamRewriter::new(settings, false)
+    }
+
+    #[test]
+    fn plain_content_chunks_are_forwarded_byte_for_byte() {
+        let mut r = rewriter();
+        let mut out = BytesMut::new();
+        r.on_event(br#"{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#, &mut out);
+        out.clear();
+        // Spaces and key order that re-serializing would change: only a
+        // forwarded chunk keeps them.
+        let plain: &[u8] = br#"{"id": "x", "choices": [{"delta": {"content": "Hello there"}, "index": 0, "logprobs": null, "finish_reason": null}], "object": "chat.completion.chunk", "created": 1, "model": "m"}"#;
+        r.on_event(plain, &mut out);
+        assert_eq!(&out[..], [b"data: ", plain, b"\n\n"].concat());
+        // Text that may open a call is held: that chunk cannot be forwarded as is.
+        out.clear();
+        r.on_event(br#"{"id": "x", "choices": [{"index": 0, "delta": {"content": "a <Get"}, "finish_reason": null}]}"#, &mut out);
+        let text = String::from_utf8(out.to_vec()).unwrap();
+        assert!(text.contains("\"content\":\"a \""), "{text}");
     }
 }
