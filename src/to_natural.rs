@@ -21,9 +21,7 @@ use crate::config::Provider;
 use crate::error::GatewayError;
 use crate::natural::syntax::Syntax;
 use crate::upstream::Upstreams;
-
-/// Largest non-streaming upstream completion read to rewrite.
-const MAX_COMPLETION_BYTES: usize = 64 * 1024 * 1024;
+use crate::upstream::reply::{self, Shape};
 
 /// How calls are written as text.
 #[derive(Debug, Clone)]
@@ -101,35 +99,14 @@ pub async fn handle(
         return Ok(response);
     }
     let (mut parts, upstream_body) = response.into_parts();
-    if let Some(encoding) = parts.headers.get(header::CONTENT_ENCODING)
-        && encoding != "identity"
-    {
-        return Err(GatewayError::UpstreamInvalid {
-            message: format!(
-                "The upstream compressed its reply ({encoding:?}) although toolgate asked for none"
-            ),
-            code: "upstream_invalid_body",
-        });
-    }
-    parts.headers.remove(header::CONTENT_LENGTH);
-    let is_sse = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if is_sse {
+    if let Shape::Stream = reply::prepare(&mut parts)? {
         let renderer = stream::StreamRenderer::new(options);
         return Ok(Response::from_parts(
             parts,
             body::RenderBody::new(upstream_body, renderer).boxed_unsync(),
         ));
     }
-    let collected = gbody::collect_limited(upstream_body, MAX_COMPLETION_BYTES)
-        .await
-        .map_err(|e| GatewayError::UpstreamInvalid {
-            message: format!("Could not read the upstream's completion: {e}"),
-            code: "upstream_invalid_body",
-        })?;
+    let collected = reply::read(upstream_body).await?;
     Ok(Response::from_parts(
         parts,
         gbody::full(complete::rewrite(&collected, &options)?),

@@ -2,6 +2,8 @@
 //! the in-process demo model. Both return the same `Response<Body>`, so every
 //! layer above (transparency, transforms, metrics) runs the same way for both.
 
+pub mod reply;
+
 use std::time::Duration;
 
 use bytes::Bytes;

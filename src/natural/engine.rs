@@ -20,9 +20,7 @@ use crate::natural::request::{self, NaturalOptions, ResponsePlan, Rewrite};
 use crate::natural::stream::StreamRewriter;
 use crate::natural::validate::SchemaCache;
 use crate::upstream::Upstreams;
-
-/// Largest non-streaming upstream completion toolgate will buffer to rewrite.
-const MAX_COMPLETION_BYTES: usize = 64 * 1024 * 1024;
+use crate::upstream::reply::{self, Shape};
 
 /// Per-gateway state of natural mode.
 pub struct Engine {
@@ -128,35 +126,14 @@ impl Engine {
             self.schemas.clone(),
         );
         let (mut parts, upstream_body) = response.into_parts();
-        if let Some(encoding) = parts.headers.get(header::CONTENT_ENCODING)
-            && encoding != "identity"
-        {
-            return Err(GatewayError::UpstreamInvalid {
-                message: format!(
-                    "The upstream compressed its reply ({encoding:?}) although toolgate asked for none"
-                ),
-                code: "upstream_invalid_body",
-            });
-        }
-        parts.headers.remove(header::CONTENT_LENGTH);
-        let is_sse = parts
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        if is_sse {
+        if let Shape::Stream = reply::prepare(&mut parts)? {
             let rewriter = StreamRewriter::new(settings, plan.include_usage);
             return Ok(Response::from_parts(
                 parts,
                 RewriteBody::new(upstream_body, rewriter, repairer).boxed_unsync(),
             ));
         }
-        let collected = body::collect_limited(upstream_body, MAX_COMPLETION_BYTES)
-            .await
-            .map_err(|e| GatewayError::UpstreamInvalid {
-                message: format!("Could not read the upstream's completion: {e}"),
-                code: "upstream_invalid_body",
-            })?;
+        let collected = reply::read(upstream_body).await?;
         let rewritten =
             crate::natural::complete::rewrite(&collected, &settings, repairer.as_deref()).await?;
         Ok(Response::from_parts(parts, body::full(rewritten)))

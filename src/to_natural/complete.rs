@@ -9,11 +9,7 @@ use crate::error::GatewayError;
 use crate::to_natural::RenderOptions;
 
 pub fn rewrite(body: &[u8], options: &RenderOptions) -> Result<Vec<u8>, GatewayError> {
-    let mut completion: Value =
-        serde_json::from_slice(body).map_err(|e| GatewayError::UpstreamInvalid {
-            message: format!("The upstream's completion is not valid JSON: {e}"),
-            code: "upstream_invalid_body",
-        })?;
+    let mut completion = crate::upstream::reply::parse(body)?;
     if let Some(choices) = completion.get_mut("choices").and_then(Value::as_array_mut) {
         for choice in choices {
             rewrite_choice(choice, options);
