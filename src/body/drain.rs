@@ -38,7 +38,8 @@ impl DrainGuard {
         Drain {
             inner,
             grace_over: Some(self.grace_over),
-            tail: [0; 2],
+            tail: [0; 4],
+            sent: false,
             expired: false,
             done: false,
         }
@@ -50,8 +51,9 @@ pin_project! {
         #[pin]
         inner: B,
         grace_over: Option<GraceOver>,
-        // The last two bytes sent, to know whether we stand between events.
-        tail: [u8; 2],
+        // The last four bytes sent, to know whether we stand between events.
+        tail: [u8; 4],
+        sent: bool,
         expired: bool,
         done: bool,
     }
@@ -81,9 +83,10 @@ where
             *this.grace_over = None;
         }
         // Between events (nothing sent yet, or the last frame ended a blank line).
-        let at_boundary = *this.tail == [0, 0]
-            || *this.tail == *b"\n\n"
-            || this.tail[1] == b'\r' && this.tail[0] == b'\r';
+        // SSE events end with a blank line: `\n\n`, `\r\r` or `\r\n\r\n`.
+        let t = *this.tail;
+        let at_boundary =
+            !*this.sent || t[2..] == *b"\n\n" || t[2..] == *b"\r\r" || t == *b"\r\n\r\n";
         if *this.expired && at_boundary {
             *this.done = true;
             metrics::counter!(crate::metrics::STREAMS_EXPIRED).increment(1);
@@ -92,11 +95,11 @@ where
         match this.inner.poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
-                    match data.len() {
-                        0 => {}
-                        1 => *this.tail = [this.tail[1], data[0]],
-                        n => *this.tail = [data[n - 2], data[n - 1]],
+                    for &b in &data[data.len().saturating_sub(4)..] {
+                        this.tail.rotate_left(1);
+                        this.tail[3] = b;
                     }
+                    *this.sent |= !data.is_empty();
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -157,5 +160,24 @@ mod tests {
         let end = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert!(end.starts_with(b"data: {\"error\"") && end.ends_with(b"data: [DONE]\n\n"));
         assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn crlf_events_end_at_their_blank_line() {
+        let (tx, rx) = watch::channel(false);
+        let body =
+            DrainGuard::new(rx).wrap(frames(vec![b"data: 1\r\n", b"\r\n", b"data: 2\r\n\r\n"]));
+        let mut body = std::pin::pin!(body);
+        assert_eq!(
+            &body.frame().await.unwrap().unwrap().into_data().unwrap()[..],
+            b"data: 1\r\n"
+        );
+        tx.send_replace(true);
+        assert_eq!(
+            &body.frame().await.unwrap().unwrap().into_data().unwrap()[..],
+            b"\r\n"
+        );
+        let end = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert!(end.starts_with(b"data: {\"error\""), "{end:?}");
     }
 }
