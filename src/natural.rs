@@ -5,7 +5,6 @@
 //! model's natural-text calls are parsed out of its streamed reply and
 //! emitted as native `tool_calls`.
 
-pub mod body;
 pub mod cache;
 pub mod complete;
 pub mod content;
@@ -19,6 +18,7 @@ pub mod parser;
 pub mod policy;
 pub mod prompt;
 pub mod repair;
+pub mod repairing;
 pub mod reply;
 pub mod request;
 pub mod stream;

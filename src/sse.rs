@@ -3,5 +3,6 @@
 
 pub mod decoder;
 pub mod encoder;
+pub mod transform;
 
 pub use decoder::{Decoder, Event};

@@ -6,7 +6,6 @@
 //! upstream as they are. Client direction ([`stream`], [`complete`]): native
 //! calls become text in the configured syntax, streamed as they arrive.
 
-pub mod body;
 pub mod complete;
 pub mod history;
 pub mod pretty;
@@ -20,6 +19,7 @@ use crate::body::{self as gbody, Body};
 use crate::config::Provider;
 use crate::error::GatewayError;
 use crate::natural::syntax::Syntax;
+use crate::sse::transform::TransformBody;
 use crate::upstream::Upstreams;
 use crate::upstream::reply::{self, Shape};
 
@@ -103,7 +103,7 @@ pub async fn handle(
         let renderer = stream::StreamRenderer::new(options);
         return Ok(Response::from_parts(
             parts,
-            body::RenderBody::new(upstream_body, renderer).boxed_unsync(),
+            TransformBody::new(upstream_body, renderer).boxed_unsync(),
         ));
     }
     let collected = reply::read(upstream_body).await?;

@@ -11,14 +11,15 @@ use http_body_util::{BodyExt, Full};
 use crate::body::{self, Body};
 use crate::config::{Config, Mode, OnInvalid, Provider};
 use crate::error::GatewayError;
-use crate::natural::body::RewriteBody;
 use crate::natural::cache::ContractCache;
 use crate::natural::parser::ParserOptions;
 use crate::natural::repair::Repairer;
+use crate::natural::repairing::Repairing;
 use crate::natural::reply::ReplySettings;
 use crate::natural::request::{self, NaturalOptions, ResponsePlan, Rewrite};
 use crate::natural::stream::StreamRewriter;
 use crate::natural::validate::SchemaCache;
+use crate::sse::transform::TransformBody;
 use crate::upstream::Upstreams;
 use crate::upstream::reply::{self, Shape};
 
@@ -130,7 +131,8 @@ impl Engine {
             let rewriter = StreamRewriter::new(settings, plan.include_usage);
             return Ok(Response::from_parts(
                 parts,
-                RewriteBody::new(upstream_body, rewriter, repairer).boxed_unsync(),
+                TransformBody::new(upstream_body, Repairing::new(rewriter, repairer))
+                    .boxed_unsync(),
             ));
         }
         let collected = reply::read(upstream_body).await?;

@@ -18,6 +18,7 @@ use crate::error::GatewayError;
 use crate::natural::emit::{self, ChunkHeader};
 use crate::natural::reply::{InvalidCall, RepairRequest, ReplyParser, ReplySettings};
 use crate::sse::encoder;
+use crate::sse::transform::{self, Incoming};
 
 pub struct StreamRewriter {
     settings: ReplySettings,
@@ -111,10 +112,6 @@ impl StreamRewriter {
         if self.ended {
             return;
         }
-        if data == b"[DONE]" {
-            self.finish(out);
-            return;
-        }
         // Almost every chunk is one plain content delta: read it borrowed,
         // without building a JSON tree, and forward its bytes if the parser
         // lets its text through. Multi-line `data:` payloads must be
@@ -127,23 +124,18 @@ impl StreamRewriter {
         {
             return;
         }
-        let Ok(Value::Object(mut chunk)) = serde_json::from_slice::<Value>(data) else {
-            self.fail(
-                out,
-                &GatewayError::UpstreamInvalid {
-                    message: "The upstream sent a stream event that is not a JSON object".into(),
-                    code: "upstream_invalid_event",
-                },
-            );
-            return;
+        let mut chunk = match transform::classify(data) {
+            Incoming::Done => return self.finish(out),
+            Incoming::Invalid => return self.fail(out, &transform::invalid_event()),
+            Incoming::Error(error) => {
+                // The upstream's own in-stream error (rule 15): pass it on, then
+                // end the stream; nothing may follow an error but `[DONE]`.
+                emit::write_error(out, &error);
+                self.ended = true;
+                return;
+            }
+            Incoming::Chunk(chunk) => chunk,
         };
-        if chunk.contains_key("error") {
-            // The upstream's own in-stream error (rule 15): pass it on, then
-            // end the stream; nothing may follow an error but `[DONE]`.
-            emit::write_error(out, &Value::Object(chunk));
-            self.ended = true;
-            return;
-        }
         if self.header.is_none() {
             self.header = Some(ChunkHeader::from_chunk(&chunk));
         }

@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 use crate::error::GatewayError;
 use crate::natural::emit::{self, ChunkHeader};
 use crate::sse::encoder;
+use crate::sse::transform::{self, Incoming, Transform};
 use crate::to_natural::RenderOptions;
 use crate::to_natural::pretty::PrettyPrinter;
 
@@ -70,25 +71,16 @@ impl StreamRenderer {
         if self.ended {
             return;
         }
-        if data == b"[DONE]" {
-            self.finish(out);
-            return;
-        }
-        let Ok(Value::Object(mut chunk)) = serde_json::from_slice::<Value>(data) else {
-            self.fail(
-                out,
-                &GatewayError::UpstreamInvalid {
-                    message: "The upstream sent a stream event that is not a JSON object".into(),
-                    code: "upstream_invalid_event",
-                },
-            );
-            return;
+        let mut chunk = match transform::classify(data) {
+            Incoming::Done => return self.finish(out),
+            Incoming::Invalid => return self.fail(out, &transform::invalid_event()),
+            Incoming::Error(error) => {
+                emit::write_error(out, &error);
+                self.ended = true;
+                return;
+            }
+            Incoming::Chunk(chunk) => chunk,
         };
-        if chunk.contains_key("error") {
-            emit::write_error(out, &Value::Object(chunk));
-            self.ended = true;
-            return;
-        }
         if self.header.is_none() {
             self.header = Some(ChunkHeader::from_chunk(&chunk));
         }
@@ -207,6 +199,21 @@ impl StreamRenderer {
         }
         emit::write_error(out, &error.to_json());
         self.ended = true;
+    }
+}
+
+impl Transform for StreamRenderer {
+    fn on_event(&mut self, data: &[u8], out: &mut BytesMut) {
+        StreamRenderer::on_event(self, data, out);
+    }
+    fn finish(&mut self, out: &mut BytesMut) {
+        StreamRenderer::finish(self, out);
+    }
+    fn fail(&mut self, out: &mut BytesMut, error: &GatewayError) {
+        StreamRenderer::fail(self, out, error);
+    }
+    fn is_ended(&self) -> bool {
+        self.ended
     }
 }
 

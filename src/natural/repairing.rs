@@ -1,0 +1,114 @@
+//! Natural mode's stream transform with its repairs: wraps the sans-IO
+//! [`StreamRewriter`], runs the repairs it asks for on the fallback model,
+//! and keeps the client's stream alive while its calls wait for them.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use serde_json::{Map, Value};
+use tokio::task::JoinSet;
+use tokio::time::Sleep;
+
+use crate::error::GatewayError;
+use crate::natural::repair::Repairer;
+use crate::natural::reply::InvalidCall;
+use crate::natural::stream::StreamRewriter;
+use crate::sse::encoder;
+use crate::sse::transform::Transform;
+
+/// A comment line is sent while a repair takes longer than this, so clients
+/// and proxies with read timeouts keep the stream open (conformance rule 1).
+const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(3);
+
+type RepairOutcome = (u64, u32, Result<(String, Map<String, Value>), InvalidCall>);
+
+pub struct Repairing {
+    rewriter: StreamRewriter,
+    repairer: Option<Arc<Repairer>>,
+    repairs: JoinSet<RepairOutcome>,
+    keep_alive: Option<Pin<Box<Sleep>>>,
+}
+
+impl Repairing {
+    pub fn new(rewriter: StreamRewriter, repairer: Option<Arc<Repairer>>) -> Self {
+        Repairing {
+            rewriter,
+            repairer,
+            repairs: JoinSet::new(),
+            keep_alive: None,
+        }
+    }
+}
+
+impl Transform for Repairing {
+    fn on_event(&mut self, data: &[u8], out: &mut BytesMut) {
+        self.rewriter.on_event(data, out);
+    }
+
+    fn finish(&mut self, out: &mut BytesMut) {
+        self.rewriter.finish(out);
+    }
+
+    fn fail(&mut self, out: &mut BytesMut, error: &GatewayError) {
+        self.rewriter.fail(out, error);
+    }
+
+    fn is_ended(&self) -> bool {
+        self.rewriter.is_ended()
+    }
+
+    fn poll_side(&mut self, cx: &mut Context<'_>, out: &mut BytesMut) -> Poll<bool> {
+        // Start the repairs the rewriter asked for.
+        for (choice, request) in self.rewriter.take_repairs() {
+            match &self.repairer {
+                Some(repairer) => {
+                    let repairer = repairer.clone();
+                    self.repairs.spawn(async move {
+                        let result = repairer.repair(&request).await;
+                        (choice, request.id, result)
+                    });
+                }
+                None => {
+                    let err = InvalidCall {
+                        tool: request.tool,
+                        reason: request.error,
+                    };
+                    self.rewriter.resolve(choice, request.id, Err(err), out);
+                    return Poll::Ready(true);
+                }
+            }
+        }
+        if !self.repairs.is_empty()
+            && let Poll::Ready(Some(joined)) = self.repairs.poll_join_next(cx)
+        {
+            match joined {
+                Ok((choice, id, result)) => self.rewriter.resolve(choice, id, result, out),
+                // A repair task that panicked or was cancelled cannot fill its slot.
+                Err(e) => self.rewriter.fail(
+                    out,
+                    &GatewayError::InvalidToolCall {
+                        message: format!("A tool-call repair failed: {e}"),
+                    },
+                ),
+            }
+            return Poll::Ready(true);
+        }
+        if !self.rewriter.is_blocked() {
+            self.keep_alive = None;
+            return Poll::Ready(false);
+        }
+        // Waiting for a repair: keep the client's stream alive.
+        let sleep = self
+            .keep_alive
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(KEEP_ALIVE_EVERY)));
+        if sleep.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.keep_alive = None;
+        out.extend_from_slice(encoder::KEEP_ALIVE);
+        Poll::Ready(true)
+    }
+}
