@@ -216,21 +216,22 @@ where
     } else {
         bytes
     };
-    let upstream_req = Request::from_parts(parts, Full::new(bytes));
     // Tool transforms apply to chat completions only; every other path is transparent.
-    let chat = upstream_req.method() == Method::POST
-        && upstream_req.uri().path() == "/v1/chat/completions";
+    let chat = parts.method == Method::POST && parts.uri.path() == "/v1/chat/completions";
     match provider.tools.mode {
         Mode::Natural if chat => {
             runtime
                 .natural
-                .handle(&runtime.upstreams, &runtime.config, provider, upstream_req)
+                .handle(&runtime.upstreams, &runtime.config, provider, parts, bytes)
                 .await
         }
         Mode::ToNatural if chat => {
-            crate::to_natural::handle(&runtime.upstreams, provider, upstream_req).await
+            crate::to_natural::handle(&runtime.upstreams, provider, parts, bytes).await
         }
-        _ => runtime.upstreams.send(provider, upstream_req).await,
+        _ => {
+            let request = Request::from_parts(parts, Full::new(bytes));
+            runtime.upstreams.send(provider, request).await
+        }
     }
 }
 

@@ -62,7 +62,8 @@ impl RenderOptions {
 pub async fn handle(
     upstreams: &Upstreams,
     provider: &Provider,
-    req: Request<Full<Bytes>>,
+    mut parts: http::request::Parts,
+    bytes: Bytes,
 ) -> Result<Response<Body>, GatewayError> {
     let tools = &provider.tools;
     let options = RenderOptions {
@@ -70,25 +71,13 @@ pub async fn handle(
         pretty: tools.pretty,
         separator: tools.separator.clone(),
     };
-    let (mut parts, body) = req.into_parts();
-    let bytes = body
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_else(|never| match never {});
     let history = history::HistoryOptions {
         syntax: tools.syntax,
         max_tool_result_chars: tools.max_tool_result_chars,
     };
-    let bytes = match history::rewrite(&bytes, &history) {
-        Ok(Some(rewritten)) => Bytes::from(rewritten),
-        Ok(None) => bytes,
-        Err(e) => {
-            return Err(GatewayError::BadRequest {
-                param: e.param().map(str::to_owned),
-                message: e.to_string(),
-            });
-        }
+    let bytes = match history::rewrite(&bytes, &history)? {
+        Some(rewritten) => Bytes::from(rewritten),
+        None => bytes,
     };
     // The reply must be parsed, so it must arrive uncompressed.
     parts.headers.remove(header::ACCEPT_ENCODING);

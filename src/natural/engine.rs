@@ -74,7 +74,7 @@ impl Engine {
                 None,
             )
         })?;
-        match request::rewrite(body, &state.options, &state.contracts).map_err(bad_request)? {
+        match request::rewrite(body, &state.options, &state.contracts)? {
             Rewrite::Unchanged => Ok(body.to_vec()),
             Rewrite::Rewritten { body, .. } => Ok(body),
         }
@@ -85,19 +85,15 @@ impl Engine {
         upstreams: &Upstreams,
         config: &Config,
         provider: &Arc<Provider>,
-        req: Request<Full<Bytes>>,
+        mut parts: http::request::Parts,
+        bytes: Bytes,
     ) -> Result<Response<Body>, GatewayError> {
         let Some(state) = self.providers.get(&provider.name) else {
-            return upstreams.send(provider, req).await;
+            return upstreams
+                .send(provider, Request::from_parts(parts, Full::new(bytes)))
+                .await;
         };
-        let (mut parts, body) = req.into_parts();
-        let bytes = body
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .unwrap_or_else(|never| match never {});
-        let rewrite =
-            request::rewrite(&bytes, &state.options, &state.contracts).map_err(bad_request)?;
+        let rewrite = request::rewrite(&bytes, &state.options, &state.contracts)?;
         let (body, plan) = match rewrite {
             Rewrite::Unchanged => (bytes, None),
             Rewrite::Rewritten { body, plan } => (Bytes::from(body), plan),
@@ -169,12 +165,5 @@ impl Engine {
             authorization: client_auth,
             for_provider: provider.name.as_str().into(),
         }))
-    }
-}
-
-fn bad_request(e: request::RequestError) -> GatewayError {
-    GatewayError::BadRequest {
-        param: e.param().map(str::to_owned),
-        message: e.to_string(),
     }
 }
