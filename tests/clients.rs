@@ -34,41 +34,11 @@ const SEED_REPLY: &str = "I'll get the weather for San Francisco today in Fahren
 const SEED_TEXT: &str = "I'll get the weather for San Francisco today in Fahrenheit.";
 
 /// Two calls in one reply.
-const TWO_CALLS_REPLY: &str = "Let me do both.\n\n<GetWeather>\n```json\n{\"location\": \"Paris\", \"unit\": \"celsius\"}\n```\n</GetWeather>\n\n<BookRestaurant>\n```json\n{\"restaurantName\": \"Chez Léon\", \"numberOfPeople\": 4}\n```\n</BookRestaurant>";
+const TWO_CALLS_REPLY: &str = "Let me do both.\n\n<GetWeather>\n```json\n{\"location\": \"Paris\", \"unit\": \"celsius\"}\n```\n</GetWeather>\n\n<BookRestaurant>\n```json\n{\"restaurantName\": \"Chez Léon\", \"date\": \"2025-05-15\", \"time\": \"19:00\", \"numberOfPeople\": 4}\n```\n</BookRestaurant>";
 
 /// What a script run may take at most (Python's import of `openai` alone is
 /// about a second).
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(90);
-
-fn get_weather() -> Value {
-    json!({"type": "function", "function": {
-        "name": "GetWeather",
-        "description": "Get the current weather for a location",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "location": {"type": "string", "description": "The city and state"},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}
-            },
-            "required": ["location"]
-        }
-    }})
-}
-
-fn book_restaurant() -> Value {
-    json!({"type": "function", "function": {
-        "name": "BookRestaurant",
-        "description": "Book a table at a restaurant",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "restaurantName": {"type": "string"},
-                "numberOfPeople": {"type": "integer"}
-            },
-            "required": ["restaurantName", "numberOfPeople"]
-        }
-    }})
-}
 
 // ---------------------------------------------------------------------------
 // Gateways and upstreams
@@ -219,7 +189,7 @@ async fn rust_async_openai_non_streaming_tool_call() {
         .chat()
         .create(rust_request(
             UP_MODEL,
-            vec![get_weather(), book_restaurant()],
+            vec![seed_get_weather(), seed_book_restaurant()],
         ))
         .await
         .expect("a typed chat.completion");
@@ -248,7 +218,7 @@ async fn rust_async_openai_streams_two_tool_calls() {
     let client = rust_client(&gw);
     let out = rust_stream(
         &client,
-        rust_request(UP_MODEL, vec![get_weather(), book_restaurant()]),
+        rust_request(UP_MODEL, vec![seed_get_weather(), seed_book_restaurant()]),
     )
     .await
     .expect("a well-formed typed stream");
@@ -265,7 +235,7 @@ async fn rust_async_openai_streams_two_tool_calls() {
     assert_eq!(args[0], json!({"location": "Paris", "unit": "celsius"}));
     assert_eq!(
         args[1],
-        json!({"restaurantName": "Chez Léon", "numberOfPeople": 4})
+        json!({"restaurantName": "Chez Léon", "date": "2025-05-15", "time": "19:00", "numberOfPeople": 4})
     );
 }
 
@@ -277,7 +247,7 @@ async fn rust_async_openai_tool_loop_against_the_demo_model() {
     let client = rust_client(&gw);
     let first = client
         .chat()
-        .create(rust_request("demo", vec![get_weather()]))
+        .create(rust_request("demo", vec![seed_get_weather()]))
         .await
         .expect("first turn");
     assert_eq!(
@@ -288,7 +258,7 @@ async fn rust_async_openai_tool_loop_against_the_demo_model() {
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].1, "GetWeather");
     let location = calls[0].2["location"].as_str().expect("a location string");
-    let mut history = serde_json::to_value(rust_request("demo", vec![get_weather()])).unwrap();
+    let mut history = serde_json::to_value(rust_request("demo", vec![seed_get_weather()])).unwrap();
     // The typed assistant message, serialized as async-openai sends it.
     let assistant = serde_json::to_value(&first.choices[0].message).unwrap();
     let messages = history["messages"].as_array_mut().unwrap();
@@ -314,7 +284,7 @@ async fn rust_async_openai_to_natural_round_trip_with_the_demo_model() {
     let client = rust_client(&gw);
     let first = client
         .chat()
-        .create(rust_request("demo-text", vec![get_weather()]))
+        .create(rust_request("demo-text", vec![seed_get_weather()]))
         .await
         .expect("non-streaming to_natural reply");
     let message = &first.choices[0].message;
@@ -330,7 +300,7 @@ async fn rust_async_openai_to_natural_round_trip_with_the_demo_model() {
     );
     assert!(content.trim_end().ends_with("</tool_call>"), "{content}");
 
-    let streamed = rust_stream(&client, rust_request("demo-text", vec![get_weather()]))
+    let streamed = rust_stream(&client, rust_request("demo-text", vec![seed_get_weather()]))
         .await
         .expect("streamed to_natural reply");
     assert_eq!(streamed.finish, Some(FinishReason::Stop));
@@ -341,7 +311,8 @@ async fn rust_async_openai_to_natural_round_trip_with_the_demo_model() {
     );
 
     // The natural-text history goes back; toolgate makes it native again.
-    let mut history = serde_json::to_value(rust_request("demo-text", vec![get_weather()])).unwrap();
+    let mut history =
+        serde_json::to_value(rust_request("demo-text", vec![seed_get_weather()])).unwrap();
     let messages = history["messages"].as_array_mut().unwrap();
     messages.push(json!({"role": "assistant", "content": content}));
     messages.push(json!({"role": "user", "content": "<tool_response name=\"GetWeather\">\n18 C\n</tool_response>"}));
@@ -703,7 +674,7 @@ async fn a_broken_emitter_fails_the_checker_and_real_clients() {
         let model = broken_model(fault);
         let body = json!({"model": model, "stream": true,
             "messages": [{"role": "user", "content": "hi"}],
-            "tools": [get_weather(), book_restaurant()]});
+            "tools": [seed_get_weather(), seed_book_restaurant()]});
         let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
         assert_eq!(r.status, 200);
         assert_eq!(
@@ -718,7 +689,7 @@ async fn a_broken_emitter_fails_the_checker_and_real_clients() {
         let py_helper = python_run("stream_helper", &url, model).await;
         let py_create = python_run("create_stream", &url, model).await;
         let node_helper = node_run("stream_helper", &url, model).await;
-        let rust_out = rust_stream(&rust, rust_request(model, vec![get_weather()])).await;
+        let rust_out = rust_stream(&rust, rust_request(model, vec![seed_get_weather()])).await;
         match fault {
             Fault::MissingToolCallIndex => {
                 // The SDKs' own accumulators reject it.
@@ -786,7 +757,7 @@ async fn the_same_clients_accept_toolgates_rewrite_of_two_calls() {
     let url = base_url(&gw);
     let body = json!({"model": UP_MODEL, "stream": true,
         "messages": [{"role": "user", "content": "hi"}],
-        "tools": [get_weather(), book_restaurant()]});
+        "tools": [seed_get_weather(), seed_book_restaurant()]});
     let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
     let s = check_stream(&r.body, &Expect::default()).expect("conformant");
     assert_eq!(s.choice().calls.len(), 2);

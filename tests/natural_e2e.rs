@@ -19,38 +19,6 @@ const SEED_TEXT: &str = "I'll get the weather for San Francisco today in Fahrenh
 /// Multibyte text around a call, for the split tests.
 const UNICODE_REPLY: &str = "Je vérifie la météo à Montréal 🌦️ tout de suite… 👍\n\n<GetWeather>\n```json\n{\"location\": \"Montréal, QC\", \"unit\": \"celsius\"}\n```\n</GetWeather>\n\nÇa arrive 🚀";
 
-fn get_weather() -> Value {
-    json!({"type": "function", "function": {
-        "name": "GetWeather",
-        "description": "Get the current weather for a location",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "description": "The temperature unit to use"}
-            },
-            "required": ["location"]
-        }
-    }})
-}
-
-fn book_restaurant() -> Value {
-    json!({"type": "function", "function": {
-        "name": "BookRestaurant",
-        "description": "Book a table at a restaurant",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "restaurantName": {"type": "string", "description": "Name of the restaurant"},
-                "date": {"type": "string", "description": "Date of booking in YYYY-MM-DD format"},
-                "time": {"type": "string", "description": "Time of booking in HH:MM format"},
-                "numberOfPeople": {"type": "integer", "description": "Number of people for the reservation"}
-            },
-            "required": ["restaurantName", "date", "time", "numberOfPeople"]
-        }
-    }})
-}
-
 /// A chat request offering both seed tools; `extra` fields are merged in
 /// (a `null` removes the field).
 fn chat(stream: bool, extra: Value) -> String {
@@ -60,7 +28,7 @@ fn chat(stream: bool, extra: Value) -> String {
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": "What's the weather like in San Francisco today?"}
         ],
-        "tools": [get_weather(), book_restaurant()],
+        "tools": [seed_get_weather(), seed_book_restaurant()],
         "stream": stream,
     });
     if let Value::Object(extra) = extra {
@@ -553,7 +521,7 @@ async fn bracket_syntax_shows_the_description_and_hides_the_json() {
 }
 
 fn demo_request(stream: bool, messages: Value) -> String {
-    json!({"model": "demo", "stream": stream, "messages": messages, "tools": [get_weather()]})
+    json!({"model": "demo", "stream": stream, "messages": messages, "tools": [seed_get_weather()]})
         .to_string()
 }
 

@@ -434,3 +434,37 @@ pub fn raw_sse_reply(body: &[u8], cuts: &[usize], delay: Duration) -> Reply {
         pieces,
     }
 }
+
+/// Seed 000's GetWeather tool, as a request's `tools` entry.
+pub fn seed_get_weather() -> serde_json::Value {
+    serde_json::json!({"type": "function", "function": {
+        "name": "GetWeather",
+        "description": "Get the current weather for a location",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "description": "The temperature unit to use"}
+            },
+            "required": ["location"]
+        }
+    }})
+}
+
+/// Seed 000's BookRestaurant tool, as a request's `tools` entry.
+pub fn seed_book_restaurant() -> serde_json::Value {
+    serde_json::json!({"type": "function", "function": {
+        "name": "BookRestaurant",
+        "description": "Book a table at a restaurant",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "restaurantName": {"type": "string", "description": "Name of the restaurant"},
+                "date": {"type": "string", "description": "Date of booking in YYYY-MM-DD format"},
+                "time": {"type": "string", "description": "Time of booking in HH:MM format"},
+                "numberOfPeople": {"type": "integer", "description": "Number of people for the reservation"}
+            },
+            "required": ["restaurantName", "date", "time", "numberOfPeople"]
+        }
+    }})
+}
