@@ -1,13 +1,20 @@
 //! Sending a request to a provider: over HTTP(S) with a pooled client, or to
 //! the in-process demo model. Both return the same `Response<Body>`, so every
 //! layer above (transparency, transforms, metrics) runs the same way for both.
+//!
+//! Plain `http` upstreams (a model server beside the gateway, the common
+//! sidecar case) go through [`pool`], whose connections are driven by the
+//! request's own task. `https` upstreams go through hyper's pooled client,
+//! which negotiates HTTP/2 by ALPN.
 
+pub mod pool;
 pub mod reply;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, Uri, Version, header};
+use http::uri::Scheme;
+use http::{HeaderValue, Request, Response, Uri, Version, header};
 use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -25,6 +32,7 @@ use crate::metrics as m;
 /// The pooled client shared by all providers.
 #[derive(Clone)]
 pub struct Upstreams {
+    pool: pool::Pool,
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     first_byte_timeout: Duration,
     stream_idle_timeout: Duration,
@@ -50,6 +58,7 @@ impl Upstreams {
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
         Upstreams {
+            pool: pool::Pool::new(server.connect_timeout),
             client,
             first_byte_timeout: server.first_byte_timeout,
             stream_idle_timeout: server.stream_idle_timeout,
@@ -66,10 +75,26 @@ impl Upstreams {
         match &provider.target {
             Target::Demo(demo) => Ok(crate::demo::respond(demo, req).await),
             Target::Http(target) => {
-                *req.uri_mut() = upstream_uri(target, req.uri())?;
                 prepare_headers(provider, &mut req);
                 let started = tokio::time::Instant::now();
-                let sent = tokio::time::timeout(self.first_byte_timeout, self.client.request(req));
+                let sent = tokio::time::timeout(self.first_byte_timeout, async {
+                    if target.scheme == Scheme::HTTP {
+                        *req.uri_mut() = origin_form(target, req.uri())?;
+                        let host = HeaderValue::from_str(target.authority.as_str())
+                            .expect("an authority is a valid header value");
+                        req.headers_mut().insert(header::HOST, host);
+                        match self.pool.send(&target.authority, req).await {
+                            Ok(response) => Ok(response.map(body::boxed)),
+                            Err(e) => Err(Failure::from_pool(e)),
+                        }
+                    } else {
+                        *req.uri_mut() = absolute_form(target, req.uri())?;
+                        match self.client.request(req).await {
+                            Ok(response) => Ok(response.map(body::boxed)),
+                            Err(e) => Err(Failure::from_client(&e)),
+                        }
+                    }
+                });
                 let response = match sent.await {
                     Err(_) => {
                         count_error(&provider.name, "timeout");
@@ -78,33 +103,65 @@ impl Upstreams {
                             secs: self.first_byte_timeout.as_secs_f64(),
                         });
                     }
-                    Ok(Err(e)) => {
-                        count_error(
-                            &provider.name,
-                            if e.is_connect() {
-                                "connect"
-                            } else {
-                                "protocol"
-                            },
-                        );
+                    Ok(Err(Failure::Request(e))) => return Err(e),
+                    Ok(Err(Failure::Upstream { kind, reason })) => {
+                        count_error(&provider.name, kind);
                         return Err(GatewayError::UpstreamUnreachable {
                             provider: provider.name.clone(),
-                            reason: error_chain(&e),
+                            reason,
                         });
                     }
                     Ok(Ok(response)) => response,
                 };
                 metrics::histogram!(m::UPSTREAM_TTFB, "provider" => provider.name.clone())
                     .record(started.elapsed().as_secs_f64());
-                let (mut parts, incoming) = response.into_parts();
+                let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
                 // Frames already waiting go out in one write (see `coalesce`).
                 let body = body::boxed(IdleTimeout::new(
-                    Coalesce::new(incoming),
+                    Coalesce::new(body),
                     self.stream_idle_timeout,
                 ));
                 Ok(Response::from_parts(parts, body))
             }
+        }
+    }
+}
+
+/// Why an upstream request got no response head.
+enum Failure {
+    /// The request cannot be sent at all (e.g. its URL cannot be built).
+    Request(GatewayError),
+    /// The upstream could not be reached or broke the protocol.
+    Upstream { kind: &'static str, reason: String },
+}
+
+impl From<GatewayError> for Failure {
+    fn from(e: GatewayError) -> Self {
+        Failure::Request(e)
+    }
+}
+
+impl Failure {
+    fn from_pool(e: pool::SendError) -> Self {
+        let kind = match e {
+            pool::SendError::Connect { .. } => "connect",
+            pool::SendError::Http(_) => "protocol",
+        };
+        Failure::Upstream {
+            kind,
+            reason: error_chain(&e),
+        }
+    }
+
+    fn from_client(e: &hyper_util::client::legacy::Error) -> Self {
+        Failure::Upstream {
+            kind: if e.is_connect() {
+                "connect"
+            } else {
+                "protocol"
+            },
+            reason: error_chain(e),
         }
     }
 }
@@ -142,19 +199,32 @@ pub fn count_error(provider: &str, kind: &'static str) {
         .increment(1);
 }
 
-/// `https://host/v1` + `/chat/completions?x=1` (the client's path after `/v1`).
-fn upstream_uri(target: &HttpTarget, client_uri: &Uri) -> Result<Uri, GatewayError> {
+/// `/v1` + `/chat/completions?x=1` (the client's path after `/v1`).
+fn origin_form(target: &HttpTarget, client_uri: &Uri) -> Result<Uri, GatewayError> {
+    Uri::try_from(upstream_path(target, client_uri))
+        .map_err(|e| GatewayError::bad_request(format!("cannot build upstream URL: {e}"), None))
+}
+
+/// `https://host/v1` + `/chat/completions?x=1`.
+fn absolute_form(target: &HttpTarget, client_uri: &Uri) -> Result<Uri, GatewayError> {
+    Uri::builder()
+        .scheme(target.scheme.clone())
+        .authority(target.authority.clone())
+        .path_and_query(upstream_path(target, client_uri))
+        .build()
+        .map_err(|e| GatewayError::bad_request(format!("cannot build upstream URL: {e}"), None))
+}
+
+fn upstream_path(target: &HttpTarget, client_uri: &Uri) -> String {
     let path_and_query = client_uri.path_and_query().map_or("/", |pq| pq.as_str());
     let rest = path_and_query.strip_prefix("/v1").unwrap_or(path_and_query);
     let mut pq = String::with_capacity(target.base_path.len() + rest.len());
     pq.push_str(&target.base_path);
     pq.push_str(rest);
-    Uri::builder()
-        .scheme(target.scheme.clone())
-        .authority(target.authority.clone())
-        .path_and_query(pq)
-        .build()
-        .map_err(|e| GatewayError::bad_request(format!("cannot build upstream URL: {e}"), None))
+    if pq.is_empty() {
+        pq.push('/');
+    }
+    pq
 }
 
 fn prepare_headers(provider: &Provider, req: &mut Request<Full<Bytes>>) {
@@ -163,7 +233,7 @@ fn prepare_headers(provider: &Provider, req: &mut Request<Full<Bytes>>) {
     *req.version_mut() = Version::HTTP_11;
     let headers = req.headers_mut();
     strip_hop_by_hop(headers);
-    // The client derives Host from the absolute URI; the client's Host names us.
+    // The client's Host names us; the upstream's is set per connection kind.
     headers.remove(header::HOST);
     // The body may have been rewritten; hyper sets the length from the body.
     headers.remove(header::CONTENT_LENGTH);

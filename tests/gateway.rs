@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -590,4 +591,160 @@ async fn garbage_sse_from_a_passthrough_upstream_is_relayed_as_is() {
     )
     .await;
     assert_eq!(&r.body[..], garbage);
+}
+
+#[tokio::test]
+async fn upstream_connections_are_reused_once_a_response_is_read_to_the_end() {
+    let mock = Mock::start(|rec| {
+        if rec.json()["stream"] == true {
+            Reply::sse(&["data: {\"n\":1}\n\n", "data: [DONE]\n\n"], Duration::ZERO)
+        } else {
+            Reply::json("{\"ok\":true}")
+        }
+    })
+    .await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    ))
+    .await;
+    for i in 0..6 {
+        let body = if i % 2 == 0 {
+            r#"{"model":"m"}"#
+        } else {
+            r#"{"model":"m","stream":true}"#
+        };
+        let got = post(&gw.url("/v1/chat/completions"), body).await;
+        assert_eq!(got.status, 200);
+    }
+    assert_eq!(mock.count(), 6);
+    assert_eq!(
+        mock.connection_count(),
+        1,
+        "sequential requests share one upstream connection"
+    );
+}
+
+#[tokio::test]
+async fn an_abandoned_stream_closes_its_upstream_connection_and_the_next_request_gets_a_new_one() {
+    let mock = Mock::start(|rec| {
+        if rec.json()["stream"] == true {
+            Reply::Stream {
+                status: 200,
+                headers: vec![("content-type", "text/event-stream".into())],
+                pieces: (0..100)
+                    .map(|i| {
+                        (
+                            Duration::from_millis(20),
+                            Bytes::from(format!("data: {i}\n\n")),
+                        )
+                    })
+                    .collect(),
+            }
+        } else {
+            Reply::json("{\"ok\":true}")
+        }
+    })
+    .await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    ))
+    .await;
+    let req = Request::post(gw.url("/v1/chat/completions"))
+        .body(Full::new(Bytes::from_static(
+            b"{\"model\":\"m\",\"stream\":true}",
+        )))
+        .unwrap();
+    let mut body = client().request(req).await.unwrap().into_body();
+    body.frame().await.unwrap().unwrap();
+    drop(body);
+    let got = post(&gw.url("/v1/chat/completions"), r#"{"model":"m"}"#).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.text(), "{\"ok\":true}");
+    assert_eq!(mock.connection_count(), 2);
+}
+
+#[tokio::test]
+async fn upstream_that_closes_connections_is_still_answered() {
+    // `connection: close` from the upstream: each request needs a new connection.
+    let mock = Mock::start(|_| Reply::Full {
+        status: 200,
+        headers: vec![
+            ("content-type", "application/json".into()),
+            ("connection", "close".into()),
+        ],
+        body: Bytes::from_static(b"{\"ok\":true}"),
+    })
+    .await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    ))
+    .await;
+    for _ in 0..3 {
+        let got = post(&gw.url("/v1/chat/completions"), r#"{"model":"m"}"#).await;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.text(), "{\"ok\":true}");
+    }
+    assert_eq!(mock.connection_count(), 3);
+}
+
+#[tokio::test]
+async fn upstream_closing_an_idle_connection_is_noticed_before_the_next_request() {
+    // A keep-alive server that hangs up each connection shortly after its
+    // answer, as uvicorn does after its keep-alive timeout.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut got = Vec::new();
+                // Head, then the body its content-length announces.
+                loop {
+                    let n = sock.read(&mut buf).await.unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                    if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().unwrap());
+                        if got.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                let body = "{\"ok\":true}";
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                sock.write_all(reply.as_bytes()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                drop(sock);
+            });
+        }
+    });
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &format!("http://{addr}/v1"), "[\"*\"]", "")
+    ))
+    .await;
+    for _ in 0..3 {
+        let got = post(&gw.url("/v1/chat/completions"), r#"{"model":"m"}"#).await;
+        assert_eq!(got.status, 200, "{}", got.text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
 }

@@ -85,6 +85,8 @@ pub struct Mock {
     /// Notified when a streamed reply body is dropped before it was fully sent
     /// (the gateway hung up on the mock).
     pub stream_cancelled: Arc<Notify>,
+    /// TCP connections accepted so far.
+    pub connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Mock {
@@ -95,11 +97,14 @@ impl Mock {
         let stream_cancelled = Arc::new(Notify::new());
         let handler: Handler = Arc::new(handler);
         let (reqs, cancelled) = (requests.clone(), stream_cancelled.clone());
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = connections.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let (handler, reqs, cancelled) = (handler.clone(), reqs.clone(), cancelled.clone());
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: Request<Incoming>| {
@@ -133,6 +138,7 @@ impl Mock {
             addr,
             requests,
             stream_cancelled,
+            connections,
         }
     }
 
@@ -151,6 +157,10 @@ impl Mock {
 
     pub fn count(&self) -> usize {
         self.requests.lock().unwrap().len()
+    }
+
+    pub fn connection_count(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

@@ -1,0 +1,298 @@
+//! HTTP/1.1 connections to plain-`http` upstreams, pooled per authority and
+//! driven by the task that uses them.
+//!
+//! hyper's pooled client runs every connection in a task of its own, so each
+//! body chunk crosses tasks: the connection task decodes one chunk, wakes the
+//! request's task, and waits until that task asks for the next. For an SSE
+//! stream that is a wake-up and a write syscall per event. Here the task
+//! serving the inbound request polls the upstream connection itself (see
+//! [`PooledBody::poll_frame`]): every chunk already read from the socket is
+//! decoded in the same poll, and hyper's server writes them out together.
+//!
+//! A connection goes back to the pool only when its response was read to the
+//! end and hyper says it can take another request. Anything else (the client
+//! left mid-stream, `Connection: close`, an error) closes it, which is also
+//! how the upstream learns that a request was abandoned.
+
+use std::collections::HashMap;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::uri::Authority;
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// How long an unused connection is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Unused connections kept per upstream; more are closed.
+const MAX_IDLE_PER_AUTHORITY: usize = 256;
+
+type Driver = http1::Connection<TokioIo<TcpStream>, Full<Bytes>>;
+type Sender = http1::SendRequest<Full<Bytes>>;
+
+/// One HTTP/1.1 connection: the handle requests go in by, and the state
+/// machine that must be polled for anything to move on the socket. Always
+/// boxed: hyper's connection state is large, and it moves from the pool to
+/// the request's future to its response body.
+struct Conn {
+    sender: Sender,
+    driver: Driver,
+    /// The driver finished (the connection closed or failed); never poll it again.
+    closed: bool,
+}
+
+impl Conn {
+    /// Polls hyper's connection state machine unless it already finished.
+    fn drive(&mut self, cx: &mut Context<'_>) {
+        if self.closed {
+            return;
+        }
+        if let Poll::Ready(ended) = Pin::new(&mut self.driver).poll(cx) {
+            // Closed or failed: whoever waits on it (the response future or
+            // the body) now resolves with why.
+            if let Err(e) = ended {
+                tracing::debug!(error = %e, "upstream connection ended");
+            }
+            self.closed = true;
+        }
+    }
+}
+
+struct Idle {
+    conn: Box<Conn>,
+    since: Instant,
+}
+
+/// The pool; cheap to clone.
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    idle: Mutex<HashMap<Authority, Vec<Idle>>>,
+    connect_timeout: Duration,
+}
+
+/// Why a request got no response head.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("cannot connect to {authority}: {reason}")]
+    Connect {
+        authority: Authority,
+        reason: String,
+    },
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+}
+
+impl Pool {
+    pub fn new(connect_timeout: Duration) -> Self {
+        Pool {
+            inner: Arc::new(Inner {
+                idle: Mutex::new(HashMap::new()),
+                connect_timeout,
+            }),
+        }
+    }
+
+    /// Sends `req` (origin-form URI, `Host` set) to `authority` on a pooled
+    /// connection, or a new one. The response body keeps the connection and
+    /// drives it while it is read.
+    pub async fn send(
+        &self,
+        authority: &Authority,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Response<PooledBody>, SendError> {
+        let mut req = req;
+        loop {
+            let (mut conn, reused) = match self.inner.checkout(authority) {
+                Some(conn) => (conn, true),
+                // Boxed: connecting is the rare path, and its future is large.
+                None => (Box::pin(self.inner.connect(authority)).await?, false),
+            };
+            match exchange(&mut conn, req).await {
+                Ok(response) => {
+                    let (parts, incoming) = response.into_parts();
+                    let body = PooledBody {
+                        ended: incoming.is_end_stream(),
+                        incoming,
+                        conn: Some(conn),
+                        home: (self.inner.clone(), authority.clone()),
+                    };
+                    return Ok(Response::from_parts(parts, body));
+                }
+                // hyper gives the request back only if none of it was written:
+                // a reused connection the upstream had just closed. Safe to send again.
+                Err(mut e) if reused && e.message().is_some() => {
+                    req = e.take_message().expect("checked above");
+                }
+                Err(e) => return Err(e.into_error().into()),
+            }
+        }
+    }
+
+    /// Unused connections now open to `authority` (for tests).
+    pub fn idle_count(&self, authority: &Authority) -> usize {
+        let idle = self.inner.idle.lock().expect("pool lock");
+        idle.get(authority).map_or(0, Vec::len)
+    }
+}
+
+impl Inner {
+    /// The most recently used live connection, if any.
+    fn checkout(&self, authority: &Authority) -> Option<Box<Conn>> {
+        loop {
+            let idle = {
+                let mut map = self.idle.lock().expect("pool lock");
+                map.get_mut(authority)?.pop()?
+            };
+            if idle.since.elapsed() > IDLE_TIMEOUT {
+                // Everything below it in the stack is older still.
+                self.idle.lock().expect("pool lock").remove(authority);
+                return None;
+            }
+            let mut conn = idle.conn;
+            // One poll notices an upstream that closed the connection while
+            // it sat idle (hyper reads the EOF and finishes).
+            conn.drive(&mut Context::from_waker(Waker::noop()));
+            if !conn.closed && conn.sender.is_ready() {
+                return Some(conn);
+            }
+        }
+    }
+
+    fn checkin(&self, authority: Authority, conn: Box<Conn>) {
+        let now = Instant::now();
+        let mut map = self.idle.lock().expect("pool lock");
+        let stack = map.entry(authority).or_default();
+        // The stack is ordered by age: expired connections sit at the bottom.
+        let expired = stack
+            .iter()
+            .take_while(|i| now.duration_since(i.since) > IDLE_TIMEOUT)
+            .count();
+        stack.drain(..expired);
+        if stack.len() < MAX_IDLE_PER_AUTHORITY {
+            stack.push(Idle { conn, since: now });
+        }
+    }
+
+    async fn connect(&self, authority: &Authority) -> Result<Box<Conn>, SendError> {
+        let failed = |reason: String| SendError::Connect {
+            authority: authority.clone(),
+            reason,
+        };
+        // `[::1]` in a URL is `::1` to the resolver.
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let port = authority.port_u16().unwrap_or(80);
+        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect((host, port)))
+            .await
+            .map_err(|_| failed(format!("timed out after {:?}", self.connect_timeout)))?
+            .map_err(|e| failed(e.to_string()))?;
+        tcp.set_nodelay(true).map_err(|e| failed(e.to_string()))?;
+        let (sender, driver) = http1::Builder::new().handshake(TokioIo::new(tcp)).await?;
+        Ok(Box::new(Conn {
+            sender,
+            driver,
+            closed: false,
+        }))
+    }
+}
+
+/// Writes the request and reads the response head, polling the connection
+/// in this task.
+async fn exchange(
+    conn: &mut Conn,
+    req: Request<Full<Bytes>>,
+) -> Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<Full<Bytes>>>> {
+    let mut response = std::pin::pin!(conn.sender.try_send_request(req));
+    poll_fn(|cx| {
+        conn.drive(cx);
+        response.as_mut().poll(cx)
+    })
+    .await
+}
+
+/// A response body that drives its connection, and returns it to the pool
+/// once read to the end.
+pub struct PooledBody {
+    incoming: Incoming,
+    conn: Option<Box<Conn>>,
+    ended: bool,
+    home: (Arc<Inner>, Authority),
+}
+
+impl PooledBody {
+    fn note(&mut self, polled: &Poll<Option<Result<Frame<Bytes>, hyper::Error>>>) {
+        match polled {
+            Poll::Ready(None) => self.ended = true,
+            Poll::Ready(Some(Ok(_))) if self.incoming.is_end_stream() => self.ended = true,
+            _ => {}
+        }
+    }
+}
+
+impl Body for PooledBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        let mut polled = Pin::new(&mut this.incoming).poll_frame(cx);
+        if polled.is_pending()
+            && let Some(conn) = this.conn.as_mut()
+        {
+            // Nothing decoded yet: let the connection read and decode. It
+            // hands over at most one chunk per poll, then waits for this body
+            // to take it; both wait on this task's waker.
+            conn.drive(cx);
+            polled = Pin::new(&mut this.incoming).poll_frame(cx);
+        }
+        this.note(&polled);
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.incoming.size_hint()
+    }
+}
+
+impl Drop for PooledBody {
+    fn drop(&mut self) {
+        // Unless the response was read to the end, dropping the connection
+        // closes it: the upstream sees the cancel.
+        if !self.ended {
+            return;
+        }
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        // Let hyper finish the message and turn idle, then keep the
+        // connection if it is ready for another request.
+        conn.drive(&mut Context::from_waker(Waker::noop()));
+        if !conn.closed && conn.sender.is_ready() {
+            let (pool, authority) = &self.home;
+            pool.checkin(authority.clone(), conn);
+        }
+    }
+}
