@@ -20,6 +20,7 @@ pub mod error;
 pub mod gateway;
 pub mod headers;
 pub mod inbound;
+pub mod log_writer;
 pub mod metrics;
 pub mod natural;
 pub mod router;

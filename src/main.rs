@@ -116,6 +116,7 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(toolgate::log_writer::flush)
         .build()
     {
         Ok(r) => r,
@@ -124,7 +125,7 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         let listen = config.server.listen;
         let listener = match tokio::net::TcpListener::bind(listen).await {
             Ok(l) => l,
@@ -142,7 +143,9 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-    })
+    });
+    toolgate::log_writer::flush();
+    code
 }
 
 /// SIGHUP: re-read the same config source (and env), validate it, and swap
@@ -181,7 +184,7 @@ fn init_tracing() {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(toolgate::log_writer::ParkFlushed);
     if json {
         builder.json().init();
     } else {
