@@ -25,9 +25,10 @@ use tokio::sync::{Semaphore, watch};
 use crate::body::drain::DrainGuard;
 use crate::body::observed::{Observed, RequestLog};
 use crate::body::{self, Body, BoxError};
-use crate::config::{Config, Mode};
+use crate::config::{Config, Mode, Provider};
 use crate::error::GatewayError;
 use crate::inbound;
+use crate::metrics::request::{ProviderMetrics, route_of};
 use crate::natural;
 use crate::router;
 use crate::upstream::Upstreams;
@@ -46,6 +47,8 @@ pub struct Runtime {
     upstreams: Upstreams,
     natural: natural::Engine,
     limit: Option<Arc<Semaphore>>,
+    /// Per provider, in `config.providers` order.
+    provider_metrics: Vec<Arc<ProviderMetrics>>,
 }
 
 impl Runtime {
@@ -57,16 +60,32 @@ impl Runtime {
                 .server
                 .max_concurrent_requests
                 .map(|n| Arc::new(Semaphore::new(n))),
+            provider_metrics: config
+                .providers
+                .iter()
+                .map(|p| Arc::new(ProviderMetrics::new(&p.name)))
+                .collect(),
             config,
         }
+    }
+
+    fn metrics_of(&self, provider: &Arc<Provider>) -> Option<&Arc<ProviderMetrics>> {
+        let i = self
+            .config
+            .providers
+            .iter()
+            .position(|p| Arc::ptr_eq(p, provider))?;
+        self.provider_metrics.get(i)
     }
 }
 
 impl Gateway {
     pub fn new(config: Arc<Config>) -> Self {
+        // First: metric handles registered before the recorder exists do nothing.
+        let metrics = crate::metrics::install();
         Gateway {
             runtime: ArcSwap::from_pointee(Runtime::new(config)),
-            metrics: crate::metrics::install(),
+            metrics,
             draining: AtomicBool::new(false),
             grace_over: watch::Sender::new(false),
         }
@@ -133,7 +152,7 @@ impl Gateway {
             }
             (_, path) if path.starts_with("/v1/") => {
                 let runtime = self.runtime.load_full();
-                let mut log = RequestLog::start(route_label(path));
+                let mut log = RequestLog::start(route_of(path));
                 let response = match admit(&runtime, &req, &mut log) {
                     Err(e) => e.into_response(),
                     Ok(()) if req.method() == Method::GET && path == "/v1/models" => {
@@ -209,7 +228,9 @@ where
     let route = router::route(&runtime.config.providers, &field.name)
         .ok_or_else(|| GatewayError::UnknownModel(field.name.clone()))?;
     let provider = route.provider;
-    log.provider.clone_from(&provider.name);
+    if let Some(handles) = runtime.metrics_of(provider) {
+        log.provider = handles.clone();
+    }
     log.model = route.model.to_string();
     let bytes = if route.changes_model(&field.name) {
         inbound::replace_model(&bytes, &field, &route.model)
@@ -219,14 +240,26 @@ where
     // Tool transforms apply to chat completions only; every other path is transparent.
     let chat = parts.method == Method::POST && parts.uri.path() == "/v1/chat/completions";
     match provider.tools.mode {
+        // Boxed: the transforms' futures are large, and hyper keeps the
+        // handler's future allocation for the life of each connection.
         Mode::Natural if chat => {
-            runtime
-                .natural
-                .handle(&runtime.upstreams, &runtime.config, provider, parts, bytes)
-                .await
+            Box::pin(runtime.natural.handle(
+                &runtime.upstreams,
+                &runtime.config,
+                provider,
+                parts,
+                bytes,
+            ))
+            .await
         }
         Mode::ToNatural if chat => {
-            crate::to_natural::handle(&runtime.upstreams, provider, parts, bytes).await
+            Box::pin(crate::to_natural::handle(
+                &runtime.upstreams,
+                provider,
+                parts,
+                bytes,
+            ))
+            .await
         }
         _ => {
             let request = Request::from_parts(parts, Full::new(bytes));
@@ -278,22 +311,4 @@ fn is_event_stream(response: &Response<Body>) -> bool {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"))
-}
-
-/// A bounded set of metric labels for `/v1/*` paths.
-fn route_label(path: &str) -> &'static str {
-    let rest = path.strip_prefix("/v1/").unwrap_or(path);
-    match rest.split('/').next().unwrap_or("") {
-        "chat" => "chat_completions",
-        "completions" => "completions",
-        "embeddings" => "embeddings",
-        "responses" => "responses",
-        "audio" => "audio",
-        "images" => "images",
-        "moderations" => "moderations",
-        "models" => "models",
-        "files" => "files",
-        "batches" => "batches",
-        _ => "other",
-    }
 }

@@ -5,6 +5,8 @@
 //! so [`install`] is idempotent: tests that start several gateways in one
 //! process share it.
 
+pub mod request;
+
 use std::sync::OnceLock;
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};

@@ -10,14 +10,17 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
-use crate::metrics as m;
+use std::sync::Arc;
+
+use crate::metrics::request::{self as m, ProviderMetrics, ROUTES};
 
 /// What is known about a request; recorded once, on drop.
 #[derive(Debug)]
 pub struct RequestLog {
-    pub provider: String,
+    pub provider: Arc<ProviderMetrics>,
     pub model: String,
-    pub route: &'static str,
+    /// Index into [`ROUTES`].
+    pub route: usize,
     pub status: u16,
     pub start: Instant,
     pub streaming: bool,
@@ -31,10 +34,10 @@ pub struct RequestLog {
 }
 
 impl RequestLog {
-    pub fn start(route: &'static str) -> Self {
-        metrics::gauge!(m::ACTIVE_REQUESTS).increment(1.0);
+    pub fn start(route: usize) -> Self {
+        m::active_requests().increment(1.0);
         RequestLog {
-            provider: String::new(),
+            provider: m::no_provider().clone(),
             model: String::new(),
             route,
             status: 0,
@@ -51,7 +54,7 @@ impl RequestLog {
     pub fn set_streaming(&mut self) {
         if !self.streaming {
             self.streaming = true;
-            metrics::gauge!(m::ACTIVE_STREAMS).increment(1.0);
+            m::active_streams().increment(1.0);
         }
     }
 }
@@ -59,31 +62,23 @@ impl RequestLog {
 impl Drop for RequestLog {
     fn drop(&mut self) {
         let elapsed = self.start.elapsed();
-        metrics::gauge!(m::ACTIVE_REQUESTS).decrement(1.0);
+        m::active_requests().decrement(1.0);
         if self.streaming {
-            metrics::gauge!(m::ACTIVE_STREAMS).decrement(1.0);
+            m::active_streams().decrement(1.0);
         }
-        let provider = if self.provider.is_empty() {
-            "none"
-        } else {
-            self.provider.as_str()
-        };
-        let status = self.status.to_string();
-        metrics::counter!(m::REQUESTS, "provider" => provider.to_owned(), "route" => self.route, "status" => status)
-            .increment(1);
-        metrics::histogram!(m::REQUEST_DURATION, "provider" => provider.to_owned(), "route" => self.route)
-            .record(elapsed.as_secs_f64());
-        if self.bytes_in > 0 {
-            metrics::counter!(m::BYTES_IN, "provider" => provider.to_owned())
-                .increment(self.bytes_in);
-        }
-        metrics::counter!(m::BYTES_OUT, "provider" => provider.to_owned())
-            .increment(self.bytes_out);
+        self.provider.record(
+            self.route,
+            self.status,
+            elapsed.as_secs_f64(),
+            self.bytes_in,
+            self.bytes_out,
+        );
         // Model names are logged; prompts, keys and bodies never are.
         tracing::info!(
-            provider,
+            target: crate::log_writer::REQUEST_TARGET,
+            provider = &*self.provider.name,
             model = %self.model,
-            route = self.route,
+            route = ROUTES[self.route],
             status = self.status,
             stream = self.streaming,
             duration_ms = elapsed.as_secs_f64() * 1e3,

@@ -1,0 +1,135 @@
+//! The per-request metrics, as handles registered once.
+//!
+//! A `metrics::counter!(name, labels)` call builds its labels, hashes them
+//! and looks them up in the registry under a lock. A request records half a
+//! dozen metrics, so each config registers its providers' handles up front
+//! ([`ProviderMetrics`]), and a request only increments them.
+
+use std::sync::{Arc, OnceLock};
+
+use metrics::{Counter, Gauge, Histogram};
+
+use super::{ACTIVE_REQUESTS, ACTIVE_STREAMS, BYTES_IN, BYTES_OUT, REQUEST_DURATION, REQUESTS};
+
+/// The `route` label values of `/v1/*` paths; anything else is `other`.
+pub const ROUTES: [&str; 11] = [
+    "chat_completions",
+    "completions",
+    "embeddings",
+    "responses",
+    "audio",
+    "images",
+    "moderations",
+    "models",
+    "files",
+    "batches",
+    "other",
+];
+
+/// The bounded `route` label of a `/v1/*` path, as an index into [`ROUTES`].
+pub fn route_of(path: &str) -> usize {
+    let rest = path.strip_prefix("/v1/").unwrap_or(path);
+    let first = rest.split('/').next().unwrap_or("");
+    let label = if first == "chat" {
+        "chat_completions"
+    } else {
+        first
+    };
+    ROUTES
+        .iter()
+        .position(|r| *r == label && *r != "other")
+        .unwrap_or(ROUTES.len() - 1)
+}
+
+/// One provider's handles. Requests that never reached a provider (bad
+/// input, unknown model) are counted under `provider="none"`.
+pub struct ProviderMetrics {
+    pub name: Arc<str>,
+    bytes_in: Counter,
+    bytes_out: Counter,
+    routes: [OnceLock<RouteMetrics>; ROUTES.len()],
+}
+
+impl std::fmt::Debug for ProviderMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderMetrics")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Registered on a route's first request: most providers see one or two routes.
+struct RouteMetrics {
+    duration: Histogram,
+    ok: Counter,
+}
+
+impl ProviderMetrics {
+    pub fn new(name: &str) -> Self {
+        let label = name.to_owned();
+        ProviderMetrics {
+            name: Arc::from(name),
+            bytes_in: metrics::counter!(BYTES_IN, "provider" => label.clone()),
+            bytes_out: metrics::counter!(BYTES_OUT, "provider" => label),
+            routes: Default::default(),
+        }
+    }
+
+    fn route(&self, route: usize) -> &RouteMetrics {
+        self.routes[route].get_or_init(|| {
+            let (provider, route) = (self.name.to_string(), ROUTES[route]);
+            RouteMetrics {
+                duration: metrics::histogram!(REQUEST_DURATION, "provider" => provider.clone(), "route" => route),
+                ok: metrics::counter!(REQUESTS, "provider" => provider, "route" => route, "status" => "200"),
+            }
+        })
+    }
+
+    /// Records one finished request.
+    pub fn record(&self, route: usize, status: u16, seconds: f64, bytes_in: u64, bytes_out: u64) {
+        let handles = self.route(route);
+        if status == 200 {
+            handles.ok.increment(1);
+        } else {
+            metrics::counter!(REQUESTS, "provider" => self.name.to_string(), "route" => ROUTES[route], "status" => status.to_string())
+                .increment(1);
+        }
+        handles.duration.record(seconds);
+        if bytes_in > 0 {
+            self.bytes_in.increment(bytes_in);
+        }
+        self.bytes_out.increment(bytes_out);
+    }
+}
+
+/// The gauges of requests and streams in flight.
+pub fn active_requests() -> &'static Gauge {
+    static G: OnceLock<Gauge> = OnceLock::new();
+    G.get_or_init(|| metrics::gauge!(ACTIVE_REQUESTS))
+}
+
+pub fn active_streams() -> &'static Gauge {
+    static G: OnceLock<Gauge> = OnceLock::new();
+    G.get_or_init(|| metrics::gauge!(ACTIVE_STREAMS))
+}
+
+/// The handles of requests that reached no provider.
+pub fn no_provider() -> &'static Arc<ProviderMetrics> {
+    static NONE: OnceLock<Arc<ProviderMetrics>> = OnceLock::new();
+    NONE.get_or_init(|| Arc::new(ProviderMetrics::new("none")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_are_bounded_labels() {
+        assert_eq!(ROUTES[route_of("/v1/chat/completions")], "chat_completions");
+        assert_eq!(ROUTES[route_of("/v1/embeddings")], "embeddings");
+        assert_eq!(ROUTES[route_of("/v1/models")], "models");
+        assert_eq!(ROUTES[route_of("/v1/other")], "other");
+        assert_eq!(ROUTES[route_of("/v1/chat")], "chat_completions");
+        assert_eq!(ROUTES[route_of("/v1/whatever/x")], "other");
+    }
+}
