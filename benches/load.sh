@@ -11,6 +11,11 @@
 #   - non-stream passthrough   (model bench-json:    canned JSON completion)
 #   - stream passthrough       (model bench-sse:     role + $CHUNKS content chunks + finish + DONE)
 #   - natural-mode stream      (model bench-natural: prose then a <GetWeather> call, 4-byte tokens)
+#   - to_natural stream        (model bench-tools:   a native tool_calls call, arguments in 4-byte fragments)
+#
+# For scale, the two passthrough scenarios also go through nginx (installed
+# from Debian's packages if missing; NGINX=0 skips it), configured as a plain
+# keep-alive proxy hop to the same mock with one worker process per core.
 #
 # Every scenario is measured directly against the mock and through toolgate in
 # the same run, so the table shows what toolgate adds. It also measures the
@@ -22,7 +27,7 @@
 # Knobs (environment): DURATION (s per wrk run, default 5), CHUNKS (content
 # chunks of the passthrough stream, default 32), STREAMS (open streams,
 # default 1000), TOOLGATE_LOG (toolgate's log filter, default info; its log
-# goes to a temp file), MOCK_THREADS (default 1).
+# goes to a temp file), MOCK_THREADS (default 1), NGINX (default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +35,7 @@ DURATION=${DURATION:-5}
 CHUNKS=${CHUNKS:-32}
 STREAMS=${STREAMS:-1000}
 MOCK_THREADS=${MOCK_THREADS:-1}
+NGINX=${NGINX:-1}
 export TOOLGATE_LOG=${TOOLGATE_LOG:-info}
 
 log() { echo "load.sh: $*" >&2; }
@@ -38,6 +44,11 @@ if ! command -v wrk >/dev/null 2>&1; then
     log "installing wrk"
     apt-get update >&2 && apt-get install -y wrk >&2
 fi
+if [ "$NGINX" = 1 ] && ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+    log "installing nginx (the reference proxy hop)"
+    apt-get update >&2 && apt-get install -y nginx-light >&2
+fi
+NGINX_BIN=$(command -v nginx || echo /usr/sbin/nginx)
 
 TMP=$(mktemp -d)
 PIDS=()
@@ -77,6 +88,7 @@ MOCK_PORT=$(awk '/listening/ {print $2}' "$TMP/mock.out")
 [ -n "$MOCK_PORT" ] || { log "the mock did not start"; cat "$TMP/mock.err" >&2; exit 1; }
 read -r _ SSE_EVENTS < <("$MOCK" describe --chunks "$CHUNKS" | grep sse_events)
 read -r _ NATURAL_EVENTS < <("$MOCK" describe --chunks "$CHUNKS" | grep natural_events)
+read -r _ TOOLS_EVENTS < <("$MOCK" describe --chunks "$CHUNKS" | grep tools_events)
 
 GW_PORT=$("$CLIENT" freeport)
 cat >"$TMP/toolgate.toml" <<EOF
@@ -97,6 +109,15 @@ models = ["bench-natural", "bench-slow-natural"]
 [providers.tools]
 mode = "natural"
 syntax = "tag"
+
+[[providers]]
+name = "tn"
+base_url = "http://127.0.0.1:$MOCK_PORT/v1"
+models = ["bench-tools"]
+
+[providers.tools]
+mode = "to_natural"
+syntax = "tag"
 EOF
 "$TOOLGATE" check --config "$TMP/toolgate.toml" >/dev/null 2>"$TMP/check.err" ||
     { cat "$TMP/check.err" >&2; exit 1; }
@@ -112,12 +133,51 @@ curl -fs "http://127.0.0.1:$GW_PORT/healthz" >/dev/null || { log "toolgate did n
 DIRECT="127.0.0.1:$MOCK_PORT"
 GATEWAY="127.0.0.1:$GW_PORT"
 
+# --- nginx, the reference hop ------------------------------------------------
+NGINX_ADDR=
+if [ "$NGINX" = 1 ]; then
+    NGINX_PORT=$("$CLIENT" freeport)
+    mkdir -p "$TMP/nginx"
+    cat >"$TMP/nginx/nginx.conf" <<EOF
+worker_processes $(nproc);
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $TMP/nginx;
+    proxy_temp_path $TMP/nginx;
+    upstream mock { server 127.0.0.1:$MOCK_PORT; keepalive 64; }
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        location / {
+            proxy_pass http://mock;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }
+    }
+}
+EOF
+    "$NGINX_BIN" -c "$TMP/nginx/nginx.conf" -g 'daemon off;' 2>"$TMP/nginx/stderr" &
+    PIDS+=($!)
+    nginx_up() { curl -fs "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" -d '{"model":"bench-json"}' >/dev/null 2>&1; }
+    for _ in $(seq 100); do nginx_up && break; sleep 0.05; done
+    if nginx_up; then
+        NGINX_ADDR="127.0.0.1:$NGINX_PORT"
+    else
+        log "nginx did not start; the reference rows are left out"
+        cat "$TMP/nginx/stderr" >&2 || true
+    fi
+fi
+
 # --- request bodies ----------------------------------------------------------
 MSG='"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the weather in Paris today?"}]'
 TOOLS='"tools":[{"type":"function","function":{"name":"GetWeather","description":"Current weather for a place.","parameters":{"type":"object","properties":{"location":{"type":"string","description":"City and country"},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},"required":["location"]}}}]'
 echo "{\"model\":\"bench-json\",$MSG}" >"$TMP/json.json"
 echo "{\"model\":\"bench-sse\",\"stream\":true,$MSG}" >"$TMP/sse.json"
 echo "{\"model\":\"bench-natural\",\"stream\":true,$MSG,$TOOLS}" >"$TMP/natural.json"
+echo "{\"model\":\"bench-tools\",\"stream\":true,$MSG,$TOOLS}" >"$TMP/tools.json"
 echo "{\"model\":\"bench-slow\",\"stream\":true,$MSG}" >"$TMP/slow.json"
 echo "{\"model\":\"bench-slow-natural\",\"stream\":true,$MSG,$TOOLS}" >"$TMP/slow-natural.json"
 
@@ -126,6 +186,11 @@ curl -fsN "http://$GATEWAY/v1/chat/completions" -H 'content-type: application/js
     --data-binary @"$TMP/natural.json" >"$TMP/natural.out"
 grep -q '"tool_calls"' "$TMP/natural.out" && grep -q '"finish_reason":"tool_calls"' "$TMP/natural.out" ||
     { log "natural mode did not produce a tool call:"; head -c 2000 "$TMP/natural.out" >&2; exit 1; }
+# And the to_natural stream must carry the call as text.
+curl -fsN "http://$GATEWAY/v1/chat/completions" -H 'content-type: application/json' \
+    --data-binary @"$TMP/tools.json" >"$TMP/tools.out"
+grep -q 'GetWeather>' "$TMP/tools.out" && ! grep -q '"tool_calls"' "$TMP/tools.out" ||
+    { log "to_natural did not render the call as text:"; head -c 2000 "$TMP/tools.out" >&2; exit 1; }
 
 # --- helpers -------------------------------------------------------------------
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$GW_PID/stat"; }
@@ -148,14 +213,15 @@ rps() { awk -v r="$(field requests "$1")" -v d="$(field duration_us "$1")" 'BEGI
 
 ROWS=()
 declare -A R
-# measure NAME BODY CONNS: direct then through toolgate; fills R[] and ROWS.
+# measure NAME BODY CONNS [ADDR]: direct, then through ADDR (default toolgate)
+# in the same run; fills R[] and ROWS. toolgate's CPU is read around its run.
 measure() {
-    local name=$1 body=$2 conns=$3 direct gw t0 t1
+    local name=$1 body=$2 conns=$3 via=${4:-$GATEWAY} direct gw t0 t1
     log "$name, concurrency $conns: direct"
     direct=$(wrk_run "$DIRECT" "$body" "$conns")
-    log "$name, concurrency $conns: through toolgate"
+    log "$name, concurrency $conns: through $via"
     t0=$(cpu_ticks)
-    gw=$(wrk_run "$GATEWAY" "$body" "$conns")
+    gw=$(wrk_run "$via" "$body" "$conns")
     t1=$(cpu_ticks)
     local k="$name/$conns"
     R[$k.d_rps]=$(rps "$direct")
@@ -175,16 +241,24 @@ measure() {
 # --- warm-up: connections pooled, contracts cached ---------------------------
 log "warming up"
 RSS_IDLE=$(status_kb VmRSS)
-for b in json sse natural; do
+for b in json sse natural tools; do
     wrk_run "$GATEWAY" "$TMP/$b.json" 8 1 >/dev/null
     wrk_run "$DIRECT" "$TMP/$b.json" 8 1 >/dev/null
 done
+if [ -n "$NGINX_ADDR" ]; then
+    wrk_run "$NGINX_ADDR" "$TMP/json.json" 8 1 >/dev/null
+fi
 
 # --- throughput and latency --------------------------------------------------
 for conns in 1 32; do
     measure "non-stream passthrough" "$TMP/json.json" "$conns"
     measure "stream passthrough" "$TMP/sse.json" "$conns"
     measure "natural-mode stream (1 call)" "$TMP/natural.json" "$conns"
+    measure "to_natural stream (1 call)" "$TMP/tools.json" "$conns"
+    if [ -n "$NGINX_ADDR" ]; then
+        measure "nginx: non-stream passthrough" "$TMP/json.json" "$conns" "$NGINX_ADDR"
+        measure "nginx: stream passthrough" "$TMP/sse.json" "$conns" "$NGINX_ADDR"
+    fi
 done
 
 # --- time to first event of a stream -----------------------------------------
@@ -221,6 +295,9 @@ US_PER_CHUNK=$(awk -v t="$NAT_TICKS" -v hz="$HZ" -v n="$NAT_CHUNKS" 'BEGIN {prin
 PT_TICKS=$(( R["stream passthrough/1.cpu_ticks"] + R["stream passthrough/32.cpu_ticks"] ))
 PT_CHUNKS=$(( (R["stream passthrough/1.g_req"] + R["stream passthrough/32.g_req"]) * SSE_EVENTS ))
 US_PER_PT_CHUNK=$(awk -v t="$PT_TICKS" -v hz="$HZ" -v n="$PT_CHUNKS" 'BEGIN {printf "%.2f", t / hz * 1e6 / n}')
+TN_TICKS=$(( R["to_natural stream (1 call)/1.cpu_ticks"] + R["to_natural stream (1 call)/32.cpu_ticks"] ))
+TN_CHUNKS=$(( (R["to_natural stream (1 call)/1.g_req"] + R["to_natural stream (1 call)/32.g_req"]) * TOOLS_EVENTS ))
+US_PER_TN_CHUNK=$(awk -v t="$TN_TICKS" -v hz="$HZ" -v n="$TN_CHUNKS" 'BEGIN {printf "%.2f", t / hz * 1e6 / n}')
 JSON_TICKS=$(( R["non-stream passthrough/1.cpu_ticks"] + R["non-stream passthrough/32.cpu_ticks"] ))
 JSON_REQS=$(( R["non-stream passthrough/1.g_req"] + R["non-stream passthrough/32.g_req"] ))
 US_PER_JSON=$(awk -v t="$JSON_TICKS" -v hz="$HZ" -v n="$JSON_REQS" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
@@ -228,6 +305,17 @@ mb() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
 added_tt() { awk -v g="$(field "$1" "$2")" -v d="$(field "$1" "$3")" 'BEGIN {printf "%.0f", g - d}'; }
 verdict() { awk -v v="$1" -v op="$2" -v lim="$3" 'BEGIN {ok = (op == "<=") ? (v <= lim) : (v >= lim); print ok ? "yes" : "**no**"}'; }
 
+NGINX_NOTE=
+NGINX_ROWS=
+if [ -n "$NGINX_ADDR" ]; then
+    NGINX_NOTE="\"nginx:\" rows send the same requests through nginx $("$NGINX_BIN" -v 2>&1 | sed 's|.*/||') as a plain
+keep-alive proxy hop ($(nproc) workers, access log off, buffering off), for scale."
+    for c in 1 32; do
+        for s in "non-stream passthrough" "stream passthrough"; do
+            NGINX_ROWS+="| $s, concurrency $c | ${R[$s/$c.ratio]} % / ${R[nginx: $s/$c.ratio]} % | ${R[$s/$c.add50]} / ${R[nginx: $s/$c.add50]} µs |"$'\n'
+        done
+    done
+fi
 PT1="non-stream passthrough/1"
 PT32="non-stream passthrough/32"
 NAT1="natural-mode stream (1 call)/1"
@@ -243,7 +331,10 @@ ${DURATION}-second \`wrk -t1\` run; "direct" goes straight to the mock, "toolgat
 through it, in the same run. Latencies in µs. Streams: passthrough = role +
 $CHUNKS content chunks + finish + DONE ($SSE_EVENTS JSON events); natural =
 $NATURAL_EVENTS JSON events of 4-byte tokens, prose then a \`<GetWeather>\`
-call, re-emitted as a native \`tool_calls\` stream. toolgate log level: $TOOLGATE_LOG.
+call, re-emitted as a native \`tool_calls\` stream; to_natural = $TOOLS_EVENTS JSON
+events of a native call (arguments in 4-byte fragments), re-emitted as text.
+$NGINX_NOTE
+toolgate log level: $TOOLGATE_LOG.
 
 | scenario | concurrency | direct req/s | toolgate req/s | toolgate / direct | direct p50 / p99 | toolgate p50 / p99 | added p50 / p99 |
 |---|---|---|---|---|---|---|---|
@@ -259,6 +350,7 @@ $(printf '%s\n' "${ROWS[@]}")
 | non-stream passthrough, per request | $US_PER_JSON µs |
 | stream passthrough, per upstream chunk | $US_PER_PT_CHUNK µs |
 | natural-mode stream, per upstream chunk (request rewrite included) | $US_PER_CHUNK µs |
+| to_natural stream, per upstream chunk (request rewrite included) | $US_PER_TN_CHUNK µs |
 
 | toolgate memory | VmRSS | VmHWM (peak) |
 |---|---|---|
@@ -267,6 +359,10 @@ $(printf '%s\n' "${ROWS[@]}")
 | $(field open "$HOLD_PT") open passthrough streams | $(mb "$HOLD_PT_RSS") MB | $(mb "$(field hwm_kb "$HOLD_PT")") MB |
 | $(field open "$HOLD_NAT") open natural-mode streams | $(mb "$HOLD_NAT_RSS") MB | $(mb "$(field hwm_kb "$HOLD_NAT")") MB |
 | after the streams closed | $(mb "$RSS_END") MB | |
+
+$(if [ -n "$NGINX_ROWS" ]; then
+    printf '| same requests, same run | req/s vs direct: toolgate / nginx | added p50: toolgate / nginx |\n|---|---|---|\n%s\n' "$NGINX_ROWS"
+fi)
 
 | target | measured | limit | met |
 |---|---|---|---|

@@ -16,6 +16,7 @@
 //! |-----------------|--------------------------------------------------------------------|
 //! | `bench-sse`     | SSE: a role chunk, `--chunks` content chunks, a finish chunk, DONE  |
 //! | `bench-natural` | SSE whose content is prose then a `<GetWeather>` call (tag syntax)  |
+//! | `bench-tools`   | SSE of a native `tool_calls` call to `GetWeather`, arguments in 4-byte fragments |
 //! | `bench-slow*`   | SSE that stays open: one content chunk every `--slow-ms`            |
 //! | anything else   | a non-streaming chat completion (JSON)                             |
 //!
@@ -74,10 +75,14 @@ const PROSE_WORDS: &[&str] = &[
     ".",
 ];
 
+/// The arguments of the native call in `bench-tools`.
+pub const TOOL_ARGUMENTS: &str = "{\"location\": \"Paris, France\", \"unit\": \"celsius\"}";
+
 struct Canned {
     json: Bytes,
     sse: Arc<[Bytes]>,
     natural: Arc<[Bytes]>,
+    tools: Arc<[Bytes]>,
     slow_first: Bytes,
     slow_next: Bytes,
     slow_every: Duration,
@@ -104,6 +109,28 @@ fn stream(model: &str, pieces: &[&str]) -> Arc<[Bytes]> {
     let mut frames = vec![chunk(model, r#"{"role":"assistant","content":""}"#, None)];
     frames.extend(pieces.iter().map(|p| chunk(model, &content_delta(p), None)));
     frames.push(chunk(model, "{}", Some("stop")));
+    frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    frames.into()
+}
+
+/// A native tool call streamed the way OpenAI streams one: the id and name
+/// first, then the arguments in fragments, then `finish_reason: tool_calls`.
+fn tool_stream(model: &str) -> Arc<[Bytes]> {
+    let mut frames = vec![chunk(model, r#"{"role":"assistant","content":null}"#, None)];
+    frames.push(chunk(
+        model,
+        r#"{"tool_calls":[{"index":0,"id":"call_bench","type":"function","function":{"name":"GetWeather","arguments":""}}]}"#,
+        None,
+    ));
+    for piece in tokens(TOOL_ARGUMENTS) {
+        let fragment = serde_json::to_string(piece).expect("a string");
+        frames.push(chunk(
+            model,
+            &format!(r#"{{"tool_calls":[{{"index":0,"function":{{"arguments":{fragment}}}}}]}}"#),
+            None,
+        ));
+    }
+    frames.push(chunk(model, "{}", Some("tool_calls")));
     frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
     frames.into()
 }
@@ -137,6 +164,7 @@ with a light breeze from the west.\",\"refusal\":null}},\"logprobs\":null,\"fini
             json: Bytes::from(json),
             sse: stream("bench-sse", &words),
             natural: stream("bench-natural", &tokens(NATURAL_TEXT)),
+            tools: tool_stream("bench-tools"),
             slow_first: chunk("bench-slow", r#"{"role":"assistant","content":""}"#, None),
             slow_next: chunk("bench-slow", r#"{"content":" tick"}"#, None),
             slow_every: Duration::from_millis(slow_ms),
@@ -249,6 +277,11 @@ async fn answer(
             frames: canned.natural.clone(),
             next: 0,
         })
+    } else if contains(&body, b"\"bench-tools\"") {
+        sse(MockBody::Frames {
+            frames: canned.tools.clone(),
+            next: 0,
+        })
     } else {
         Response::builder()
             .header(header::CONTENT_TYPE, "application/json")
@@ -322,6 +355,7 @@ fn main() {
             // Events carrying a JSON chunk (the `[DONE]` sentinel excluded).
             println!("sse_events {}", canned.sse.len() - 1);
             println!("natural_events {}", canned.natural.len() - 1);
+            println!("tools_events {}", canned.tools.len() - 1);
         }
         // `cargo bench` runs every bench target with `--bench`: nothing to do here.
         _ => eprintln!("mock_upstream: a helper of benches/load.sh (`serve` or `describe`)"),

@@ -10,7 +10,7 @@
 //! Invariants: parsers and stream rewriters do no IO; the router is pure;
 //! every error the gateway makes is a [`error::GatewayError`].
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod body;
 pub mod commands;
@@ -21,6 +21,7 @@ pub mod gateway;
 pub mod headers;
 pub mod inbound;
 pub mod log_writer;
+pub mod memory;
 pub mod metrics;
 pub mod natural;
 pub mod router;

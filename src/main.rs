@@ -116,7 +116,10 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .on_thread_park(toolgate::log_writer::flush)
+        .on_thread_park(|| {
+            toolgate::log_writer::flush();
+            toolgate::memory::release_if_due();
+        })
         .build()
     {
         Ok(r) => r,

@@ -141,12 +141,6 @@ impl Pool {
             }
         }
     }
-
-    /// Unused connections now open to `authority` (for tests).
-    pub fn idle_count(&self, authority: &Authority) -> usize {
-        let idle = self.inner.idle.lock().expect("pool lock");
-        idle.get(authority).map_or(0, Vec::len)
-    }
 }
 
 impl Inner {
