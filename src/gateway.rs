@@ -229,7 +229,7 @@ where
         .ok_or_else(|| GatewayError::UnknownModel(field.name.clone()))?;
     let provider = route.provider;
     if let Some(handles) = runtime.metrics_of(provider) {
-        log.provider = handles.clone();
+        log.provider = Some(handles.clone());
     }
     log.model = route.model.to_string();
     let bytes = if route.changes_model(&field.name) {

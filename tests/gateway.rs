@@ -403,9 +403,12 @@ async fn health_ready_models_and_metrics() {
         .collect();
     assert_eq!(ids, ["gpt-4o", "up/*"]);
     post(&gw.url("/v1/chat/completions"), r#"{"model":"gpt-4o"}"#).await;
+    // A request no provider serves counts under `provider="none"`, with its status.
+    post(&gw.url("/v1/embeddings"), r#"{"model":"unrouted"}"#).await;
     let metrics = get(&gw.url("/metrics")).await.text();
     for name in [
         "toolgate_requests_total{provider=\"up\",route=\"chat_completions\",status=\"200\"}",
+        "toolgate_requests_total{provider=\"none\",route=\"embeddings\",status=\"404\"}",
         "toolgate_request_duration_seconds_bucket",
         "toolgate_upstream_ttfb_seconds_bucket",
         "toolgate_active_requests",

@@ -17,7 +17,8 @@ use crate::metrics::request::{self as m, ProviderMetrics, ROUTES};
 /// What is known about a request; recorded once, on drop.
 #[derive(Debug)]
 pub struct RequestLog {
-    pub provider: Arc<ProviderMetrics>,
+    /// The routed provider's handles; `None` until routing succeeds.
+    pub provider: Option<Arc<ProviderMetrics>>,
     pub model: String,
     /// Index into [`ROUTES`].
     pub route: usize,
@@ -37,7 +38,7 @@ impl RequestLog {
     pub fn start(route: usize) -> Self {
         m::active_requests().increment(1.0);
         RequestLog {
-            provider: m::no_provider().clone(),
+            provider: None,
             model: String::new(),
             route,
             status: 0,
@@ -66,7 +67,9 @@ impl Drop for RequestLog {
         if self.streaming {
             m::active_streams().decrement(1.0);
         }
-        self.provider.record(
+        // Requests that reached no provider count under `provider="none"`.
+        let provider = self.provider.as_ref().unwrap_or_else(|| m::no_provider());
+        provider.record(
             self.route,
             self.status,
             elapsed.as_secs_f64(),
@@ -76,7 +79,7 @@ impl Drop for RequestLog {
         // Model names are logged; prompts, keys and bodies never are.
         tracing::info!(
             target: crate::log_writer::REQUEST_TARGET,
-            provider = &*self.provider.name,
+            provider = &*provider.name,
             model = %self.model,
             route = ROUTES[self.route],
             status = self.status,

@@ -35,9 +35,10 @@ pub fn route_of(path: &str) -> usize {
     } else {
         first
     };
+    // Unknown segments (and a literal `other`) land on the last label, `other`.
     ROUTES
         .iter()
-        .position(|r| *r == label && *r != "other")
+        .position(|r| *r == label)
         .unwrap_or(ROUTES.len() - 1)
 }
 
