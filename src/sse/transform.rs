@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
@@ -64,6 +64,22 @@ pub fn invalid_event() -> GatewayError {
     }
 }
 
+/// Output is handed on once it reaches this size, even if more events wait.
+const MAX_FRAME: usize = 64 * 1024;
+
+/// The output so far as one frame; `None` (the end) when there is none.
+fn take_frame(out: &mut BytesMut) -> Option<Result<Frame<Bytes>, BoxError>> {
+    (!out.is_empty()).then(|| Ok(Frame::data(out.split().freeze())))
+}
+
+/// Nothing more can be rewritten now: hand on what there is, or wait.
+fn pending_or_frame(out: &mut BytesMut) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    match take_frame(out) {
+        Some(frame) => Poll::Ready(Some(frame)),
+        None => Poll::Pending,
+    }
+}
+
 pin_project! {
     pub struct TransformBody<B, T> {
         #[pin]
@@ -106,23 +122,31 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
+        // Everything already received is rewritten before the output goes
+        // out, so a burst of upstream events costs one write to the client,
+        // not one per event. Nothing waits for data that has not arrived: the
+        // output is returned the moment the upstream or a repair is pending.
         loop {
-            if !this.out.is_empty() {
-                return Poll::Ready(Some(Ok(Frame::data(this.out.split().freeze()))));
+            if *this.done || this.out.len() >= MAX_FRAME {
+                return Poll::Ready(take_frame(this.out));
             }
-            if *this.done {
-                return Poll::Ready(None);
-            }
-            if ready!(this.transform.poll_side(cx, this.out)) {
-                *this.done = this.transform.is_ended();
-                continue;
+            match this.transform.poll_side(cx, this.out) {
+                Poll::Ready(true) => {
+                    *this.done = this.transform.is_ended();
+                    continue;
+                }
+                Poll::Ready(false) => {}
+                Poll::Pending => return pending_or_frame(this.out),
             }
             if let Some(event) = this.events.pop_front() {
                 this.transform.on_event(&event.data, this.out);
                 *this.done = this.transform.is_ended();
                 continue;
             }
-            match ready!(this.inner.as_mut().poll_frame(cx)) {
+            let Poll::Ready(next) = this.inner.as_mut().poll_frame(cx) else {
+                return pending_or_frame(this.out);
+            };
+            match next {
                 Some(Ok(frame)) => {
                     let Ok(data) = frame.into_data() else {
                         continue;
@@ -157,5 +181,81 @@ where
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    /// Writes each event's data back as an event.
+    struct Echo {
+        ended: bool,
+    }
+
+    impl Transform for Echo {
+        fn on_event(&mut self, data: &[u8], out: &mut BytesMut) {
+            crate::sse::encoder::write_raw(out, data);
+        }
+        fn finish(&mut self, out: &mut BytesMut) {
+            out.extend_from_slice(crate::sse::encoder::DONE);
+            self.ended = true;
+        }
+        fn fail(&mut self, _out: &mut BytesMut, _error: &GatewayError) {
+            self.ended = true;
+        }
+        fn is_ended(&self) -> bool {
+            self.ended
+        }
+    }
+
+    /// Frames, with `None` standing for one `Pending` poll.
+    struct Script(Vec<Option<&'static str>>);
+
+    impl Body for Script {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            if self.0.is_empty() {
+                return Poll::Ready(None);
+            }
+            match self.0.remove(0) {
+                Some(text) => {
+                    Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(text.as_bytes())))))
+                }
+                None => {
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+            }
+        }
+    }
+
+    /// Events already received go out in one frame; output is never held
+    /// back waiting for the upstream.
+    #[tokio::test]
+    async fn ready_events_are_written_together_and_pending_hands_output_on() {
+        let upstream = Script(vec![
+            Some("data: a\n\ndata: b\n\n"),
+            Some("data: c\n\n"),
+            None,
+            Some("data: d\n\n"),
+        ]);
+        let mut body = std::pin::pin!(TransformBody::new(upstream, Echo { ended: false }));
+        let mut frames = Vec::new();
+        while let Some(frame) = body.frame().await {
+            frames.push(frame.unwrap().into_data().unwrap());
+        }
+        assert_eq!(
+            frames,
+            [
+                "data: a\n\ndata: b\n\ndata: c\n\n",
+                "data: d\n\ndata: [DONE]\n\n"
+            ]
+        );
     }
 }
