@@ -12,6 +12,7 @@ mod redact;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,6 +85,8 @@ pub struct ServerConfig {
     pub stream_idle_timeout: Duration,
     pub shutdown_grace: Duration,
     pub max_concurrent_requests: Option<usize>,
+    /// Worker threads (`workers`, or one per available core when 0).
+    pub workers: NonZeroUsize,
     /// Extra roots for https upstreams, from `upstream_ca_bundle`.
     pub upstream_ca: Vec<CertificateDer<'static>>,
     pub tls: Option<Arc<rustls::ServerConfig>>,
@@ -315,6 +318,21 @@ fn secs(path: &str, value: f64) -> Result<Duration, ConfigError> {
     }
 }
 
+/// Most worker threads accepted: far beyond any core count, low enough that
+/// a typo cannot start a million threads.
+const MAX_WORKERS: usize = 1024;
+
+fn workers(configured: usize) -> Result<NonZeroUsize, ConfigError> {
+    if configured > MAX_WORKERS {
+        return Err(ConfigError::new(
+            "server.workers",
+            format!("must be at most {MAX_WORKERS} (0: one per available core)"),
+        ));
+    }
+    Ok(NonZeroUsize::new(configured)
+        .unwrap_or_else(|| std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN)))
+}
+
 fn server(raw: &raw::RawServer) -> Result<ServerConfig, ConfigError> {
     let listen = raw.listen.parse().map_err(|_| {
         ConfigError::new(
@@ -341,6 +359,7 @@ fn server(raw: &raw::RawServer) -> Result<ServerConfig, ConfigError> {
         shutdown_grace: secs("server.shutdown_grace_secs", raw.shutdown_grace_secs)?,
         max_concurrent_requests: (raw.max_concurrent_requests > 0)
             .then_some(raw.max_concurrent_requests),
+        workers: workers(raw.workers)?,
         upstream_ca: match &raw.upstream_ca_bundle {
             Some(path) => certs("server.upstream_ca_bundle", path)?,
             None => Vec::new(),

@@ -29,3 +29,4 @@ pub mod server;
 pub mod sse;
 pub mod to_natural;
 pub mod upstream;
+pub mod workers;

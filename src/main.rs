@@ -114,20 +114,19 @@ fn print_result(result: Result<String, String>) -> ExitCode {
 
 fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
     init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .on_thread_park(|| {
-            toolgate::log_writer::flush();
-            toolgate::memory::release_if_due();
-        })
-        .build()
-    {
-        Ok(r) => r,
+    // The main thread is worker 0: it also accepts and deals connections.
+    let started = toolgate::workers::runtime().and_then(|runtime| {
+        let others = toolgate::workers::Workers::start(config.server.workers.get() - 1)?;
+        Ok((runtime, others))
+    });
+    let (runtime, workers) = match started {
+        Ok(started) => started,
         Err(e) => {
-            eprintln!("toolgate: cannot start the runtime: {e}");
+            eprintln!("toolgate: cannot start the workers: {e}");
             return ExitCode::FAILURE;
         }
     };
+    let dealer = toolgate::workers::Dealer::new(workers.handles());
     let code = runtime.block_on(async move {
         let listen = config.server.listen;
         let listener = match tokio::net::TcpListener::bind(listen).await {
@@ -139,7 +138,8 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
         };
         let gateway = Arc::new(toolgate::gateway::Gateway::new(Arc::new(config)));
         tokio::spawn(reload_on_sighup(gateway.clone(), path));
-        match toolgate::server::run(gateway, listener, toolgate::server::shutdown_signal()).await {
+        let shutdown = toolgate::server::shutdown_signal();
+        match toolgate::server::run(gateway, listener, dealer, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("toolgate: {e}");
@@ -147,6 +147,7 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
             }
         }
     });
+    workers.stop();
     toolgate::log_writer::flush();
     code
 }

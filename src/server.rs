@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::gateway::Gateway;
+use crate::workers::Dealer;
 
 /// How long a client may take to send its request head.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -28,9 +29,12 @@ const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Serves until `shutdown` resolves, then stops accepting, marks the gateway
 /// as draining and waits up to the configured grace period for in-flight
 /// requests before returning.
+///
+/// Connections go to the runtimes of `dealer` in turn (see [`crate::workers`]).
 pub async fn run(
     gateway: Arc<Gateway>,
     listener: TcpListener,
+    mut dealer: Dealer,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -68,7 +72,7 @@ pub async fn run(
         let tls = gateway.config().server.tls.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
-        tokio::spawn(async move {
+        dealer.spawn(stream, move |stream| async move {
             let result = match tls {
                 None => {
                     let conn = builder.serve_connection(TokioIo::new(stream), service);

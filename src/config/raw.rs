@@ -35,6 +35,8 @@ pub struct RawServer {
     pub shutdown_grace_secs: f64,
     /// Requests in flight beyond this get 503 with Retry-After (0: no limit).
     pub max_concurrent_requests: usize,
+    /// Worker threads, each with its own runtime (0: one per available core).
+    pub workers: usize,
     /// PEM file of extra CA certificates trusted for https upstreams (internal providers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_ca_bundle: Option<String>,
@@ -72,6 +74,7 @@ impl Default for RawServer {
             stream_idle_timeout_secs: 120.0,
             shutdown_grace_secs: 30.0,
             max_concurrent_requests: 4096,
+            workers: 0,
             upstream_ca_bundle: None,
             tls: None,
             auth: None,

@@ -11,6 +11,13 @@ models = ["llama*"]
 fn defaults_fill_the_server_table() {
     let c = Config::from_toml(MINIMAL).unwrap();
     assert_eq!(c.server.listen, "127.0.0.1:8080".parse().unwrap());
+    // `workers = 0` (the default): one per core the process may use.
+    assert_eq!(
+        Some(c.server.workers),
+        std::thread::available_parallelism().ok()
+    );
+    let two = Config::from_toml(&format!("[server]\nworkers = 2\n{MINIMAL}")).unwrap();
+    assert_eq!(two.server.workers.get(), 2);
     let p = &c.providers[0];
     let Target::Http(t) = &p.target else {
         panic!("http target")
@@ -68,6 +75,7 @@ fn bad_values_name_their_key() {
             "[server]\nshutdown_grace_secs = -1",
             "server.shutdown_grace_secs",
         ),
+        ("[server]\nworkers = 5000", "server.workers"),
     ];
     for (text, path) in cases {
         let err = Config::from_toml(text).unwrap_err();

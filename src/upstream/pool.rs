@@ -9,6 +9,10 @@
 //! [`PooledBody::poll_frame`]): every chunk already read from the socket is
 //! decoded in the same poll, and hyper's server writes them out together.
 //!
+//! Each worker thread keeps its own idle connections (see [`crate::workers`]):
+//! a socket is registered with the reactor of the worker that opened it, so
+//! a connection used by another worker would wake that one on every event.
+//!
 //! A connection goes back to the pool only when its response was read to the
 //! end and hyper says it can take another request. Anything else (the client
 //! left mid-stream, `Connection: close`, an error) closes it, which is also
@@ -32,6 +36,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::workers;
+
 /// How long an unused connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Unused connections kept per upstream; more are closed.
@@ -49,6 +55,8 @@ struct Conn {
     driver: Driver,
     /// The driver finished (the connection closed or failed); never poll it again.
     closed: bool,
+    /// The worker whose reactor the socket is registered with.
+    worker: usize,
 }
 
 impl Conn {
@@ -80,7 +88,8 @@ pub struct Pool {
 }
 
 struct Inner {
-    idle: Mutex<HashMap<Authority, Vec<Idle>>>,
+    /// By worker and upstream.
+    idle: Mutex<HashMap<(usize, Authority), Vec<Idle>>>,
     connect_timeout: Duration,
 }
 
@@ -146,14 +155,15 @@ impl Pool {
 impl Inner {
     /// The most recently used live connection, if any.
     fn checkout(&self, authority: &Authority) -> Option<Box<Conn>> {
+        let key = (workers::current(), authority.clone());
         loop {
             let idle = {
                 let mut map = self.idle.lock().expect("pool lock");
-                map.get_mut(authority)?.pop()?
+                map.get_mut(&key)?.pop()?
             };
             if idle.since.elapsed() > IDLE_TIMEOUT {
                 // Everything below it in the stack is older still.
-                self.idle.lock().expect("pool lock").remove(authority);
+                self.idle.lock().expect("pool lock").remove(&key);
                 return None;
             }
             let mut conn = idle.conn;
@@ -169,7 +179,7 @@ impl Inner {
     fn checkin(&self, authority: Authority, conn: Box<Conn>) {
         let now = Instant::now();
         let mut map = self.idle.lock().expect("pool lock");
-        let stack = map.entry(authority).or_default();
+        let stack = map.entry((conn.worker, authority)).or_default();
         // The stack is ordered by age: expired connections sit at the bottom.
         let expired = stack
             .iter()
@@ -202,6 +212,7 @@ impl Inner {
             sender,
             driver,
             closed: false,
+            worker: workers::current(),
         }))
     }
 }

@@ -20,6 +20,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, oneshot};
+use toolgate::workers::{Dealer, Workers};
 
 use toolgate::config::Config;
 use toolgate::gateway::Gateway;
@@ -258,12 +259,20 @@ impl TestGateway {
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         let gw = gateway.clone();
+        // One worker thread besides the test's runtime, as `toolgate serve`
+        // runs on two cores: every other connection is served there.
+        let workers = Workers::start(1).unwrap();
+        let dealer = Dealer::new(workers.handles());
         let done = tokio::spawn(async move {
-            toolgate::server::run(gw, listener, async {
+            toolgate::server::run(gw, listener, dealer, async {
                 let _ = rx.await;
             })
             .await
             .unwrap();
+            // Joining blocks: off the runtime's thread.
+            tokio::task::spawn_blocking(move || workers.stop())
+                .await
+                .unwrap();
         });
         TestGateway {
             addr,
