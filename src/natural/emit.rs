@@ -5,16 +5,73 @@
 //! arguments; the finish chunk has an empty delta; usage comes last with
 //! `choices: []`.
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::natural::reply::ReadyCall;
 use crate::sse::encoder;
 
-/// The fields every chunk of one stream repeats, taken from the upstream's first chunk.
+/// The fields every chunk of one stream repeats, taken from the upstream's
+/// first chunk, serialized once: each chunk toolgate writes is this opening,
+/// its `choices` (and `usage`), and the closing brace.
 #[derive(Debug, Clone)]
 pub struct ChunkHeader {
-    fields: Map<String, Value>,
+    /// `{"id":…,"object":"chat.completion.chunk","created":…,"model":…,` and
+    /// `"system_fingerprint":…,` when the upstream sent one.
+    open: Vec<u8>,
+}
+
+/// One entry of `choices`; `logprobs` is always null.
+#[derive(Serialize)]
+struct Choice<'a, D> {
+    index: u64,
+    delta: D,
+    logprobs: (),
+    finish_reason: Option<&'a Value>,
+}
+
+/// A text delta; the first delta of a choice also names the role (rule 4).
+#[derive(Serialize)]
+struct TextDelta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    content: &'a str,
+}
+
+/// The first delta of a call: id, type, name and empty arguments (rules 7-9).
+#[derive(Serialize)]
+struct CallOpen<'a> {
+    index: usize,
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: CallFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct CallFunction<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    arguments: &'a str,
+}
+
+/// The second delta of a call: its arguments alone (rules 10-11).
+#[derive(Serialize)]
+struct CallArguments<'a> {
+    index: usize,
+    function: CallFunction<'a>,
+}
+
+/// A delta holding calls; as the choice's first delta it also carries the
+/// role and `content: null`.
+#[derive(Serialize)]
+struct CallsDelta<T> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<()>,
+    tool_calls: [T; 1],
 }
 
 impl ChunkHeader {
@@ -44,7 +101,11 @@ impl ChunkHeader {
         if let Some(fp) = chunk.get("system_fingerprint").filter(|v| !v.is_null()) {
             fields.insert("system_fingerprint".into(), fp.clone());
         }
-        ChunkHeader { fields }
+        // `{"id":…,"model":…}` without its closing brace, then a comma.
+        let mut open = serde_json::to_vec(&fields).expect("JSON values serialize");
+        open.pop();
+        open.push(b',');
+        ChunkHeader { open }
     }
 
     /// Used when the upstream failed before sending any chunk.
@@ -52,10 +113,44 @@ impl ChunkHeader {
         Self::from_chunk(&Map::new())
     }
 
-    pub fn chunk(&self, choices: Value) -> Value {
-        let mut c = self.fields.clone();
-        c.insert("choices".into(), choices);
-        Value::Object(c)
+    /// Writes one chunk event: the header fields, then `rest` (which writes
+    /// the remaining `"key":value` pairs).
+    fn write(&self, out: &mut BytesMut, rest: impl FnOnce(&mut bytes::buf::Writer<&mut BytesMut>)) {
+        out.put_slice(b"data: ");
+        out.put_slice(&self.open);
+        let mut writer = out.writer();
+        rest(&mut writer);
+        let out = writer.into_inner();
+        out.put_slice(b"}\n\n");
+    }
+
+    /// Writes a chunk whose `choices` hold one choice with this delta.
+    fn write_choice<D: Serialize>(
+        &self,
+        out: &mut BytesMut,
+        choice: u64,
+        delta: D,
+        finish_reason: Option<&Value>,
+    ) {
+        let choices = [Choice {
+            index: choice,
+            delta,
+            logprobs: (),
+            finish_reason,
+        }];
+        self.write(out, |w| {
+            w.get_mut().put_slice(b"\"choices\":");
+            // Serializing plain data into memory cannot fail.
+            let _ = serde_json::to_writer(w, &choices);
+        });
+    }
+
+    /// Writes a chunk with these `choices`.
+    pub fn write_choices(&self, out: &mut BytesMut, choices: &Value) {
+        self.write(out, |w| {
+            w.get_mut().put_slice(b"\"choices\":");
+            let _ = serde_json::to_writer(w, choices);
+        });
     }
 
     /// Writes the call's two deltas (rules 7-11).
@@ -67,61 +162,59 @@ impl ChunkHeader {
         call: &ReadyCall,
         first_delta: bool,
     ) {
-        let mut delta = json!({
-            "tool_calls": [{
-                "index": tool_index,
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": ""},
-            }]
-        });
-        if first_delta {
-            // Rule 4: the first delta of a choice names the role.
-            delta = json!({"role": "assistant", "content": null, "tool_calls": delta["tool_calls"].take()});
-        }
-        encoder::write_json(
-            out,
-            &self.chunk(
-                json!([{"index": choice, "delta": delta, "logprobs": null, "finish_reason": null}]),
-            ),
-        );
-        let args = json!({"tool_calls": [{"index": tool_index, "function": {"arguments": call.arguments}}]});
-        encoder::write_json(
-            out,
-            &self.chunk(
-                json!([{"index": choice, "delta": args, "logprobs": null, "finish_reason": null}]),
-            ),
-        );
+        let open = CallOpen {
+            index: tool_index,
+            id: &call.id,
+            kind: "function",
+            function: CallFunction {
+                name: Some(&call.name),
+                arguments: "",
+            },
+        };
+        self.write_choice(out, choice, calls_delta(open, first_delta), None);
+        let arguments = CallArguments {
+            index: tool_index,
+            function: CallFunction {
+                name: None,
+                arguments: &call.arguments,
+            },
+        };
+        self.write_choice(out, choice, calls_delta(arguments, false), None);
     }
 
     pub fn write_text(&self, out: &mut BytesMut, choice: u64, text: &str, first_delta: bool) {
-        let delta = if first_delta {
-            json!({"role": "assistant", "content": text})
-        } else {
-            json!({"content": text})
+        let delta = TextDelta {
+            role: first_delta.then_some("assistant"),
+            content: text,
         };
-        encoder::write_json(
-            out,
-            &self.chunk(
-                json!([{"index": choice, "delta": delta, "logprobs": null, "finish_reason": null}]),
-            ),
-        );
+        self.write_choice(out, choice, delta, None);
     }
 
     pub fn write_finish(&self, out: &mut BytesMut, choice: u64, reason: &Value, first_delta: bool) {
-        let delta = if first_delta {
-            json!({"role": "assistant", "content": ""})
+        if first_delta {
+            let delta = TextDelta {
+                role: Some("assistant"),
+                content: "",
+            };
+            self.write_choice(out, choice, delta, Some(reason));
         } else {
-            json!({})
-        };
-        encoder::write_json(out, &self.chunk(json!([{"index": choice, "delta": delta, "logprobs": null, "finish_reason": reason}])));
+            self.write_choice(out, choice, Map::new(), Some(reason));
+        }
     }
 
     pub fn write_usage(&self, out: &mut BytesMut, usage: &Value) {
-        let mut c = self.fields.clone();
-        c.insert("choices".into(), json!([]));
-        c.insert("usage".into(), usage.clone());
-        encoder::write_json(out, &Value::Object(c));
+        self.write(out, |w| {
+            w.get_mut().put_slice(b"\"choices\":[],\"usage\":");
+            let _ = serde_json::to_writer(w, usage);
+        });
+    }
+}
+
+fn calls_delta<T>(call: T, first_delta: bool) -> CallsDelta<T> {
+    CallsDelta {
+        role: first_delta.then_some("assistant"),
+        content: first_delta.then_some(()),
+        tool_calls: [call],
     }
 }
 
@@ -135,4 +228,86 @@ fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> ChunkHeader {
+        let upstream = json!({"id": "c1", "object": "chat.completion.chunk", "created": 7,
+            "model": "m", "system_fingerprint": "fp", "choices": []});
+        ChunkHeader::from_chunk(upstream.as_object().unwrap())
+    }
+
+    fn written(write: impl FnOnce(&ChunkHeader, &mut BytesMut)) -> String {
+        let mut out = BytesMut::new();
+        write(&header(), &mut out);
+        String::from_utf8(out.to_vec()).unwrap()
+    }
+
+    const HEAD: &str = r#"data: {"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","system_fingerprint":"fp","#;
+
+    #[test]
+    fn text_and_finish_chunks_have_the_conformance_shapes() {
+        assert_eq!(
+            written(|h, out| h.write_text(out, 0, "Hi \"x\"", true)),
+            format!(
+                r#"{HEAD}"choices":[{{"index":0,"delta":{{"role":"assistant","content":"Hi \"x\""}},"logprobs":null,"finish_reason":null}}]}}{}"#,
+                "\n\n"
+            )
+        );
+        assert_eq!(
+            written(|h, out| h.write_text(out, 1, "more", false)),
+            format!(
+                r#"{HEAD}"choices":[{{"index":1,"delta":{{"content":"more"}},"logprobs":null,"finish_reason":null}}]}}{}"#,
+                "\n\n"
+            )
+        );
+        assert_eq!(
+            written(|h, out| h.write_finish(out, 0, &json!("tool_calls"), false)),
+            format!(
+                r#"{HEAD}"choices":[{{"index":0,"delta":{{}},"logprobs":null,"finish_reason":"tool_calls"}}]}}{}"#,
+                "\n\n"
+            )
+        );
+        assert_eq!(
+            written(|h, out| h.write_finish(out, 0, &json!("stop"), true)),
+            format!(
+                r#"{HEAD}"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":"stop"}}]}}{}"#,
+                "\n\n"
+            )
+        );
+        assert_eq!(
+            written(|h, out| h.write_usage(out, &json!({"total_tokens": 3}))),
+            format!(
+                r#"{HEAD}"choices":[],"usage":{{"total_tokens":3}}}}{}"#,
+                "\n\n"
+            )
+        );
+    }
+
+    #[test]
+    fn a_call_is_a_named_delta_then_its_arguments() {
+        let call = ReadyCall {
+            id: "call_1".into(),
+            name: "GetWeather".into(),
+            arguments: r#"{"location":"Paris"}"#.into(),
+        };
+        let first = written(|h, out| h.write_call(out, 0, 0, &call, true));
+        let later = written(|h, out| h.write_call(out, 0, 1, &call, false));
+        let args = r#""function":{"arguments":"{\"location\":\"Paris\"}"}}]},"logprobs":null,"finish_reason":null}]}"#;
+        assert_eq!(
+            first,
+            format!(
+                "{HEAD}{}\n\n{HEAD}{}{args}\n\n",
+                r#""choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"GetWeather","arguments":""}}]},"logprobs":null,"finish_reason":null}]}"#,
+                r#""choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"#,
+            )
+        );
+        assert!(later.starts_with(&format!(
+            "{HEAD}{}",
+            r#""choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_1","#
+        )));
+    }
 }

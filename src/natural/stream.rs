@@ -251,10 +251,7 @@ impl StreamRewriter {
             choice.insert("index".into(), json!(index));
             choice.insert("delta".into(), Value::Object(delta));
             choice.insert("finish_reason".into(), Value::Null);
-            encoder::write_json(
-                out,
-                &header.chunk(Value::Array(vec![Value::Object(choice)])),
-            );
+            header.write_choices(out, &Value::Array(vec![Value::Object(choice)]));
             state.started = true;
         }
         if let Some(reason) = finish_reason {
