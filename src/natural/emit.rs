@@ -138,17 +138,14 @@ impl ChunkHeader {
             logprobs: (),
             finish_reason,
         }];
-        self.write(out, |w| {
-            w.get_mut().put_slice(b"\"choices\":");
-            // Serializing plain data into memory cannot fail.
-            let _ = serde_json::to_writer(w, &choices);
-        });
+        self.write_choices(out, &choices);
     }
 
     /// Writes a chunk with these `choices`.
-    pub fn write_choices(&self, out: &mut BytesMut, choices: &Value) {
+    pub fn write_choices<C: Serialize + ?Sized>(&self, out: &mut BytesMut, choices: &C) {
         self.write(out, |w| {
             w.get_mut().put_slice(b"\"choices\":");
+            // Serializing plain data into memory cannot fail.
             let _ = serde_json::to_writer(w, choices);
         });
     }
