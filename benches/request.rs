@@ -3,7 +3,8 @@
 //! - `contracts/cold`: a fresh `ContractCache` per request, so every call
 //!   parses the tools, builds examples and renders the Markdown contracts.
 //! - `contracts/warm`: the same tool set again (what agents do every turn):
-//!   a cache hit, so the cost is parsing, hashing and re-serializing.
+//!   a cache hit, so the cost is splitting the body, parsing `messages`,
+//!   hashing and comparing the raw `tools` text, and writing the new body.
 //! - `contracts/unchanged`: a chat request without tools (forwarded as is):
 //!   the floor, one JSON parse.
 //! - `history/<turns>`: a request whose history holds that many tool turns

@@ -13,6 +13,7 @@ pub mod emit;
 mod engine;
 pub mod error;
 pub mod example;
+pub mod fields;
 pub mod history;
 pub mod parser;
 pub mod policy;

@@ -120,6 +120,29 @@ fn other_fields_keep_their_values_and_order() {
 }
 
 #[test]
+fn untouched_fields_travel_as_the_clients_bytes() {
+    // Parsed and serialized again, 0.50 would become 0.5 and the escapes
+    // would be decoded: the upstream must get what the client wrote.
+    let body = format!(
+        r#"{{"model":"m","temperature":0.50,"x_vendor":{{"note":"caf\u00e9","n":1e2}},"tools":[{}],"messages":[{}]}}"#,
+        weather(),
+        user("hi")
+    );
+    let out = match rewrite(
+        body.as_bytes(),
+        &NaturalOptions::default(),
+        &ContractCache::default(),
+    ) {
+        Ok(Rewrite::Rewritten { body, .. }) => String::from_utf8(body).expect("utf-8"),
+        other => panic!("unexpected {other:?}"),
+    };
+    assert!(
+        out.starts_with(r#"{"model":"m","temperature":0.50,"x_vendor":{"note":"caf\u00e9","n":1e2},"messages":["#),
+        "{out}"
+    );
+}
+
+#[test]
 fn tool_fields_without_tools_are_stripped_with_no_plan() {
     let (out, plan) =
         run(json!({"model": "m", "messages": [user("hi")], "tools": [], "tool_choice": "auto"}));
@@ -412,6 +435,38 @@ fn cache_hit_returns_the_same_arc() {
     .expect("json");
     let third = plan(rewrite(&serial, &options, &cache));
     assert!(!Arc::ptr_eq(&first.tools, &third.tools));
+    assert_eq!(cache.len(), 2);
+}
+
+#[test]
+fn cache_is_keyed_on_the_declarations_as_written() {
+    let cache = ContractCache::default();
+    let options = NaturalOptions::default();
+    let compact = format!(r#"{{"messages":[{}],"tools":[{}]}}"#, user("hi"), weather());
+    let spaced = format!(
+        r#"{{"messages":[{}],"tools":[ {} ]}}"#,
+        user("hi"),
+        weather()
+    );
+    let out = |body: &str| match rewrite(body.as_bytes(), &options, &cache) {
+        Ok(Rewrite::Rewritten { body, .. }) => {
+            serde_json::from_slice::<Value>(&body).expect("json")
+        }
+        other => panic!("unexpected {other:?}"),
+    };
+    let first = out(&compact);
+    assert_eq!(out(&compact), first);
+    assert_eq!(cache.len(), 1);
+    // Other spacing is another entry, rendered to the same request.
+    assert_eq!(out(&spaced), first);
+    assert_eq!(cache.len(), 2);
+    // A broken declaration is never served from the cache.
+    let broken = format!(
+        r#"{{"messages":[{}],"tools":[{{"type":"function"}}]}}"#,
+        user("hi")
+    );
+    assert!(rewrite(broken.as_bytes(), &options, &cache).is_err());
+    assert!(rewrite(broken.as_bytes(), &options, &cache).is_err());
     assert_eq!(cache.len(), 2);
 }
 

@@ -2,16 +2,15 @@
 //! provider rather than once per request.
 //!
 //! Agents resend the same `tools` on every turn, so nearly every lookup hits.
-//! A hit costs one hash walk over the declarations, a read lock and an
-//! equality check; no string is built and nothing is parsed. The equality check
-//! matters: without it two tool sets whose hashes collide (by chance or by an
-//! attacker's design) would be served each other's contracts.
+//! The key is the declarations' raw JSON text: a hit costs hashing those bytes,
+//! a read lock and comparing them; the tools are not even parsed. The byte
+//! comparison matters: without it two tool sets whose hashes collide (by chance
+//! or by an attacker's design) would be served each other's contracts. The
+//! same tools written with other spacing are a miss, rendered once more.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::{Arc, PoisonError, RwLock};
-
-use serde_json::Value;
 
 use crate::natural::policy::Policy;
 use crate::natural::syntax::Syntax;
@@ -32,10 +31,10 @@ pub struct Prepared {
 /// Everything the rendering depends on, borrowed from the request.
 #[derive(Debug, Clone, Copy)]
 pub struct KeyRef<'a> {
-    /// The raw `tools` value (`Null` when absent).
-    pub tools: &'a Value,
-    /// The raw legacy `functions` value (`Null` when absent).
-    pub functions: &'a Value,
+    /// The raw JSON text of `tools` (`null` when absent).
+    pub tools: &'a str,
+    /// The raw JSON text of the legacy `functions` (`null` when absent).
+    pub functions: &'a str,
     /// The tool policy.
     pub policy: &'a Policy,
     /// The call syntax.
@@ -47,8 +46,8 @@ pub struct KeyRef<'a> {
 /// The owned copy of a [`KeyRef`], kept to confirm hits.
 #[derive(Debug)]
 struct Key {
-    tools: Value,
-    functions: Value,
+    tools: Box<str>,
+    functions: Box<str>,
     policy: Policy,
     syntax: Syntax,
     template: Option<String>,
@@ -59,8 +58,8 @@ impl Key {
         self.syntax == key.syntax
             && self.policy == *key.policy
             && self.template.as_deref() == key.template
-            && self.tools == *key.tools
-            && self.functions == *key.functions
+            && *self.tools == *key.tools
+            && *self.functions == *key.functions
     }
 }
 
@@ -138,8 +137,8 @@ impl ContractCache {
             }
         }
         let owned = Key {
-            tools: key.tools.clone(),
-            functions: key.functions.clone(),
+            tools: key.tools.into(),
+            functions: key.functions.into(),
             policy: key.policy.clone(),
             syntax: key.syntax,
             template: key.template.map(str::to_string),
@@ -150,8 +149,8 @@ impl ContractCache {
 
     fn hash(&self, key: &KeyRef<'_>) -> u64 {
         let mut hasher = self.hasher.build_hasher();
-        hash_value(key.tools, &mut hasher);
-        hash_value(key.functions, &mut hasher);
+        key.tools.hash(&mut hasher);
+        key.functions.hash(&mut hasher);
         key.policy.hash(&mut hasher);
         key.syntax.hash(&mut hasher);
         key.template.hash(&mut hasher);
@@ -159,51 +158,9 @@ impl ContractCache {
     }
 }
 
-/// Hashes a JSON value in place, without serializing it. Equal values hash
-/// equally (object keys in order, which is how clients resend them).
-fn hash_value(value: &Value, hasher: &mut impl Hasher) {
-    match value {
-        Value::Null => hasher.write_u8(0),
-        Value::Bool(flag) => {
-            hasher.write_u8(1);
-            flag.hash(hasher);
-        }
-        Value::Number(number) => {
-            hasher.write_u8(2);
-            if let Some(n) = number.as_i64() {
-                n.hash(hasher);
-            } else if let Some(n) = number.as_u64() {
-                n.hash(hasher);
-            } else if let Some(n) = number.as_f64() {
-                n.to_bits().hash(hasher);
-            }
-        }
-        Value::String(text) => {
-            hasher.write_u8(3);
-            text.hash(hasher);
-        }
-        Value::Array(items) => {
-            hasher.write_u8(4);
-            hasher.write_usize(items.len());
-            for item in items {
-                hash_value(item, hasher);
-            }
-        }
-        Value::Object(fields) => {
-            hasher.write_u8(5);
-            hasher.write_usize(fields.len());
-            for (name, field) in fields {
-                name.hash(hasher);
-                hash_value(field, hasher);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn prepared(text: &str) -> Prepared {
         Prepared {
@@ -212,10 +169,10 @@ mod tests {
         }
     }
 
-    fn key<'a>(tools: &'a Value, policy: &'a Policy) -> KeyRef<'a> {
+    fn key<'a>(tools: &'a str, policy: &'a Policy) -> KeyRef<'a> {
         KeyRef {
             tools,
-            functions: &Value::Null,
+            functions: "null",
             policy,
             syntax: Syntax::Tag,
             template: None,
@@ -225,13 +182,13 @@ mod tests {
     #[test]
     fn hit_returns_the_same_arcs_without_rendering() {
         let cache = ContractCache::default();
-        let tools = json!([{"type": "function", "function": {"name": "a"}}]);
+        let tools = r#"[{"type": "function", "function": {"name": "a"}}]"#;
         let policy = Policy::default();
         let first = cache
-            .get_or_render(key(&tools, &policy), || Ok::<_, ()>(prepared("x")))
+            .get_or_render(key(tools, &policy), || Ok::<_, ()>(prepared("x")))
             .unwrap();
         let second = cache
-            .get_or_render(key(&tools, &policy), || -> Result<Prepared, ()> {
+            .get_or_render(key(tools, &policy), || -> Result<Prepared, ()> {
                 panic!("must not render on a hit")
             })
             .unwrap();
@@ -242,15 +199,15 @@ mod tests {
     #[test]
     fn different_policy_or_syntax_is_a_different_entry() {
         let cache = ContractCache::default();
-        let tools = json!([]);
+        let tools = "[]";
         let auto = Policy::default();
         let serial = Policy {
             parallel: false,
             ..Policy::default()
         };
-        let a = cache.get_or_render(key(&tools, &auto), || Ok::<_, ()>(prepared("a")));
-        let b = cache.get_or_render(key(&tools, &serial), || Ok::<_, ()>(prepared("b")));
-        let mut bracket = key(&tools, &auto);
+        let a = cache.get_or_render(key(tools, &auto), || Ok::<_, ()>(prepared("a")));
+        let b = cache.get_or_render(key(tools, &serial), || Ok::<_, ()>(prepared("b")));
+        let mut bracket = key(tools, &auto);
         bracket.syntax = Syntax::Bracket;
         let c = cache.get_or_render(bracket, || Ok::<_, ()>(prepared("c")));
         assert_eq!(&*a.unwrap().block, "a");
@@ -264,12 +221,12 @@ mod tests {
         let cache = ContractCache::new(2);
         let policy = Policy::default();
         for i in 0..5 {
-            let tools = json!([i]);
+            let tools = format!("[{i}]");
             let _ = cache.get_or_render(key(&tools, &policy), || Ok::<_, ()>(prepared("p")));
         }
         assert_eq!(cache.len(), 2);
-        let tools = json!(["bad"]);
-        let failed = cache.get_or_render(key(&tools, &policy), || Err::<Prepared, _>("bad"));
+        let tools = r#"["bad"]"#;
+        let failed = cache.get_or_render(key(tools, &policy), || Err::<Prepared, _>("bad"));
         assert_eq!(failed.unwrap_err(), "bad");
         assert_eq!(cache.len(), 2);
     }

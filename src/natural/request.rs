@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 pub use crate::natural::cache::ContractCache;
 use crate::natural::cache::{KeyRef, Prepared};
 pub use crate::natural::error::RequestError;
+use crate::natural::fields::{self, Fields};
 use crate::natural::history::{self, HistoryOptions};
 use crate::natural::policy::{Choice, Policy};
 use crate::natural::prompt::{self, CONTRACTS_PLACEHOLDER};
@@ -112,35 +114,34 @@ pub enum Rewrite {
 ///
 /// The tool fields are removed, the contracts and instructions go before the
 /// system prompt and the tool history becomes text. Every other field keeps
-/// its value and position.
+/// its position and its bytes: only `messages` (and the small tool-policy
+/// fields) are parsed, and `tools` is read only when its rendering is not
+/// cached yet.
 pub fn rewrite(
     body: &[u8],
     options: &NaturalOptions,
     cache: &ContractCache,
 ) -> Result<Rewrite, RequestError> {
-    let mut value: Value =
-        serde_json::from_slice(body).map_err(|err| RequestError::InvalidJson {
-            message: err.to_string(),
-        })?;
-    let Value::Object(request) = &mut value else {
-        return Err(RequestError::NotAnObject);
-    };
-    let has_tool_fields = TOOL_FIELDS.iter().any(|field| request.contains_key(*field));
-    if !has_tool_fields && !history::has_tool_history(request.get("messages")) {
+    let fields = Fields::parse(body)?;
+    let mut messages = fields.parsed("messages")?;
+    let has_tool_fields = TOOL_FIELDS.iter().any(|field| fields.get(field).is_some());
+    if !has_tool_fields && !history::has_tool_history(messages.as_ref()) {
         return Ok(Rewrite::Unchanged);
     }
 
-    let tools = request.shift_remove("tools").unwrap_or(Value::Null);
-    let functions = request.shift_remove("functions").unwrap_or(Value::Null);
     let policy = Policy::from_request(
-        request.shift_remove("tool_choice").as_ref(),
-        request.shift_remove("function_call").as_ref(),
-        request.shift_remove("parallel_tool_calls").as_ref(),
+        fields.parsed("tool_choice")?.as_ref(),
+        fields.parsed("function_call")?.as_ref(),
+        fields.parsed("parallel_tool_calls")?.as_ref(),
     )?;
-    let prepared = prepare(&tools, &functions, &policy, options, cache)?;
+    let declared = Declared {
+        tools: fields.get("tools"),
+        functions: fields.get("functions"),
+    };
+    let prepared = prepare(declared, &policy, options, cache)?;
 
-    let messages = match request.get_mut("messages") {
-        Some(Value::Array(messages)) => messages,
+    let list = match messages.as_mut() {
+        Some(Value::Array(list)) => list,
         Some(_) => return Err(RequestError::wrong_type("messages", "an array")),
         None => return Err(RequestError::missing("messages")),
     };
@@ -149,18 +150,16 @@ pub fn rewrite(
         max_tool_result_chars: options.max_tool_result_chars,
         result_role: options.result_role,
     };
-    history::rewrite(messages, &history_options)?;
+    history::rewrite(list, &history_options)?;
     if let Some(prepared) = &prepared {
-        prompt::inject(messages, &prepared.block);
+        prompt::inject(list, &prepared.block);
     }
 
-    let include_usage = value
-        .pointer("/stream_options/include_usage")
-        .and_then(Value::as_bool)
+    let include_usage = fields
+        .parsed("stream_options")?
+        .and_then(|options| options.get("include_usage")?.as_bool())
         .unwrap_or(false);
-    let body = serde_json::to_vec(&value).map_err(|err| RequestError::InvalidJson {
-        message: err.to_string(),
-    })?;
+    let body = fields.write(&TOOL_FIELDS, "messages", &messages);
     let plan = prepared.map(|prepared| ResponsePlan {
         tools: prepared.tools,
         choice: policy.choice,
@@ -170,11 +169,34 @@ pub fn rewrite(
     Ok(Rewrite::Rewritten { body, plan })
 }
 
+/// The request's tool declarations, unparsed.
+#[derive(Clone, Copy)]
+struct Declared<'a> {
+    tools: Option<&'a RawValue>,
+    functions: Option<&'a RawValue>,
+}
+
+impl Declared<'_> {
+    /// The raw text of a declaration; absent reads as `null`, as it renders.
+    fn text(raw: Option<&RawValue>) -> &str {
+        raw.map_or("null", RawValue::get)
+    }
+
+    /// The declared tools, parsed and checked.
+    fn tool_set(self) -> Result<ToolSet, RequestError> {
+        let tools = self.tools.map(fields::parse).transpose()?;
+        let functions = self.functions.map(fields::parse).transpose()?;
+        ToolSet::from_request(
+            Some(tools.as_ref().unwrap_or(&Value::Null)),
+            Some(functions.as_ref().unwrap_or(&Value::Null)),
+        )
+    }
+}
+
 /// The offered tools and their system block, from the cache when possible;
 /// `None` when the model is to get no tools.
 fn prepare(
-    tools: &Value,
-    functions: &Value,
+    declared: Declared<'_>,
     policy: &Policy,
     options: &NaturalOptions,
     cache: &ContractCache,
@@ -182,19 +204,18 @@ fn prepare(
     if policy.choice == Choice::None {
         // Still validated: a malformed declaration is the client's bug even
         // when it is not used this turn, and OpenAI rejects it too.
-        ToolSet::from_request(Some(tools), Some(functions))?;
+        declared.tool_set()?;
         return Ok(None);
     }
     let key = KeyRef {
-        tools,
-        functions,
+        tools: Declared::text(declared.tools),
+        functions: Declared::text(declared.functions),
         policy,
         syntax: options.syntax,
         template: options.instructions.as_deref(),
     };
     let prepared = cache.get_or_render(key, || {
-        let declared = ToolSet::from_request(Some(tools), Some(functions))?;
-        let offered = policy.offered(&declared)?;
+        let offered = policy.offered(&declared.tool_set()?)?;
         let block = if offered.is_empty() {
             String::new()
         } else {
