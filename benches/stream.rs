@@ -11,6 +11,8 @@
 //! - `natural/call`: prose followed by a `<GetWeather>` call, split in
 //!   4-byte tokens (the held-back and re-encoded path, plus validation and the
 //!   emitted call chunks).
+//! - `to_natural/call`: the reverse direction: a native call whose arguments
+//!   arrive in 4-byte fragments, written as a `<GetWeather>` block of text.
 
 use bytes::{Bytes, BytesMut};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -22,8 +24,11 @@ use toolgate::natural::parser::ParserOptions;
 use toolgate::natural::reply::ReplySettings;
 use toolgate::natural::request::{ContractCache, NaturalOptions, ResponsePlan, Rewrite, rewrite};
 use toolgate::natural::stream::StreamRewriter;
+use toolgate::natural::syntax::Syntax;
 use toolgate::natural::validate::SchemaCache;
 use toolgate::sse::{Decoder, Event};
+use toolgate::to_natural::RenderOptions;
+use toolgate::to_natural::stream::StreamRenderer;
 
 const CALL_TEXT: &str = "Let me check the current weather in Paris for you, so that you know \
 whether to bring an umbrella today.\n\n<GetWeather>\n```json\n{\"location\": \"Paris, France\", \
@@ -55,6 +60,30 @@ fn frames(text: &str) -> Vec<Bytes> {
         start = end;
     }
     out.push(chunk(json!({}), Some("stop")));
+    out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    out
+}
+
+/// A native call: role chunk, the call's opening delta, its arguments in
+/// 4-byte fragments, finish, `[DONE]`.
+fn call_frames() -> Vec<Bytes> {
+    let arguments = r#"{"location": "Paris, France", "unit": "celsius"}"#;
+    let mut out = vec![
+        chunk(json!({"role": "assistant", "content": null}), None),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                "function": {"name": "GetWeather", "arguments": ""}}]}),
+            None,
+        ),
+    ];
+    for piece in arguments.as_bytes().chunks(4) {
+        let piece = std::str::from_utf8(piece).expect("ascii");
+        out.push(chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+            None,
+        ));
+    }
+    out.push(chunk(json!({}), Some("tool_calls")));
     out.push(Bytes::from_static(b"data: [DONE]\n\n"));
     out
 }
@@ -136,6 +165,32 @@ fn bench_stream(c: &mut Criterion) {
             });
         });
     }
+
+    let frames = call_frames();
+    group.throughput(Throughput::Elements(frames.len() as u64));
+    let options = RenderOptions {
+        syntax: Syntax::Tag,
+        pretty: true,
+        separator: "---".into(),
+    };
+    group.bench_function("to_natural/call", |b| {
+        let mut events: Vec<Event> = Vec::new();
+        b.iter(|| {
+            let mut decoder = Decoder::new();
+            let mut renderer = StreamRenderer::new(options.clone());
+            let mut out = BytesMut::new();
+            let mut sent = 0;
+            for frame in &frames {
+                decoder.feed(frame, &mut events).expect("short lines");
+                for event in events.drain(..) {
+                    renderer.on_event(&event.data, &mut out);
+                }
+                sent += out.split().freeze().len();
+            }
+            assert!(renderer.is_ended());
+            black_box(sent)
+        });
+    });
     group.finish();
 }
 

@@ -121,6 +121,55 @@ fn one_call_streams_as_a_tool_call_block() {
     assert!(body.contains(UP_ID) && body.contains(UP_FINGERPRINT));
 }
 
+/// The chunks of an SSE body, parsed.
+fn chunks_of(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
+#[test]
+fn borrowed_and_general_paths_write_the_same_chunks() {
+    // Single-line chunks of the common shape take the borrowed path; the same
+    // chunks pretty-printed over several lines must take the general one.
+    // Both must write the same chunks, the upstream's own fields included.
+    let mut events = vec![
+        chunk(json!({"role": "assistant", "content": "Checking. "}), None),
+        chunk(json!({"content": "Both cities."}), None),
+        chunk(call_start(0, "call_a", "GetWeather"), None),
+        chunk(call_start(1, "call_b", "GetTime"), None),
+        chunk(call_args(1, "{\"zone\": \"CET\"}"), None),
+        chunk(call_args(0, "{\"location\": "), None),
+        chunk(call_args(0, "\"Par\\u00eds\"}"), None),
+        chunk(
+            json!({"content": null, "tool_calls": [{"index": 0, "function": {"arguments": ""}}]}),
+            None,
+        ),
+    ];
+    // An extra field, written with an escape the general path would decode:
+    // seeing it as written proves the borrowed path copied the fields.
+    let mut with_extra: Value = serde_json::from_str(&events[2]).unwrap();
+    with_extra["created"] = json!(1_800_000_000u64);
+    events[2] = with_extra
+        .to_string()
+        .replacen('{', r#"{"obfuscation":"x\u0031","#, 1);
+    events.push(chunk(json!({}), Some("tool_calls")));
+    let multi_line: Vec<String> = events
+        .iter()
+        .map(|e| serde_json::to_string_pretty(&serde_json::from_str::<Value>(e).unwrap()).unwrap())
+        .collect();
+    let fast = render(&events, Syntax::Tag);
+    let general = render(&multi_line, Syntax::Tag);
+    assert_eq!(chunks_of(&fast), chunks_of(&general), "{fast}\n{general}");
+    assert_eq!(content_of(&fast), content_of(&general));
+    assert!(fast.contains(r#""obfuscation":"x\u0031""#) && fast.contains("1800000000"));
+    assert!(general.contains(r#""obfuscation":"x1""#));
+    // Arguments are JSON text: their escapes are kept as the model wrote them.
+    assert!(content_of(&fast).0.contains(r#""Par\u00eds""#), "{fast}");
+}
+
 #[test]
 fn text_then_parallel_calls_in_one_char_fragments() {
     let args0 = "{\"location\":\"Paris\",\"unit\":\"celsius\"}";

@@ -74,6 +74,20 @@ struct CallsDelta<T> {
     tool_calls: [T; 1],
 }
 
+/// `choices` holding one text delta that is not a choice's first, for a
+/// chunk written around someone else's header fields.
+pub fn text_choices(index: u64, text: &str) -> impl Serialize + '_ {
+    [Choice {
+        index,
+        delta: TextDelta {
+            role: None,
+            content: text,
+        },
+        logprobs: (),
+        finish_reason: None,
+    }]
+}
+
 impl ChunkHeader {
     /// Reads `id`, `created`, `model`, `system_fingerprint` from an upstream chunk.
     pub fn from_chunk(chunk: &Map<String, Value>) -> Self {

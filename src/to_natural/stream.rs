@@ -10,14 +10,22 @@
 //! `finish_reason: "tool_calls"` becomes `"stop"`; every other field of the
 //! upstream's chunks (`id`, `created`, `model`, `system_fingerprint`,
 //! `usage`, `logprobs`) is kept.
+//!
+//! Most chunks are one choice's content or call fragments and nothing else.
+//! Those are read borrowed, without building a JSON tree, and written back
+//! with the upstream's own top-level fields copied as they came.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use bytes::BytesMut;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::error::GatewayError;
 use crate::natural::emit::{self, ChunkHeader};
+use crate::natural::fields::Fields;
 use crate::sse::encoder;
 use crate::sse::transform::{self, Incoming, Transform};
 use crate::to_natural::RenderOptions;
@@ -71,6 +79,14 @@ impl StreamRenderer {
         if self.ended {
             return;
         }
+        // Multi-line `data:` payloads must be re-framed, never copied (rule 1),
+        // so they take the general path.
+        if self.header.is_some()
+            && memchr::memchr(b'\n', data).is_none()
+            && self.on_plain(data, out)
+        {
+            return;
+        }
         let mut chunk = match transform::classify(data) {
             Incoming::Done => return self.finish(out),
             Incoming::Invalid => return self.fail(out, &transform::invalid_event()),
@@ -103,6 +119,56 @@ impl StreamRenderer {
         }
     }
 
+    /// The fast path: a chunk of one choice holding only content and call
+    /// fragments. `false`: not that shape; nothing was changed, take the
+    /// general path.
+    fn on_plain(&mut self, data: &[u8], out: &mut BytesMut) -> bool {
+        let Ok(fields) = Fields::parse(data) else {
+            return false;
+        };
+        let is_null = |raw: Option<&RawValue>| raw.is_none_or(|raw| raw.get() == "null");
+        if !is_null(fields.get("usage")) || fields.get("error").is_some() {
+            return false;
+        }
+        let Some(Ok([choice])) = fields
+            .get("choices")
+            .map(|raw| serde_json::from_str::<[PlainChoice<'_>; 1]>(raw.get()))
+        else {
+            return false;
+        };
+        let delta = &choice.delta;
+        let plain = choice.finish_reason.is_none()
+            && choice.logprobs.is_none()
+            && delta.role.is_none()
+            && delta.refusal.is_none()
+            && delta.function_call.is_none();
+        if !plain {
+            return false;
+        }
+        let state = self.choices.entry(choice.index).or_default();
+        if state.finished {
+            return true;
+        }
+        self.text.clear();
+        if let Some(content) = &delta.content {
+            state.content(content, &mut self.text);
+        }
+        for call in delta.tool_calls.iter().flatten() {
+            let function = call.function.as_ref();
+            state.fragment(
+                call.index,
+                function.and_then(|f| f.name.as_deref()),
+                function.and_then(|f| f.arguments.as_deref()),
+            );
+        }
+        advance(state, &self.options, &mut self.text, false);
+        if !self.text.is_empty() {
+            let choices = emit::text_choices(choice.index, &self.text);
+            encoder::write_raw(out, &fields.write(&[], "choices", &choices));
+        }
+        true
+    }
+
     /// Rewrites one choice of a chunk; `None` when nothing is left to send.
     fn on_choice(&mut self, mut choice: Map<String, Value>) -> Option<Map<String, Value>> {
         let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
@@ -116,36 +182,24 @@ impl StreamRenderer {
         };
         self.text.clear();
         if let Some(Value::String(content)) = delta.remove("content") {
-            if state.current.is_some() {
-                state.waiting_text.push_str(&content);
-            } else {
-                state.wrote_text |= !content.is_empty();
-                self.text.push_str(&content);
-            }
+            state.content(&content, &mut self.text);
         }
         if let Some(Value::Array(calls)) = delta.remove("tool_calls") {
             for call in calls {
-                let i = call.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let buf = state.calls.entry(i).or_default();
-                if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
-                    buf.name.push_str(name);
-                }
-                if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
-                    buf.pending.push_str(args);
-                    buf.any_arguments |= !args.is_empty();
-                }
+                state.fragment(
+                    call.get("index").and_then(Value::as_u64).unwrap_or(0),
+                    call.pointer("/function/name").and_then(Value::as_str),
+                    call.pointer("/function/arguments").and_then(Value::as_str),
+                );
             }
         }
         // Legacy streamed `function_call` is one call at index 0.
         if let Some(Value::Object(f)) = delta.remove("function_call") {
-            let buf = state.calls.entry(0).or_default();
-            if let Some(name) = f.get("name").and_then(Value::as_str) {
-                buf.name.push_str(name);
-            }
-            if let Some(args) = f.get("arguments").and_then(Value::as_str) {
-                buf.pending.push_str(args);
-                buf.any_arguments |= !args.is_empty();
-            }
+            state.fragment(
+                0,
+                f.get("name").and_then(Value::as_str),
+                f.get("arguments").and_then(Value::as_str),
+            );
         }
         let finish = choice.remove("finish_reason").filter(|f| !f.is_null());
         advance(state, &self.options, &mut self.text, finish.is_some());
@@ -215,6 +269,76 @@ impl Transform for StreamRenderer {
     fn is_ended(&self) -> bool {
         self.ended
     }
+}
+
+impl ChoiceState {
+    /// Content: written now, or after the call that is open.
+    fn content(&mut self, content: &str, text: &mut String) {
+        if self.current.is_some() {
+            self.waiting_text.push_str(content);
+        } else {
+            self.wrote_text |= !content.is_empty();
+            text.push_str(content);
+        }
+    }
+
+    /// A fragment of the call at `index`.
+    fn fragment(&mut self, index: u64, name: Option<&str>, arguments: Option<&str>) {
+        let buf = self.calls.entry(index).or_default();
+        if let Some(name) = name {
+            buf.name.push_str(name);
+        }
+        if let Some(arguments) = arguments {
+            buf.pending.push_str(arguments);
+            buf.any_arguments |= !arguments.is_empty();
+        }
+    }
+}
+
+/// The common choice shape, read borrowed. Fields that must be absent (or
+/// null) for the fast path are read only to be checked.
+#[derive(Deserialize)]
+struct PlainChoice<'a> {
+    index: u64,
+    #[serde(borrow)]
+    delta: PlainDelta<'a>,
+    #[serde(default, borrow)]
+    finish_reason: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    logprobs: Option<&'a RawValue>,
+}
+
+/// Any other delta key sends the chunk down the general path.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<PlainCall<'a>>>,
+    #[serde(default, borrow)]
+    role: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    refusal: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    function_call: Option<&'a RawValue>,
+}
+
+/// A call fragment; `id` and `type` are not needed to write it as text.
+#[derive(Deserialize)]
+struct PlainCall<'a> {
+    #[serde(default)]
+    index: u64,
+    #[serde(default, borrow)]
+    function: Option<PlainFunction<'a>>,
+}
+
+#[derive(Deserialize)]
+struct PlainFunction<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
 }
 
 /// Writes as much of the choice's calls as can be written now; with `flush`,
