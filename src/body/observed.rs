@@ -84,7 +84,8 @@ impl Drop for RequestLog {
             route = ROUTES[self.route],
             status = self.status,
             stream = self.streaming,
-            duration_ms = elapsed.as_secs_f64() * 1e3,
+            // Whole microseconds: `1.537`, not `1.5367309999999998`.
+            duration_ms = elapsed.as_micros() as f64 / 1e3,
             bytes_out = self.bytes_out,
             complete = self.finished && self.failed.is_none(),
             error = self.failed.as_deref(),
