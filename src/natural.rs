@@ -16,6 +16,7 @@ pub mod example;
 pub mod fields;
 pub mod history;
 pub mod parser;
+pub mod plain;
 pub mod policy;
 pub mod prompt;
 pub mod repair;

@@ -16,6 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::GatewayError;
 use crate::natural::emit::{self, ChunkHeader};
+use crate::natural::plain::{self, PlainChoice};
 use crate::natural::reply::{InvalidCall, RepairRequest, ReplyParser, ReplySettings};
 use crate::sse::encoder;
 use crate::sse::transform::{self, Incoming};
@@ -117,7 +118,7 @@ impl StreamRewriter {
         // lets its text through. Multi-line `data:` payloads must be
         // re-framed, never copied (rule 1), so they take the general path.
         if self.header.is_some()
-            && memchr::memchr(b'\n', data).is_none()
+            && plain::single_line(data)
             && let Ok(plain) = serde_json::from_slice::<PlainChunk<'_>>(data)
             && let Some((index, has_role, content)) = plain.content_only()
             && self.forward_plain(index, has_role, &content, data, out)
@@ -368,8 +369,8 @@ impl StreamRewriter {
     }
 }
 
-/// The common chunk shape, read without building a JSON tree: exactly one
-/// choice whose delta holds content (and perhaps the role) and nothing else.
+/// The common chunk shape: exactly one choice whose delta holds content
+/// (and perhaps the role) and nothing else.
 #[derive(Deserialize)]
 struct PlainChunk<'a> {
     #[serde(borrow)]
@@ -380,33 +381,6 @@ struct PlainChunk<'a> {
     error: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
-struct PlainChoice<'a> {
-    index: u64,
-    #[serde(borrow)]
-    delta: PlainDelta<'a>,
-    #[serde(default, borrow)]
-    finish_reason: Option<&'a RawValue>,
-}
-
-/// Any other delta key, unless null, sends the chunk down the general path.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlainDelta<'a> {
-    #[serde(borrow)]
-    content: Cow<'a, str>,
-    #[serde(default, borrow)]
-    role: Option<&'a str>,
-    #[serde(default, borrow)]
-    refusal: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    tool_calls: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    function_call: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    reasoning_content: Option<&'a RawValue>,
-}
-
 impl<'a> PlainChunk<'a> {
     /// `(choice index, has role, content)` when this is a plain content delta.
     fn content_only(self) -> Option<(u64, bool, Cow<'a, str>)> {
@@ -415,12 +389,11 @@ impl<'a> PlainChunk<'a> {
         let plain = self.usage.is_none()
             && self.error.is_none()
             && choice.finish_reason.is_none()
-            && d.refusal.is_none()
             && d.tool_calls.is_none()
-            && d.function_call.is_none()
-            && d.reasoning_content.is_none()
+            && d.is_plain()
             && d.role.is_none_or(|r| r == "assistant");
-        plain.then(|| (choice.index, d.role.is_some(), d.content))
+        let content = d.content?;
+        plain.then(|| (choice.index, d.role.is_some(), content))
     }
 }
 

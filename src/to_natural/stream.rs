@@ -15,17 +15,16 @@
 //! Those are read borrowed, without building a JSON tree, and written back
 //! with the upstream's own top-level fields copied as they came.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use bytes::BytesMut;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::error::GatewayError;
 use crate::natural::emit::{self, ChunkHeader};
 use crate::natural::fields::Fields;
+use crate::natural::plain::{self, PlainChoice};
 use crate::sse::encoder;
 use crate::sse::transform::{self, Incoming, Transform};
 use crate::to_natural::RenderOptions;
@@ -81,10 +80,7 @@ impl StreamRenderer {
         }
         // Multi-line `data:` payloads must be re-framed, never copied (rule 1),
         // so they take the general path.
-        if self.header.is_some()
-            && memchr::memchr(b'\n', data).is_none()
-            && self.on_plain(data, out)
-        {
+        if self.header.is_some() && plain::single_line(data) && self.on_plain(data, out) {
             return;
         }
         let mut chunk = match transform::classify(data) {
@@ -140,8 +136,7 @@ impl StreamRenderer {
         let plain = choice.finish_reason.is_none()
             && choice.logprobs.is_none()
             && delta.role.is_none()
-            && delta.refusal.is_none()
-            && delta.function_call.is_none();
+            && delta.is_plain();
         if !plain {
             return false;
         }
@@ -293,52 +288,6 @@ impl ChoiceState {
             buf.any_arguments |= !arguments.is_empty();
         }
     }
-}
-
-/// The common choice shape, read borrowed. Fields that must be absent (or
-/// null) for the fast path are read only to be checked.
-#[derive(Deserialize)]
-struct PlainChoice<'a> {
-    index: u64,
-    #[serde(borrow)]
-    delta: PlainDelta<'a>,
-    #[serde(default, borrow)]
-    finish_reason: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    logprobs: Option<&'a RawValue>,
-}
-
-/// Any other delta key sends the chunk down the general path.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlainDelta<'a> {
-    #[serde(default, borrow)]
-    content: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    tool_calls: Option<Vec<PlainCall<'a>>>,
-    #[serde(default, borrow)]
-    role: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    refusal: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    function_call: Option<&'a RawValue>,
-}
-
-/// A call fragment; `id` and `type` are not needed to write it as text.
-#[derive(Deserialize)]
-struct PlainCall<'a> {
-    #[serde(default)]
-    index: u64,
-    #[serde(default, borrow)]
-    function: Option<PlainFunction<'a>>,
-}
-
-#[derive(Deserialize)]
-struct PlainFunction<'a> {
-    #[serde(default, borrow)]
-    name: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    arguments: Option<Cow<'a, str>>,
 }
 
 /// Writes as much of the choice's calls as can be written now; with `flush`,
