@@ -6,6 +6,7 @@
 //! URIs, `Duration`s, compiled globs, resolved API keys. Every error names
 //! the key path it is about.
 
+pub mod gateway_tools;
 pub mod raw;
 mod redact;
 
@@ -25,7 +26,10 @@ use http::uri::{Authority, Scheme};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-pub use raw::{Mode, OnInvalid, RawConfig, ResultRole};
+pub use gateway_tools::{
+    GatewaySettings, HttpToolConfig, McpServerConfig, McpTransport, ToolSource,
+};
+pub use raw::{Mode, OnInvalid, RawConfig, ResultRole, ShowGatewayTools};
 
 use crate::natural::syntax::Syntax;
 
@@ -72,6 +76,10 @@ pub enum Source<'a> {
 pub struct Config {
     pub server: ServerConfig,
     pub providers: Vec<Arc<Provider>>,
+    /// `[[mcp_servers]]`, in file order.
+    pub mcp_servers: Vec<Arc<McpServerConfig>>,
+    /// `[[http_tools]]`, in file order.
+    pub http_tools: Vec<Arc<HttpToolConfig>>,
     /// What was loaded, kept for `toolgate check` (printed with secrets redacted).
     pub raw: RawConfig,
 }
@@ -174,6 +182,8 @@ pub struct ToolsConfig {
     pub max_block_bytes: usize,
     pub pretty: bool,
     pub separator: String,
+    /// Tools toolgate runs itself for this provider; `None` when it has none.
+    pub gateway: Option<GatewaySettings>,
 }
 
 #[derive(Debug, Clone)]
@@ -222,6 +232,8 @@ impl Config {
 
     pub fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
         let server = server(&raw.server)?;
+        let mcp_servers = gateway_tools::mcp_servers(&raw.mcp_servers)?;
+        let http_tools = gateway_tools::http_tools(&raw.http_tools, &mcp_servers)?;
         let mut providers = Vec::with_capacity(raw.providers.len());
         for (i, p) in raw.providers.iter().enumerate() {
             let path = format!("providers[{i}]");
@@ -231,7 +243,14 @@ impl Config {
                     format!("duplicate provider name {:?}", p.name),
                 ));
             }
-            providers.push(Arc::new(provider(&path, p)?));
+            let mut provider = provider(&path, p)?;
+            provider.tools.gateway = gateway_tools::settings(
+                &format!("{path}.tools"),
+                &p.tools,
+                &mcp_servers,
+                &http_tools,
+            )?;
+            providers.push(Arc::new(provider));
         }
         for (i, p) in providers.iter().enumerate() {
             if let Some(fb) = &p.tools.fallback
@@ -246,6 +265,8 @@ impl Config {
         Ok(Config {
             server,
             providers,
+            mcp_servers,
+            http_tools,
             raw,
         })
     }
@@ -619,6 +640,7 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
         max_block_bytes: raw.max_block_bytes,
         pretty: raw.pretty,
         separator: raw.separator.clone(),
+        gateway: None,
     })
 }
 

@@ -41,6 +41,9 @@ pub enum GatewayError {
     Unauthorized,
     #[error("The gateway is at its limit of concurrent requests; retry shortly")]
     Overloaded,
+    /// A tool server this provider's gateway tools need is not available.
+    #[error("The tool server `{server}` {reason}; this provider's requests wait until it is back")]
+    ToolServerUnavailable { server: String, reason: String },
 }
 
 /// A request the tool transforms cannot read (malformed `tools`, invalid
@@ -73,7 +76,9 @@ impl GatewayError {
             | GatewayError::UpstreamInvalid { .. }
             | GatewayError::InvalidToolCall { .. } => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            GatewayError::Draining | GatewayError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::Draining
+            | GatewayError::Overloaded
+            | GatewayError::ToolServerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
         }
     }
@@ -87,6 +92,7 @@ impl GatewayError {
             | GatewayError::PayloadTooLarge { .. } => "invalid_request_error",
             GatewayError::Unauthorized => "authentication_error",
             GatewayError::Overloaded => "rate_limit_error",
+            GatewayError::ToolServerUnavailable { .. } => "server_error",
             _ => "upstream_error",
         }
     }
@@ -104,6 +110,7 @@ impl GatewayError {
             GatewayError::Draining => "shutting_down",
             GatewayError::Unauthorized => "invalid_api_key",
             GatewayError::Overloaded => "overloaded",
+            GatewayError::ToolServerUnavailable { .. } => "tool_server_unavailable",
         }
     }
 
@@ -135,7 +142,10 @@ impl GatewayError {
             header::CONTENT_TYPE,
             header::HeaderValue::from_static("application/json"),
         );
-        if matches!(self, GatewayError::Overloaded) {
+        if matches!(
+            self,
+            GatewayError::Overloaded | GatewayError::ToolServerUnavailable { .. }
+        ) {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));

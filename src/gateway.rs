@@ -31,10 +31,21 @@ use crate::inbound;
 use crate::metrics::request::{ProviderMetrics, route_of};
 use crate::natural;
 use crate::router;
+use crate::tools::Tools;
+use crate::tools::steps::StepStore;
 use crate::upstream::Upstreams;
+
+/// Bounds of the gateway's steps kept for clients' follow-ups.
+const STEPS_MAX_ENTRIES: usize = 10_000;
+const STEPS_MAX_BYTES: usize = 64 * 1024 * 1024;
+const STEPS_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
 
 pub struct Gateway {
     runtime: ArcSwap<Runtime>,
+    /// Gateway-side tools: MCP connections and clients, kept across reloads.
+    tools: Arc<Tools>,
+    /// The gateway's own steps awaiting a client's follow-up.
+    steps: Arc<StepStore>,
     metrics: PrometheusHandle,
     draining: AtomicBool,
     /// Turns true when the shutdown grace period is over: open streams end.
@@ -44,18 +55,22 @@ pub struct Gateway {
 /// Everything built from one config; replaced whole on reload.
 pub struct Runtime {
     pub config: Arc<Config>,
-    upstreams: Upstreams,
-    natural: natural::Engine,
+    pub(crate) upstreams: Upstreams,
+    pub(crate) natural: natural::Engine,
+    pub(crate) tools: Arc<Tools>,
+    pub(crate) steps: Arc<StepStore>,
     limit: Option<Arc<Semaphore>>,
     /// Per provider, in `config.providers` order.
     provider_metrics: Vec<Arc<ProviderMetrics>>,
 }
 
 impl Runtime {
-    fn new(config: Arc<Config>) -> Self {
+    fn new(config: Arc<Config>, tools: Arc<Tools>, steps: Arc<StepStore>) -> Self {
         Runtime {
             upstreams: Upstreams::new(&config.server),
             natural: natural::Engine::new(&config),
+            tools,
+            steps,
             limit: config
                 .server
                 .max_concurrent_requests
@@ -83,8 +98,16 @@ impl Gateway {
     pub fn new(config: Arc<Config>) -> Self {
         // First: metric handles registered before the recorder exists do nothing.
         let metrics = crate::metrics::install();
+        let tools = Arc::new(Tools::start(&config));
+        let steps = Arc::new(StepStore::new(
+            STEPS_MAX_ENTRIES,
+            STEPS_MAX_BYTES,
+            STEPS_TTL,
+        ));
         Gateway {
-            runtime: ArcSwap::from_pointee(Runtime::new(config)),
+            runtime: ArcSwap::from_pointee(Runtime::new(config, tools.clone(), steps.clone())),
+            tools,
+            steps,
             metrics,
             draining: AtomicBool::new(false),
             grace_over: watch::Sender::new(false),
@@ -107,7 +130,12 @@ impl Gateway {
                 "server.listen changes need a restart; still listening on the old address"
             );
         }
-        self.runtime.store(Arc::new(Runtime::new(Arc::new(config))));
+        self.tools.reload(&config);
+        self.runtime.store(Arc::new(Runtime::new(
+            Arc::new(config),
+            self.tools.clone(),
+            self.steps.clone(),
+        )));
         metrics::counter!(crate::metrics::CONFIG_RELOADS, "outcome" => "success").increment(1);
         tracing::info!("config reloaded");
     }
@@ -203,7 +231,7 @@ fn admit<B>(runtime: &Runtime, req: &Request<B>, log: &mut RequestLog) -> Result
 }
 
 async fn proxy<B>(
-    runtime: &Runtime,
+    runtime: &Arc<Runtime>,
     req: Request<B>,
     log: &mut RequestLog,
 ) -> Result<Response<Body>, GatewayError>
@@ -239,6 +267,16 @@ where
     };
     // Tool transforms apply to chat completions only; every other path is transparent.
     let chat = parts.method == Method::POST && parts.uri.path() == "/v1/chat/completions";
+    if chat && let Some(settings) = &provider.tools.gateway {
+        return Box::pin(crate::tools::chat::handle(
+            runtime.clone(),
+            provider.clone(),
+            settings,
+            parts,
+            bytes,
+        ))
+        .await;
+    }
     match provider.tools.mode {
         // Boxed: the transforms' futures are large, and hyper keeps the
         // handler's future allocation for the life of each connection.

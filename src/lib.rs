@@ -12,11 +12,13 @@
 
 #![deny(unsafe_code)]
 
+pub mod api;
 pub mod body;
 pub mod commands;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod exchange;
 pub mod gateway;
 pub mod headers;
 pub mod inbound;
@@ -28,5 +30,6 @@ pub mod router;
 pub mod server;
 pub mod sse;
 pub mod to_natural;
+pub mod tools;
 pub mod upstream;
 pub mod workers;

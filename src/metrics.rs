@@ -29,6 +29,11 @@ pub const REPAIRS: &str = "toolgate_repairs_total";
 pub const REPAIR_DURATION: &str = "toolgate_repair_duration_seconds";
 pub const CONFIG_RELOADS: &str = "toolgate_config_reloads_total";
 pub const STREAMS_EXPIRED: &str = "toolgate_streams_expired_total";
+pub const GATEWAY_TOOL_CALLS: &str = "toolgate_gateway_tool_calls_total";
+pub const GATEWAY_TOOL_DURATION: &str = "toolgate_gateway_tool_duration_seconds";
+pub const GATEWAY_TOOLS_IN_FLIGHT: &str = "toolgate_gateway_tools_in_flight";
+pub const GATEWAY_ROUNDS: &str = "toolgate_gateway_rounds";
+pub const MCP_SERVER_UP: &str = "toolgate_mcp_server_up";
 
 /// Latency buckets from 1 ms to 5 minutes: model calls are slow, the gateway is not.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -41,6 +46,8 @@ const HOLD_BUCKETS: &[f64] = &[
 const BYTE_BUCKETS: &[f64] = &[
     1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0,
 ];
+
+const ROUND_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 32.0, 64.0];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -61,6 +68,15 @@ pub fn install() -> PrometheusHandle {
                 })
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(HELD_BYTES.into()), BYTE_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(GATEWAY_TOOL_DURATION.into()),
+                        LATENCY_BUCKETS,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(GATEWAY_ROUNDS.into()), ROUND_BUCKETS)
                 })
                 .expect("bucket lists are non-empty constants");
             let recorder = builder.build_recorder();
@@ -143,5 +159,26 @@ fn describe() {
         REPAIR_DURATION,
         Unit::Seconds,
         "Time to repair one call, all attempts included."
+    );
+    describe_counter!(
+        GATEWAY_TOOL_CALLS,
+        "Gateway tool executions, by tool, server and outcome (completed, failed)."
+    );
+    describe_histogram!(
+        GATEWAY_TOOL_DURATION,
+        Unit::Seconds,
+        "Time to execute one gateway tool call, by server."
+    );
+    describe_gauge!(
+        GATEWAY_TOOLS_IN_FLIGHT,
+        "Gateway tool executions running now."
+    );
+    describe_histogram!(
+        GATEWAY_ROUNDS,
+        "Model rounds per client request on providers with gateway tools."
+    );
+    describe_gauge!(
+        MCP_SERVER_UP,
+        "1 while the MCP server is connected and its tools listed, else 0."
     );
 }

@@ -4,9 +4,13 @@
 //! Nothing here is trusted. [`super::validate`] turns a [`RawConfig`] into a
 //! [`super::Config`] whose fields cannot be invalid.
 
+mod gateway;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+pub use gateway::{RawHttpTool, RawMcpServer, ShowGatewayTools};
 
 pub use crate::natural::request::ResultRole;
 use crate::natural::syntax::Syntax;
@@ -18,6 +22,10 @@ pub struct RawConfig {
     pub server: RawServer,
     #[serde(default)]
     pub providers: Vec<RawProvider>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<RawMcpServer>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http_tools: Vec<RawHttpTool>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -172,6 +180,14 @@ pub struct RawTools {
     pub pretty: bool,
     /// to_natural: the line written between two calls.
     pub separator: String,
+    /// Tools toolgate runs itself: `[[mcp_servers]]` or `[[http_tools]]` names, or `builtin:NAME`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gateway_tools: Vec<String>,
+    /// Model calls per client request when gateway tools run.
+    pub max_rounds: u32,
+    /// Gateway tool executions at once per request.
+    pub max_parallel_tools: usize,
+    pub show_gateway_tools: ShowGatewayTools,
 }
 
 impl Default for RawTools {
@@ -190,6 +206,10 @@ impl Default for RawTools {
             max_block_bytes: 256 * 1024,
             pretty: true,
             separator: "---".into(),
+            gateway_tools: Vec::new(),
+            max_rounds: 8,
+            max_parallel_tools: 8,
+            show_gateway_tools: ShowGatewayTools::Fields,
         }
     }
 }

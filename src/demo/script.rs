@@ -4,7 +4,9 @@
 //! would: if the system prompt carries tool contracts (toolgate's natural
 //! mode writes them), it calls a tool by copying the contract's example; if
 //! the conversation ends in a tool result, it answers with that result;
-//! otherwise it replies in a short sentence.
+//! otherwise it replies in a short sentence. When the user's message holds
+//! a `code span`, its text becomes the call's first string argument, so a
+//! demo call can carry real input (`What is \`6 * 7\`?`).
 
 use serde_json::Value;
 
@@ -53,8 +55,11 @@ pub fn answer(request: &Value) -> Result<Answer, String> {
         .find(|t| !name_of(t).is_empty() && user.contains(&name_of(t).to_lowercase()))
         .unwrap_or(&tools[0]);
     let name = name_of(tool);
-    let arguments =
-        crate::natural::example::arguments(tool.pointer("/function/parameters")).to_string();
+    let mut arguments = crate::natural::example::arguments(tool.pointer("/function/parameters"));
+    if let Some(span) = code_span(&user) {
+        fill_first_string(&mut arguments, span);
+    }
+    let arguments = arguments.to_string();
     Ok(Answer {
         text: format!("I'll use {name} for that."),
         call: Some((name, arguments)),
@@ -90,6 +95,10 @@ pub fn reply(request: &Value) -> Result<String, String> {
             .iter()
             .find(|(name, _)| lower.contains(&name.to_lowercase()))
             .unwrap_or(&contracts[0]);
+        let example = match code_span(&user) {
+            Some(span) => with_span(example, span),
+            None => example.clone(),
+        };
         return Ok(format!("I'll use {name} for that.\n\n{example}"));
     }
     let said: String = user.chars().take(200).collect();
@@ -97,6 +106,40 @@ pub fn reply(request: &Value) -> Result<String, String> {
         "Hello! I am toolgate's built-in demo model. You said: \"{said}\". \
          Offer me tools and I will call one."
     ))
+}
+
+/// The text of the first `code span` in `text`.
+fn code_span(text: &str) -> Option<&str> {
+    let start = text.find('`')? + 1;
+    let len = text[start..].find('`')?;
+    Some(&text[start..start + len]).filter(|s| !s.is_empty())
+}
+
+/// Sets the first string value of an arguments object (depth first).
+fn fill_first_string(value: &mut Value, span: &str) -> bool {
+    match value {
+        Value::String(s) => {
+            *s = span.to_owned();
+            true
+        }
+        Value::Object(map) => map.values_mut().any(|v| fill_first_string(v, span)),
+        Value::Array(items) => items.iter_mut().any(|v| fill_first_string(v, span)),
+        _ => false,
+    }
+}
+
+/// A contract's example call with its JSON's first string set to `span`.
+fn with_span(example: &str, span: &str) -> String {
+    let (Some(open), Some(close)) = (example.find('{'), example.rfind('}')) else {
+        return example.to_owned();
+    };
+    let Ok(mut json) = serde_json::from_str::<Value>(&example[open..=close]) else {
+        return example.to_owned();
+    };
+    if !fill_first_string(&mut json, span) {
+        return example.to_owned();
+    }
+    format!("{}{}{}", &example[..open], json, &example[close + 1..])
 }
 
 fn role(message: &Value) -> &str {
@@ -230,6 +273,24 @@ mod tests {
             a.call,
             Some(("GetWeather".to_owned(), "{\"unit\":\"celsius\"}".to_owned()))
         );
+    }
+
+    #[test]
+    fn a_code_span_becomes_the_first_string_argument() {
+        let system = "## calculator\n\nExample:\n<calculator>\n```json\n{\"expression\": \"example\"}\n```\n</calculator>\n";
+        let req = json!({"messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "What is `6 * 7`?"}
+        ]});
+        let r = reply(&req).unwrap();
+        assert!(r.contains(r#"{"expression":"6 * 7"}"#), "{r}");
+        let native = json!({
+            "messages": [{"role": "user", "content": "Compute `1 + 1` please"}],
+            "tools": [{"type": "function", "function": {"name": "calculator", "parameters": {
+                "type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}]
+        });
+        let a = answer(&native).unwrap();
+        assert_eq!(a.call.unwrap().1, r#"{"expression":"1 + 1"}"#);
     }
 
     #[test]

@@ -1,0 +1,382 @@
+//! Chat Completions answers (a stream's event payloads, or a whole
+//! completion) decoded into [`Event`]s. Sans-IO.
+//!
+//! Native call fragments are joined per index; a call is handed out whole,
+//! as soon as the next index starts or the choice finishes. Only choice 0 is
+//! read (callers refuse `n > 1`). Every buffer is bounded.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::GatewayError;
+use crate::exchange::{Call, Event, Meta, Usage};
+
+/// Most calls one answer may hold.
+pub const MAX_CALLS: usize = 128;
+/// Most bytes of one call's name plus arguments.
+pub const MAX_CALL_BYTES: usize = 4 * 1024 * 1024;
+
+/// Decodes one streamed answer.
+#[derive(Debug, Default)]
+pub struct ChatDecoder {
+    started: bool,
+    /// The call being assembled, and how many were handed out before it.
+    current: Option<Partial>,
+    calls: usize,
+    finished: bool,
+    done: bool,
+}
+
+#[derive(Debug)]
+struct Partial {
+    index: u64,
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    created: Option<Value>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    system_fingerprint: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    choices: Vec<Choice<'a>>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default)]
+    index: u64,
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    /// A whole completion's message.
+    #[serde(default, borrow)]
+    message: Option<Delta<'a>>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<CallDelta<'a>>>,
+    #[serde(default, borrow)]
+    function_call: Option<FunctionDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct CallDelta<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default, borrow)]
+    function: Option<FunctionDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+impl ChatDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether `[DONE]` arrived.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Decodes one event's `data`.
+    pub fn feed(&mut self, data: &[u8], out: &mut Vec<Event>) -> Result<(), GatewayError> {
+        if self.done {
+            return Ok(());
+        }
+        if data == b"[DONE]" {
+            self.done = true;
+            return self.finish(out);
+        }
+        let chunk: Chunk<'_> =
+            serde_json::from_slice(data).map_err(|_| GatewayError::UpstreamInvalid {
+                message: "The upstream sent a stream event that is not a chat completion chunk"
+                    .into(),
+                code: "upstream_invalid_event",
+            })?;
+        if let Some(error) = chunk.error {
+            return Err(upstream_error(&error));
+        }
+        self.start(&chunk, out);
+        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            if let Some(delta) = choice.delta.or(choice.message) {
+                self.delta(delta, out)?;
+            }
+            if let Some(reason) = choice.finish_reason {
+                self.flush_call(out);
+                if !self.finished {
+                    self.finished = true;
+                    out.push(Event::Finish(reason));
+                }
+            }
+        }
+        if let Some(usage) = chunk.usage {
+            out.push(Event::Usage(usage));
+        }
+        Ok(())
+    }
+
+    /// The body ended (with or without `[DONE]`): a call still open is handed
+    /// out, and an answer that never finished finishes as `stop`.
+    pub fn finish(&mut self, out: &mut Vec<Event>) -> Result<(), GatewayError> {
+        self.flush_call(out);
+        if !self.started {
+            return Err(GatewayError::UpstreamInvalid {
+                message: "The upstream's stream ended before any answer".into(),
+                code: "upstream_empty_stream",
+            });
+        }
+        if !self.finished {
+            self.finished = true;
+            out.push(Event::Finish("stop".into()));
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, chunk: &Chunk<'_>, out: &mut Vec<Event>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        out.push(Event::Start(Meta {
+            id: chunk.id.as_deref().map(str::to_owned),
+            created: chunk.created.as_ref().and_then(Value::as_u64),
+            model: chunk.model.as_deref().map(str::to_owned),
+            system_fingerprint: chunk.system_fingerprint.as_deref().map(str::to_owned),
+        }));
+    }
+
+    fn delta(&mut self, delta: Delta<'_>, out: &mut Vec<Event>) -> Result<(), GatewayError> {
+        if let Some(r) = delta
+            .reasoning_content
+            .or(delta.reasoning)
+            .filter(|r| !r.is_empty())
+        {
+            out.push(Event::Reasoning(r.into_owned()));
+        }
+        if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+            out.push(Event::Text(text.into_owned()));
+        }
+        // A refusal is the model's own words: shown, never dropped.
+        if let Some(text) = delta.refusal.filter(|t| !t.is_empty()) {
+            out.push(Event::Text(text.into_owned()));
+        }
+        for call in delta.tool_calls.into_iter().flatten() {
+            let index = call.index.unwrap_or(0);
+            self.fragment(index, call.id, call.function, out)?;
+        }
+        if let Some(function) = delta.function_call {
+            self.fragment(0, None, Some(function), out)?;
+        }
+        Ok(())
+    }
+
+    fn fragment(
+        &mut self,
+        index: u64,
+        id: Option<String>,
+        function: Option<FunctionDelta<'_>>,
+        out: &mut Vec<Event>,
+    ) -> Result<(), GatewayError> {
+        if self.current.as_ref().is_some_and(|c| c.index != index) {
+            self.flush_call(out);
+        }
+        if self.current.is_none() {
+            if self.calls >= MAX_CALLS {
+                return Err(too_large(format!("more than {MAX_CALLS} tool calls")));
+            }
+            self.current = Some(Partial {
+                index,
+                id: None,
+                name: String::new(),
+                arguments: String::new(),
+            });
+        }
+        let call = self.current.as_mut().expect("set above");
+        if call.id.is_none() {
+            call.id = id.filter(|id| !id.is_empty());
+        }
+        if let Some(f) = function {
+            if let Some(name) = f.name {
+                call.name.push_str(&name);
+            }
+            if let Some(arguments) = f.arguments {
+                call.arguments.push_str(&arguments);
+            }
+        }
+        if call.name.len() + call.arguments.len() > MAX_CALL_BYTES {
+            return Err(too_large(format!(
+                "a tool call larger than {MAX_CALL_BYTES} bytes"
+            )));
+        }
+        Ok(())
+    }
+
+    fn flush_call(&mut self, out: &mut Vec<Event>) {
+        if let Some(call) = self.current.take() {
+            self.calls += 1;
+            out.push(Event::Call(Call {
+                id: call.id.unwrap_or_else(crate::natural::reply::call_id),
+                name: call.name,
+                arguments: call.arguments,
+            }));
+        }
+    }
+}
+
+/// Decodes a whole completion.
+pub fn completion(body: &[u8]) -> Result<Vec<Event>, GatewayError> {
+    let mut decoder = ChatDecoder::new();
+    let mut out = Vec::new();
+    decoder.feed(body, &mut out)?;
+    decoder.finish(&mut out)?;
+    Ok(out)
+}
+
+fn too_large(what: String) -> GatewayError {
+    GatewayError::UpstreamInvalid {
+        message: format!("The upstream's answer holds {what}"),
+        code: "upstream_too_large",
+    }
+}
+
+/// The upstream's own in-stream error, as a gateway error the client sees.
+fn upstream_error(error: &Value) -> GatewayError {
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("the upstream reported an error");
+    GatewayError::UpstreamInvalid {
+        message: format!("The upstream failed: {message}"),
+        code: "upstream_error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(events: &[&str]) -> Result<Vec<Event>, GatewayError> {
+        let mut d = ChatDecoder::new();
+        let mut out = Vec::new();
+        for e in events {
+            d.feed(e.as_bytes(), &mut out)?;
+        }
+        d.finish(&mut out)?;
+        Ok(out)
+    }
+
+    fn calls(events: &[Event]) -> Vec<(String, String)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Call(c) => Some((c.name.clone(), c.arguments.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn text_calls_finish_usage() {
+        let events = decode(&[
+            r#"{"id":"c","created":5,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":""}}]}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"x\":"}}]}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"g","arguments":"{}"}}]}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            r#"{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#,
+            "[DONE]",
+        ])
+        .unwrap();
+        assert_eq!(
+            events[0],
+            Event::Start(Meta {
+                id: Some("c".into()),
+                created: Some(5),
+                model: Some("m".into()),
+                system_fingerprint: None
+            })
+        );
+        assert_eq!(events[1], Event::Text("Hi".into()));
+        assert_eq!(
+            calls(&events),
+            [("f".into(), "{\"x\":1}".into()), ("g".into(), "{}".into())]
+        );
+        // Call 0 is handed out when call 1 starts, before the finish.
+        assert!(matches!(&events[2], Event::Call(c) if c.id == "a"));
+        assert_eq!(events[4], Event::Finish("tool_calls".into()));
+        assert!(matches!(
+            events[5],
+            Event::Usage(Usage {
+                total_tokens: 7,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn completion_message_and_legacy_function_call() {
+        let body = br#"{"id":"c","choices":[{"index":0,"message":{"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{}"}},"finish_reason":"function_call"}]}"#;
+        let events = completion(body).unwrap();
+        assert_eq!(calls(&events), [("f".into(), "{}".into())]);
+        assert_eq!(events.last(), Some(&Event::Finish("function_call".into())));
+    }
+
+    #[test]
+    fn errors_and_bounds() {
+        let err = decode(&[r#"{"error":{"message":"overloaded"}}"#]).unwrap_err();
+        assert!(err.to_string().contains("overloaded"), "{err}");
+        assert!(decode(&["not json"]).is_err());
+        assert!(decode(&[]).is_err(), "an empty stream is an error");
+        let many: Vec<String> = (0..=MAX_CALLS)
+            .map(|i| format!(r#"{{"choices":[{{"delta":{{"tool_calls":[{{"index":{i},"function":{{"name":"f"}}}}]}}}}]}}"#))
+            .collect();
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(decode(&refs).unwrap_err().to_string().contains("more than"));
+    }
+
+    #[test]
+    fn refusals_and_reasoning_are_kept() {
+        let events = decode(&[
+            r#"{"choices":[{"delta":{"reasoning_content":"hmm"}}]}"#,
+            r#"{"choices":[{"delta":{"refusal":"I can't"},"finish_reason":"stop"}]}"#,
+        ])
+        .unwrap();
+        assert!(events.contains(&Event::Reasoning("hmm".into())));
+        assert!(events.contains(&Event::Text("I can't".into())));
+    }
+}

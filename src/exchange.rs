@@ -1,0 +1,98 @@
+//! What a model round says, independent of any wire format: pure data.
+//!
+//! Upstream answers are decoded into [`Event`]s (`api::chat_decode`); the
+//! gateway's tool loop (`tools::rounds`) reads and writes them; a door's
+//! encoder ([`Sink`]) turns them into what its client speaks.
+
+use serde::{Deserialize, Serialize};
+
+/// The fields a Chat Completions answer repeats in every chunk, from the
+/// upstream's first chunk.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Meta {
+    pub id: Option<String>,
+    pub created: Option<u64>,
+    pub model: Option<String>,
+    pub system_fingerprint: Option<String>,
+}
+
+/// A complete call: arguments are the JSON object text the model wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Token counts, summed over rounds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+/// Where a gateway tool call stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GatewayStatus {
+    InProgress,
+    Completed,
+    Failed,
+}
+
+/// A call the gateway runs itself, as reported to the client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GatewayCall {
+    /// 0, 1, 2 … over the whole answer.
+    pub index: usize,
+    pub id: String,
+    pub name: String,
+    /// Its MCP server's name, `http` or `builtin`.
+    pub server: String,
+    pub arguments: String,
+    pub status: GatewayStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One step of an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The answer's header fields (first event of a round).
+    Start(Meta),
+    Text(String),
+    /// Reasoning text (`reasoning_content`), kept apart from the answer.
+    Reasoning(String),
+    /// A complete call for the client to run.
+    Call(Call),
+    /// A gateway tool call started or ended.
+    Gateway(GatewayCall),
+    /// The answer ended, for this reason (`stop`, `tool_calls`, `length` …).
+    Finish(String),
+    Usage(Usage),
+}
+
+/// Where an answer's events go: a door's encoder.
+pub trait Sink {
+    fn event(&mut self, event: Event);
+    /// The answer cannot go on; nothing follows but [`Sink::end`].
+    fn fail(&mut self, error: crate::error::GatewayError);
+    /// The answer is over.
+    fn end(&mut self);
+    /// Nothing was written for a while (streams send a comment).
+    fn keep_alive(&mut self) {}
+}

@@ -1,0 +1,336 @@
+//! The IO around [`Rounds`]: reads each round's upstream answer, runs the
+//! gateway's calls in parallel (at most `max_parallel_tools` at once), sends
+//! the next round, and writes everything to the client's [`Output`] as it
+//! happens. A streamed answer is driven by a task of its own whose output
+//! goes through a small channel; when the client leaves, the body is dropped,
+//! the task is aborted, and with it the running calls and the upstream request.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::Response;
+use http_body::{Body as HttpBody, Frame};
+use http_body_util::BodyExt;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::{AbortHandle, JoinSet};
+
+use crate::api::chat_decode::{self, ChatDecoder};
+use crate::body::{Body, BoxError};
+use crate::error::GatewayError;
+use crate::exchange::{Event, Sink};
+use crate::metrics as m;
+use crate::sse;
+use crate::tools::Tools;
+use crate::tools::executor::{self, Outcome};
+use crate::tools::rounds::{Action, Next, Rounds};
+use crate::upstream::reply::{self, Shape};
+
+/// A comment goes to a streaming client after this long without output.
+const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(3);
+/// Output chunks the channel holds before the driver waits for the client.
+const CHANNEL_FRAMES: usize = 16;
+
+/// Where the answer goes: a [`Sink`] whose output can be handed on.
+pub trait Output: Sink + Send {
+    /// Hands on what was written; `false` when the client is gone.
+    fn flush(&mut self) -> impl Future<Output = bool> + Send;
+}
+
+/// Sends the next round's request; the driver's only way upstream.
+pub trait Upstream: Send + Sync {
+    fn send(
+        &self,
+        body: Vec<u8>,
+    ) -> impl Future<Output = Result<Response<Body>, GatewayError>> + Send;
+}
+
+/// What the driver needs besides the loop.
+pub struct Plan<U> {
+    pub upstream: U,
+    pub tools: Arc<Tools>,
+    pub max_parallel: usize,
+    pub max_result_chars: usize,
+}
+
+/// Drives `rounds` from the first round's `response` to the end of the
+/// answer. Returns the loop (for its kept steps) and the rounds run.
+pub async fn drive<U: Upstream, O: Output>(
+    plan: &Plan<U>,
+    mut rounds: Rounds,
+    mut response: Response<Body>,
+    out: &mut O,
+) -> Rounds {
+    let limit = Arc::new(Semaphore::new(plan.max_parallel));
+    let mut actions: Vec<Action> = Vec::new();
+    loop {
+        let mut reply = match RoundReply::new(response) {
+            Ok(r) => r,
+            Err(e) => return fail(rounds, out, e).await,
+        };
+        let mut running: JoinSet<(String, Outcome)> = JoinSet::new();
+        let mut idle = Box::pin(tokio::time::sleep(KEEP_ALIVE_EVERY));
+        while !(reply.is_done() && running.is_empty()) {
+            tokio::select! {
+                Some(joined) = running.join_next(), if !running.is_empty() => match joined {
+                    Ok((id, outcome)) => rounds.on_result(&id, outcome, &mut actions),
+                    Err(e) => return fail(rounds, out, GatewayError::UpstreamInvalid {
+                        message: format!("A gateway tool call failed: {e}"),
+                        code: "gateway_tool_failed",
+                    }).await,
+                },
+                event = reply.next(), if !reply.is_done() => match event {
+                    Ok(Some(event)) => rounds.on_event(event, &mut actions),
+                    Ok(None) => {}
+                    Err(e) => return fail(rounds, out, e).await,
+                },
+                () = &mut idle => out.keep_alive(),
+            }
+            apply(plan, &mut actions, &mut running, &limit, out);
+            if !out.flush().await {
+                return rounds;
+            }
+            idle.as_mut()
+                .reset(tokio::time::Instant::now() + KEEP_ALIVE_EVERY);
+        }
+        let next = rounds.end_round(&mut actions);
+        apply(plan, &mut actions, &mut running, &limit, out);
+        if next == Next::Done {
+            metrics::histogram!(m::GATEWAY_ROUNDS).record(f64::from(rounds.round()));
+            out.end();
+            out.flush().await;
+            return rounds;
+        }
+        if !out.flush().await {
+            return rounds;
+        }
+        let sent = plan.upstream.send(rounds.body());
+        tokio::pin!(sent);
+        let sent = loop {
+            tokio::select! {
+                r = &mut sent => break r,
+                () = tokio::time::sleep(KEEP_ALIVE_EVERY) => {
+                    out.keep_alive();
+                    if !out.flush().await {
+                        return rounds;
+                    }
+                }
+            }
+        };
+        response = match sent.and_then(successful) {
+            Ok(r) => r,
+            Err(e) => return fail(rounds, out, e).await,
+        };
+    }
+}
+
+/// A later round answered with an error status: the answer cannot go on.
+fn successful(response: Response<Body>) -> Result<Response<Body>, GatewayError> {
+    if response.status().is_success() {
+        Ok(response)
+    } else {
+        Err(GatewayError::UpstreamInvalid {
+            message: format!(
+                "The upstream answered a continuation round with HTTP {}",
+                response.status().as_u16()
+            ),
+            code: "upstream_error",
+        })
+    }
+}
+
+async fn fail<O: Output>(rounds: Rounds, out: &mut O, error: GatewayError) -> Rounds {
+    tracing::warn!(error = ?error.to_string(), round = rounds.round(), "gateway tool answer failed");
+    out.fail(error);
+    out.end();
+    out.flush().await;
+    rounds
+}
+
+/// Carries out the loop's actions: events to the client, calls to run.
+fn apply<U, O: Output>(
+    plan: &Plan<U>,
+    actions: &mut Vec<Action>,
+    running: &mut JoinSet<(String, Outcome)>,
+    limit: &Arc<Semaphore>,
+    out: &mut O,
+) {
+    for action in actions.drain(..) {
+        match action {
+            Action::Emit(event) => out.event(event),
+            Action::Execute {
+                id,
+                tool,
+                arguments,
+            } => {
+                let tools = plan.tools.clone();
+                let limit = limit.clone();
+                let max = plan.max_result_chars;
+                running.spawn(async move {
+                    let _permit = limit.acquire_owned().await;
+                    let outcome = executor::execute(&tools, &tool, &arguments, max).await;
+                    (id, outcome)
+                });
+            }
+        }
+    }
+}
+
+/// One round's upstream answer, as events.
+struct RoundReply {
+    body: Body,
+    shape: Shape,
+    sse: sse::Decoder,
+    chat: ChatDecoder,
+    events: VecDeque<Event>,
+    scratch: Vec<sse::Event>,
+    decoded: Vec<Event>,
+    done: bool,
+}
+
+impl RoundReply {
+    fn new(response: Response<Body>) -> Result<Self, GatewayError> {
+        let (mut parts, body) = response.into_parts();
+        let shape = reply::prepare(&mut parts)?;
+        Ok(RoundReply {
+            body,
+            shape,
+            sse: sse::Decoder::new(),
+            chat: ChatDecoder::new(),
+            events: VecDeque::new(),
+            scratch: Vec::new(),
+            decoded: Vec::new(),
+            done: false,
+        })
+    }
+
+    fn is_done(&self) -> bool {
+        self.done && self.events.is_empty()
+    }
+
+    /// The next event; `None` when a frame brought none (call again).
+    async fn next(&mut self) -> Result<Option<Event>, GatewayError> {
+        if let Some(event) = self.events.pop_front() {
+            return Ok(Some(event));
+        }
+        if self.done {
+            return Ok(None);
+        }
+        if let Shape::Whole = self.shape {
+            let body = std::mem::replace(&mut self.body, crate::body::empty());
+            let bytes = reply::read(body).await?;
+            self.events.extend(chat_decode::completion(&bytes)?);
+            self.done = true;
+            return Ok(self.events.pop_front());
+        }
+        match self.body.frame().await {
+            None => {
+                self.done = true;
+                self.chat.finish(&mut self.decoded)?;
+            }
+            Some(Err(e)) => {
+                return Err(GatewayError::UpstreamInvalid {
+                    message: format!("The upstream stream failed: {e}"),
+                    code: "upstream_stream_error",
+                });
+            }
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    self.sse.feed(&data, &mut self.scratch).map_err(|e| {
+                        GatewayError::UpstreamInvalid {
+                            message: format!("The upstream stream is malformed: {e}"),
+                            code: "upstream_invalid_event",
+                        }
+                    })?;
+                    for event in self.scratch.drain(..) {
+                        self.chat.feed(&event.data, &mut self.decoded)?;
+                    }
+                    if self.chat.is_done() {
+                        self.done = true;
+                    }
+                }
+            }
+        }
+        self.events.extend(self.decoded.drain(..));
+        Ok(self.events.pop_front())
+    }
+}
+
+/// A streamed answer: the encoder's bytes go to the client through a channel.
+pub struct Streamed<E> {
+    pub encoder: E,
+    tx: mpsc::Sender<Bytes>,
+}
+
+/// An encoder whose written bytes can be taken.
+pub trait Take {
+    fn take(&mut self) -> BytesMut;
+}
+
+impl<E: Sink> Sink for Streamed<E> {
+    fn event(&mut self, event: Event) {
+        self.encoder.event(event);
+    }
+    fn fail(&mut self, error: GatewayError) {
+        self.encoder.fail(error);
+    }
+    fn end(&mut self) {
+        self.encoder.end();
+    }
+    fn keep_alive(&mut self) {
+        self.encoder.keep_alive();
+    }
+}
+
+impl<E: Sink + Take + Send> Output for Streamed<E> {
+    async fn flush(&mut self) -> bool {
+        let bytes = self.encoder.take();
+        if bytes.is_empty() {
+            return !self.tx.is_closed();
+        }
+        self.tx.send(bytes.freeze()).await.is_ok()
+    }
+}
+
+/// Runs `drive` on a task of its own and returns the body it writes to.
+pub fn spawn<E, F>(encoder: E, run: F) -> Body
+where
+    E: Sink + Take + Send + 'static,
+    F: FnOnce(Streamed<E>) -> Pin<Box<dyn Future<Output = ()> + Send>>,
+{
+    let (tx, rx) = mpsc::channel(CHANNEL_FRAMES);
+    let task = tokio::spawn(run(Streamed { encoder, tx }));
+    crate::body::boxed(ChannelBody {
+        rx,
+        task: task.abort_handle(),
+    })
+}
+
+/// The client's end of a streamed answer; dropping it aborts the driver.
+struct ChannelBody {
+    rx: mpsc::Receiver<Bytes>,
+    task: AbortHandle,
+}
+
+impl HttpBody for ChannelBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|bytes| bytes.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+impl Drop for ChannelBody {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,500 @@
+//! MCP servers, through the official SDK (`rmcp`, client side): stdio child
+//! processes and streamable HTTP.
+//!
+//! The servers live on one thread of their own (`toolgate-tools`, a
+//! single-threaded runtime) so the request workers never host their tasks. Each
+//! server has a supervisor that connects, lists the tools, re-lists them on
+//! `notifications/tools/list_changed`, and reconnects with backoff when the
+//! child exits or the connection breaks. Workers call tools through the
+//! server's `Peer`, a channel handle that works from any runtime.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+};
+use rmcp::service::{NotificationContext, Peer, RoleClient, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::{Map, Value};
+use tokio::io::AsyncReadExt;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::gateway_tools::CHILD_ENV_ALLOWLIST;
+use crate::config::{McpServerConfig, McpTransport};
+use crate::metrics as m;
+use crate::tools::{GatewayTool, ToolKind, names};
+
+/// How long connecting and the first `tools/list` may take.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Reconnection backoff: doubles from the first value up to the second.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(30));
+/// Most tools one server may offer; a server listing more is refused.
+const MAX_TOOLS_PER_SERVER: usize = 512;
+/// Longest stderr line of a child that is logged (the rest is cut).
+const MAX_LOG_LINE: usize = 2048;
+
+/// Where a server stands.
+#[derive(Debug, Clone)]
+pub enum State {
+    /// Not connected yet, or reconnecting after [`State::Down`].
+    Starting,
+    Up {
+        peer: Peer<RoleClient>,
+        tools: Arc<[Arc<GatewayTool>]>,
+    },
+    Down {
+        error: String,
+    },
+}
+
+impl State {
+    pub fn is_up(&self) -> bool {
+        matches!(self, State::Up { .. })
+    }
+}
+
+/// Why a call got no result from the server.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CallError {
+    #[error("MCP server `{0}` is not connected")]
+    NotConnected(String),
+    #[error("timed out after {0:.1}s")]
+    Timeout(f64),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// One supervised server.
+struct Server {
+    config: Arc<McpServerConfig>,
+    state: watch::Sender<Arc<State>>,
+    /// A call found the connection broken: reconnect now.
+    broken: Notify,
+    stop: CancellationToken,
+}
+
+/// Every configured MCP server, connected and supervised on the tools thread.
+pub struct McpHost {
+    servers: Mutex<HashMap<String, Arc<Server>>>,
+    /// The tools thread's runtime, and the supervisors running on it.
+    runtime: Option<(tokio::runtime::Handle, TaskTracker)>,
+    shutdown: CancellationToken,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl McpHost {
+    /// Starts the tools thread and a supervisor per server. With no servers,
+    /// nothing is started.
+    pub fn start(configs: &[Arc<McpServerConfig>]) -> McpHost {
+        let shutdown = CancellationToken::new();
+        let mut host = McpHost {
+            servers: Mutex::new(HashMap::new()),
+            runtime: None,
+            shutdown: shutdown.clone(),
+            thread: None,
+        };
+        if configs.is_empty() {
+            return host;
+        }
+        // reqwest (streamable HTTP) takes rustls' process-wide provider.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        match start_thread(shutdown) {
+            Ok((thread, runtime, tracker)) => {
+                host.thread = Some(thread);
+                host.runtime = Some((runtime, tracker));
+                host.reconcile(configs);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the MCP tools thread");
+                let mut servers = host.servers.lock().unwrap_or_else(|p| p.into_inner());
+                for config in configs {
+                    let state = State::Down {
+                        error: format!("the tools thread did not start: {e}"),
+                    };
+                    servers.insert(
+                        config.name.clone(),
+                        Arc::new(Server {
+                            config: config.clone(),
+                            state: watch::Sender::new(Arc::new(state)),
+                            broken: Notify::new(),
+                            stop: CancellationToken::new(),
+                        }),
+                    );
+                }
+            }
+        }
+        host
+    }
+
+    /// Brings the running servers in line with `configs` (on reload): servers
+    /// whose config is unchanged keep running; others stop or start.
+    pub fn reconcile(&self, configs: &[Arc<McpServerConfig>]) {
+        let Some((runtime, tracker)) = &self.runtime else {
+            if !configs.is_empty() {
+                tracing::warn!(
+                    "MCP servers added by a reload need a restart (none were configured at start)"
+                );
+            }
+            return;
+        };
+        let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
+        servers.retain(|name, server| {
+            let keep = configs
+                .iter()
+                .any(|c| &c.name == name && **c == *server.config);
+            if !keep {
+                server.stop.cancel();
+            }
+            keep
+        });
+        for config in configs {
+            if servers.contains_key(&config.name) {
+                continue;
+            }
+            let server = Arc::new(Server {
+                config: config.clone(),
+                state: watch::Sender::new(Arc::new(State::Starting)),
+                broken: Notify::new(),
+                stop: self.shutdown.child_token(),
+            });
+            metrics::gauge!(m::MCP_SERVER_UP, "server" => config.name.clone()).set(0.0);
+            tracker.spawn_on(supervise(server.clone()), runtime);
+            servers.insert(config.name.clone(), server);
+        }
+    }
+
+    fn server(&self, name: &str) -> Option<Arc<Server>> {
+        self.servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// The server's state now (`Down` for a name that is not configured).
+    pub fn state(&self, name: &str) -> Arc<State> {
+        match self.server(name) {
+            Some(s) => s.state.borrow().clone(),
+            None => Arc::new(State::Down {
+                error: "not configured".into(),
+            }),
+        }
+    }
+
+    /// Waits until every server has connected or failed once, or `deadline`.
+    pub async fn settled(&self, deadline: Duration) {
+        let servers: Vec<Arc<Server>> = self
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let wait = async {
+            for server in servers {
+                let mut rx = server.state.subscribe();
+                let _ = rx.wait_for(|s| !matches!(**s, State::Starting)).await;
+            }
+        };
+        let _ = tokio::time::timeout(deadline, wait).await;
+    }
+
+    /// Calls `tool` (its name on the server) on `server`.
+    pub async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+        timeout: Duration,
+    ) -> Result<CallToolResult, CallError> {
+        let Some(handle) = self.server(server) else {
+            return Err(CallError::NotConnected(server.to_owned()));
+        };
+        let State::Up { peer, .. } = &*handle.state.borrow().clone() else {
+            return Err(CallError::NotConnected(server.to_owned()));
+        };
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        // Dropping the call (timeout, client gone) sends the server a cancellation.
+        match tokio::time::timeout(timeout, peer.call_tool(params)).await {
+            Err(_) => Err(CallError::Timeout(timeout.as_secs_f64())),
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => {
+                if matches!(
+                    e,
+                    ServiceError::TransportClosed | ServiceError::TransportSend(_)
+                ) {
+                    handle.broken.notify_one();
+                }
+                Err(CallError::Failed(e.to_string()))
+            }
+        }
+    }
+}
+
+type Started = (
+    std::thread::JoinHandle<()>,
+    tokio::runtime::Handle,
+    TaskTracker,
+);
+
+/// The `toolgate-tools` thread and its runtime, which runs until `stop`.
+fn start_thread(stop: CancellationToken) -> std::io::Result<Started> {
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+    let tracker = TaskTracker::new();
+    let thread = std::thread::Builder::new()
+        .name("toolgate-tools".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = handle_tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = handle_tx.send(Ok((runtime.handle().clone(), tracker.clone())));
+            runtime.block_on(async {
+                stop.cancelled().await;
+                // Let each supervisor close its session and its child.
+                tracker.close();
+                let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
+            });
+            runtime.shutdown_timeout(Duration::from_secs(1));
+        })?;
+    let (runtime, tracker) = handle_rx
+        .recv()
+        .map_err(|_| std::io::Error::other("the tools thread did not start"))??;
+    Ok((thread, runtime, tracker))
+}
+
+impl Drop for McpHost {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Re-lists tools when the server says its list changed.
+struct Handler {
+    changed: Arc<Notify>,
+}
+
+impl ClientHandler for Handler {
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.changed.notify_one();
+        std::future::ready(())
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+/// Connects, serves, and reconnects with backoff until stopped.
+async fn supervise(server: Arc<Server>) {
+    let name = server.config.name.clone();
+    let mut backoff = BACKOFF.0;
+    loop {
+        let changed = Arc::new(Notify::new());
+        let connected = tokio::select! {
+            () = server.stop.cancelled() => break,
+            c = tokio::time::timeout(START_TIMEOUT, connect(&server.config, changed.clone())) => c,
+        };
+        let running = match connected {
+            Err(_) => Err(format!("did not start within {}s", START_TIMEOUT.as_secs())),
+            Ok(result) => result,
+        };
+        match running {
+            Err(error) => set_down(&server, error),
+            Ok(running) => {
+                backoff = BACKOFF.0;
+                let peer = running.peer().clone();
+                let cancel = running.cancellation_token();
+                let mut waiting = std::pin::pin!(running.waiting());
+                let mut listed = list(&server, &peer).await;
+                loop {
+                    if let Err(error) = listed {
+                        cancel.cancel();
+                        let _ = (&mut waiting).await;
+                        set_down(&server, error);
+                        break;
+                    }
+                    tokio::select! {
+                        quit = &mut waiting => {
+                            let why = match quit {
+                                Ok(reason) => format!("the connection ended ({reason:?})"),
+                                Err(e) => format!("the connection failed: {e}"),
+                            };
+                            set_down(&server, why);
+                            break;
+                        }
+                        () = changed.notified() => listed = list(&server, &peer).await,
+                        () = server.broken.notified() => {
+                            listed = Err("a call found the connection broken".into());
+                        }
+                        () = server.stop.cancelled() => {
+                            cancel.cancel();
+                            let _ = (&mut waiting).await;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if server.stop.is_cancelled() {
+            break;
+        }
+        tracing::info!(server = ?name, retry_in_ms = backoff.as_millis() as u64, "reconnecting to MCP server");
+        tokio::select! {
+            () = server.stop.cancelled() => break,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(BACKOFF.1);
+        server.state.send_replace(Arc::new(State::Starting));
+    }
+    metrics::gauge!(m::MCP_SERVER_UP, "server" => name).set(0.0);
+}
+
+fn set_down(server: &Server, error: String) {
+    tracing::warn!(server = ?server.config.name, error = ?error, "MCP server is down");
+    metrics::gauge!(m::MCP_SERVER_UP, "server" => server.config.name.clone()).set(0.0);
+    server.state.send_replace(Arc::new(State::Down { error }));
+}
+
+type Running = rmcp::service::RunningService<RoleClient, Handler>;
+
+async fn connect(config: &McpServerConfig, changed: Arc<Notify>) -> Result<Running, String> {
+    let handler = Handler { changed };
+    match &config.transport {
+        McpTransport::Stdio { program, args, env } => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args).env_clear().kill_on_drop(true);
+            for var in CHILD_ENV_ALLOWLIST {
+                if let Some(value) = std::env::var_os(var) {
+                    command.env(var, value);
+                }
+            }
+            command.envs(env);
+            let (transport, stderr) = TokioChildProcess::builder(command)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start {program:?}: {e}"))?;
+            if let Some(stderr) = stderr {
+                tokio::spawn(log_stderr(config.name.clone(), stderr));
+            }
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("initialization failed: {e}"))
+        }
+        McpTransport::Http { url, headers } => {
+            let mut transport = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            transport.custom_headers = headers.iter().cloned().collect();
+            handler
+                .serve(StreamableHttpClientTransport::from_config(transport))
+                .await
+                .map_err(|e| format!("initialization failed: {e}"))
+        }
+    }
+}
+
+/// Lists the server's tools and publishes them.
+async fn list(server: &Server, peer: &Peer<RoleClient>) -> Result<(), String> {
+    let listed = tokio::time::timeout(START_TIMEOUT, peer.list_all_tools())
+        .await
+        .map_err(|_| {
+            format!(
+                "tools/list did not answer within {}s",
+                START_TIMEOUT.as_secs()
+            )
+        })?
+        .map_err(|e| format!("tools/list failed: {e}"))?;
+    let config = &server.config;
+    let mut tools: Vec<Arc<GatewayTool>> = Vec::new();
+    for tool in listed {
+        let original = tool.name.to_string();
+        if config
+            .allowed_tools
+            .as_ref()
+            .is_some_and(|allowed| !allowed.contains(&original))
+        {
+            continue;
+        }
+        let name = names::qualify(&config.prefix, &original);
+        if tools.iter().any(|t| t.name == name) {
+            return Err(format!(
+                "two of its tools would both be offered as {name:?}"
+            ));
+        }
+        tools.push(Arc::new(GatewayTool::new(
+            name,
+            tool.description.map(|d| d.to_string()).unwrap_or_default(),
+            Value::Object((*tool.input_schema).clone()),
+            ToolKind::Mcp {
+                server: config.name.clone(),
+                original,
+                timeout: config.timeout,
+            },
+        )));
+        if tools.len() > MAX_TOOLS_PER_SERVER {
+            return Err(format!("lists more than {MAX_TOOLS_PER_SERVER} tools"));
+        }
+    }
+    tracing::info!(server = ?config.name, tools = tools.len(), "MCP server ready");
+    metrics::gauge!(m::MCP_SERVER_UP, "server" => config.name.clone()).set(1.0);
+    server.state.send_replace(Arc::new(State::Up {
+        peer: peer.clone(),
+        tools: tools.into(),
+    }));
+    Ok(())
+}
+
+/// A child's stderr, line by line, as log lines of its server. A line longer
+/// than [`MAX_LOG_LINE`] is cut, so a child cannot make toolgate buffer without bound.
+async fn log_stderr(server: String, mut stderr: tokio::process::ChildStderr) {
+    let mut line: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let mut cut = false;
+    loop {
+        let n = match stderr.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &b in &chunk[..n] {
+            if b == b'\n' {
+                log_line(&server, &line, cut);
+                line.clear();
+                cut = false;
+            } else if line.len() < MAX_LOG_LINE {
+                line.push(b);
+            } else {
+                cut = true;
+            }
+        }
+    }
+    if !line.is_empty() {
+        log_line(&server, &line, cut);
+    }
+}
+
+fn log_line(server: &str, line: &[u8], cut: bool) {
+    let line = String::from_utf8_lossy(line);
+    tracing::info!(target: "toolgate::mcp", server = ?server, line = ?line, cut, "MCP server stderr");
+}

@@ -1,0 +1,229 @@
+//! The gateway's own steps of an answer that ended with the client's calls,
+//! kept until the client comes back with its results (issue: "the model
+//! never loses sight of its own steps").
+//!
+//! The client saw one assistant message holding its calls; the model made
+//! more: earlier rounds with the gateway's calls and their results, and the
+//! gateway's calls beside the client's in the last round. When a request's
+//! history holds an assistant message whose call ids are known here, that
+//! message is replaced by what the model really said and was told. Kept in
+//! bounded memory: by count, by bytes and by age, oldest first out.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// What the model said and was told besides the calls the client saw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Steps {
+    /// Messages of the rounds before the last (assistant turns and `tool` results).
+    pub earlier: Vec<Value>,
+    /// The last round's text.
+    pub text: String,
+    /// The last round's gateway calls (`tool_calls` entries).
+    pub calls: Vec<Value>,
+    /// Their `tool` result messages.
+    pub results: Vec<Value>,
+}
+
+impl Steps {
+    fn bytes(&self) -> usize {
+        let values = self.earlier.iter().chain(&self.calls).chain(&self.results);
+        self.text.len() + values.map(|v| v.to_string().len()).sum::<usize>()
+    }
+}
+
+struct Entry {
+    ids: Vec<String>,
+    at: Instant,
+    bytes: usize,
+}
+
+struct Inner {
+    by_id: HashMap<String, Arc<Steps>>,
+    order: VecDeque<Entry>,
+    bytes: usize,
+}
+
+pub struct StepStore {
+    inner: Mutex<Inner>,
+    max_entries: usize,
+    max_bytes: usize,
+    ttl: Duration,
+}
+
+impl StepStore {
+    pub fn new(max_entries: usize, max_bytes: usize, ttl: Duration) -> Self {
+        StepStore {
+            inner: Mutex::new(Inner {
+                by_id: HashMap::new(),
+                order: VecDeque::new(),
+                bytes: 0,
+            }),
+            max_entries,
+            max_bytes,
+            ttl,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `steps` under each of the client's call ids.
+    pub fn keep(&self, client_ids: Vec<String>, steps: Steps) {
+        let bytes = steps.bytes();
+        if bytes > self.max_bytes {
+            tracing::warn!(bytes, "gateway steps too large to keep for the follow-up");
+            return;
+        }
+        let steps = Arc::new(steps);
+        let mut inner = self.lock();
+        for id in &client_ids {
+            inner.by_id.insert(id.clone(), steps.clone());
+        }
+        inner.bytes += bytes;
+        inner.order.push_back(Entry {
+            ids: client_ids,
+            at: Instant::now(),
+            bytes,
+        });
+        let now = Instant::now();
+        while let Some(front) = inner.order.front() {
+            let expired = now.duration_since(front.at) > self.ttl;
+            if !(expired || inner.order.len() > self.max_entries || inner.bytes > self.max_bytes) {
+                break;
+            }
+            let entry = inner.order.pop_front().expect("front exists");
+            inner.bytes -= entry.bytes;
+            for id in entry.ids {
+                inner.by_id.remove(&id);
+            }
+        }
+    }
+
+    /// How many steps are kept now.
+    pub fn len(&self) -> usize {
+        self.lock().order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Puts the gateway's steps back into `messages`; returns how many
+    /// assistant messages were expanded.
+    pub fn splice(&self, messages: &mut Vec<Value>) -> usize {
+        let inner = self.lock();
+        if inner.by_id.is_empty() {
+            return 0;
+        }
+        let found = |m: &Value| -> Option<Arc<Steps>> {
+            if m.get("role").and_then(Value::as_str) != Some("assistant") {
+                return None;
+            }
+            m.get("tool_calls")?.as_array()?.iter().find_map(|c| {
+                let id = c.get("id")?.as_str()?;
+                inner.by_id.get(id).cloned()
+            })
+        };
+        if !messages.iter().any(|m| found(m).is_some()) {
+            return 0;
+        }
+        let mut expanded = 0;
+        let mut out = Vec::with_capacity(messages.len() + 8);
+        for message in messages.drain(..) {
+            let Some(steps) = found(&message) else {
+                out.push(message);
+                continue;
+            };
+            expanded += 1;
+            out.extend(steps.earlier.iter().cloned());
+            let mut calls = steps.calls.clone();
+            if let Some(Value::Array(client)) = message.get("tool_calls") {
+                calls.extend(client.iter().cloned());
+            }
+            let content = if steps.text.is_empty() {
+                Value::Null
+            } else {
+                Value::String(steps.text.clone())
+            };
+            out.push(json!({"role": "assistant", "content": content, "tool_calls": calls}));
+            out.extend(steps.results.iter().cloned());
+        }
+        *messages = out;
+        expanded
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn steps(tag: &str) -> Steps {
+        Steps {
+            earlier: vec![
+                json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("g0{tag}"), "type": "function", "function": {"name": "clock", "arguments": "{}"}}]}),
+                json!({"role": "tool", "tool_call_id": format!("g0{tag}"), "content": "12:00"}),
+            ],
+            text: "Now the weather.".into(),
+            calls: vec![
+                json!({"id": format!("g1{tag}"), "type": "function", "function": {"name": "GetWeather", "arguments": "{}"}}),
+            ],
+            results: vec![
+                json!({"role": "tool", "tool_call_id": format!("g1{tag}"), "content": "sunny"}),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_clients_turn_is_expanded_in_order() {
+        let store = StepStore::new(10, 1 << 20, Duration::from_secs(60));
+        store.keep(vec!["c1".into()], steps(""));
+        let mut messages = vec![
+            json!({"role": "user", "content": "hi"}),
+            json!({"role": "assistant", "content": "It is noon. Now the weather.", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "Notify", "arguments": "{}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "sent"}),
+        ];
+        assert_eq!(store.splice(&mut messages), 1);
+        let roles: Vec<&str> = messages
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            roles,
+            ["user", "assistant", "tool", "assistant", "tool", "tool"]
+        );
+        let ids: Vec<&str> = messages[3]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["g1", "c1"]);
+        assert_eq!(messages[3]["content"], "Now the weather.");
+        assert_eq!(messages[4]["tool_call_id"], "g1");
+        assert_eq!(messages[5]["tool_call_id"], "c1");
+    }
+
+    #[test]
+    fn bounded_by_count_and_bytes() {
+        let store = StepStore::new(3, 1 << 20, Duration::from_secs(60));
+        for i in 0..10 {
+            store.keep(vec![format!("c{i}")], steps(&i.to_string()));
+        }
+        assert_eq!(store.len(), 3);
+        let mut old = vec![json!({"role": "assistant", "tool_calls": [{"id": "c0"}]})];
+        assert_eq!(store.splice(&mut old), 0, "the oldest were evicted");
+        let mut new = vec![json!({"role": "assistant", "tool_calls": [{"id": "c9"}]})];
+        assert_eq!(store.splice(&mut new), 1);
+        let one = steps("x").bytes();
+        let store = StepStore::new(100, one * 2, Duration::from_secs(60));
+        for i in 0..5 {
+            store.keep(vec![format!("c{i}")], steps("x"));
+        }
+        assert_eq!(store.len(), 2);
+    }
+}
