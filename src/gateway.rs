@@ -155,6 +155,46 @@ impl Gateway {
         &self.metrics
     }
 
+    /// The gateway-side tool runtime.
+    pub fn tools(&self) -> &Arc<Tools> {
+        &self.tools
+    }
+
+    /// `/readyz`: 503 while draining, or while a tool server that a provider
+    /// offers is not connected; one line per tool server says where it stands.
+    fn readiness(&self) -> Response<Body> {
+        if self.draining.load(Ordering::SeqCst) {
+            return plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
+        }
+        let config = self.config();
+        let mut ready = true;
+        let mut detail = String::new();
+        for (name, state) in self.tools.servers(&config) {
+            let offered = config.providers.iter().any(|p| {
+                p.tools.gateway.as_ref().is_some_and(|g| {
+                    g.sources
+                        .iter()
+                        .any(|s| matches!(s, crate::config::ToolSource::Mcp(m) if m.name == name))
+                })
+            });
+            let line = match &*state {
+                crate::tools::mcp::State::Up { tools, .. } => format!("up, {} tools", tools.len()),
+                crate::tools::mcp::State::Starting => "starting".to_owned(),
+                crate::tools::mcp::State::Down { error } => format!("down: {error}"),
+            };
+            ready &= !offered || state.is_up();
+            detail.push_str(&format!("tool server {name}: {line}\n"));
+        }
+        let (status, head) = if ready {
+            (StatusCode::OK, "ready\n")
+        } else {
+            (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+        };
+        let mut r = plain(status, "");
+        *r.body_mut() = body::full(format!("{head}{detail}"));
+        r
+    }
+
     pub async fn handle<B>(&self, req: Request<B>) -> Response<Body>
     where
         B: HttpBody<Data = Bytes> + Send,
@@ -162,13 +202,7 @@ impl Gateway {
     {
         match (req.method(), req.uri().path()) {
             (&Method::GET, "/healthz") => plain(StatusCode::OK, "ok\n"),
-            (&Method::GET, "/readyz") => {
-                if self.draining.load(Ordering::SeqCst) {
-                    plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
-                } else {
-                    plain(StatusCode::OK, "ready\n")
-                }
-            }
+            (&Method::GET, "/readyz") => self.readiness(),
             (&Method::GET, "/metrics") => {
                 let mut r = plain(StatusCode::OK, "");
                 *r.body_mut() = body::full(self.metrics.render());

@@ -54,6 +54,8 @@ pub struct ChoiceSummary {
     pub content: String,
     pub calls: Vec<Call>,
     pub finish_reason: Option<String>,
+    /// Gateway tool calls (rules 21-22), each in its last reported state.
+    pub gateway: Vec<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -361,6 +363,20 @@ fn check_choice(
         }
         Some(other) => return Err(format!("choice {index}: content {other} is not a string")),
     }
+    match delta.get("gateway_tool_calls") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(entries)) => {
+            for entry in entries {
+                check_gateway_call(entry, s, call_ids)
+                    .map_err(|e| format!("choice {index}: {e}"))?;
+            }
+        }
+        Some(other) => {
+            return Err(format!(
+                "rule 22: choice {index} gateway_tool_calls {other} is not an array"
+            ));
+        }
+    }
     match delta.get("tool_calls") {
         None | Some(Value::Null) => {}
         Some(Value::Array(entries)) => {
@@ -380,6 +396,12 @@ fn check_choice(
         }
     }
     if let Some(reason) = finish {
+        if let Some(open) = s.gateway.iter().find(|g| g["status"] == "in_progress") {
+            return Err(format!(
+                "rule 21: choice {index} finished while gateway call {} was still in progress",
+                open["id"]
+            ));
+        }
         if !s.calls.is_empty() && reason != "tool_calls" {
             return Err(format!(
                 "rule 13: choice {index} has calls but finish_reason {reason:?}"
@@ -391,6 +413,80 @@ fn check_choice(
             ));
         }
         s.finish_reason = Some(reason);
+    }
+    Ok(())
+}
+
+/// Rules 21-22: a gateway call is reported `in_progress` once (indexes 0,
+/// 1, 2 …), then once `completed` (with `output`) or `failed` (with `error`);
+/// its id is never a client call's.
+fn check_gateway_call(
+    entry: &Value,
+    s: &mut ChoiceSummary,
+    call_ids: &mut HashSet<String>,
+) -> Result<(), String> {
+    let Value::Object(g) = entry else {
+        return Err("rule 22: a gateway_tool_calls entry is not an object".into());
+    };
+    let id = g
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|i| !i.is_empty());
+    let Some(id) = id else {
+        return Err("rule 22: a gateway call has no id".into());
+    };
+    for key in ["name", "server", "arguments", "status"] {
+        if !g.get(key).is_some_and(Value::is_string) {
+            return Err(format!("rule 22: gateway call {id} has no string `{key}`"));
+        }
+    }
+    let Some(index) = g.get("index").and_then(Value::as_u64) else {
+        return Err(format!("rule 22: gateway call {id} has no integer index"));
+    };
+    let status = g["status"].as_str().unwrap_or_default();
+    let known = s.gateway.iter().position(|k| k["id"] == id);
+    match (known, status) {
+        (None, "in_progress") => {
+            if index != s.gateway.len() as u64 {
+                return Err(format!(
+                    "rule 22: gateway call {id} has index {index}, expected {}",
+                    s.gateway.len()
+                ));
+            }
+            if !call_ids.insert(id.to_owned()) {
+                return Err(format!("rule 21: gateway call id {id} is used twice"));
+            }
+            s.gateway.push(entry.clone());
+        }
+        (Some(k), "completed" | "failed") => {
+            if s.gateway[k]["status"] != "in_progress" {
+                return Err(format!("rule 22: gateway call {id} ended twice"));
+            }
+            if s.gateway[k]["index"] != g["index"] {
+                return Err(format!("rule 22: gateway call {id} changed its index"));
+            }
+            let needs = if status == "completed" {
+                "output"
+            } else {
+                "error"
+            };
+            if !g.get(needs).is_some_and(Value::is_string) {
+                return Err(format!(
+                    "rule 22: {status} gateway call {id} has no `{needs}`"
+                ));
+            }
+            s.gateway[k] = entry.clone();
+        }
+        (None, other) => {
+            return Err(format!(
+                "rule 22: gateway call {id} first reported as {other:?}, not in_progress"
+            ));
+        }
+        (Some(_), other) => {
+            return Err(format!(
+                "rule 22: gateway call {id} reported {other:?} again"
+            ));
+        }
     }
     Ok(())
 }
@@ -574,6 +670,29 @@ pub fn check_completion(v: &Value) -> Result<(), String> {
                 }
             }
             Some(_) => return Err(at("`tool_calls` is not an array")),
+        }
+        if let Some(gateway) = message.get("gateway_tool_calls") {
+            let Some(gateway) = gateway.as_array() else {
+                return Err(at("rule 22: gateway_tool_calls is not an array"));
+            };
+            for (i, g) in gateway.iter().enumerate() {
+                let status = g.get("status").and_then(Value::as_str);
+                let needs = match status {
+                    Some("completed") => "output",
+                    Some("failed") => "error",
+                    _ => return Err(at("rule 22: a gateway call is not completed or failed")),
+                };
+                if !g.get(needs).is_some_and(Value::is_string) {
+                    return Err(at(&format!("rule 22: gateway call {i} has no `{needs}`")));
+                }
+                if g.get("index").and_then(Value::as_u64) != Some(i as u64) {
+                    return Err(at(&format!("rule 22: gateway call {i} has another index")));
+                }
+                let id = g.get("id").and_then(Value::as_str).unwrap_or_default();
+                if id.is_empty() || !ids.insert(id.to_owned()) {
+                    return Err(at("rule 21: a gateway call id is missing or shared"));
+                }
+            }
         }
     }
     Ok(())

@@ -1,0 +1,519 @@
+//! Gateway-side tools end to end: the gateway executes HTTP and built-in
+//! tools itself, streams their results as `gateway_tool_calls`, and lets
+//! the model continue in the same answer (seeds 003 and 004). Upstreams and
+//! tool servers are loopback mocks; every stream goes through the
+//! conformance checker.
+
+mod common;
+mod conformance;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{Mock, Recorded, Reply, TestGateway, fast_server, post};
+use conformance::{Expect, check_completion, check_stream};
+use serde_json::{Value, json};
+
+const USAGE: &str = r#"{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}"#;
+
+fn chunk(choices: Value) -> String {
+    format!(
+        "data: {}\n\n",
+        json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": choices})
+    )
+}
+
+/// An upstream stream making native calls `(name, arguments)`, one per index.
+fn calls_sse(calls: &[(&str, &str)]) -> String {
+    let mut out = chunk(
+        json!([{"index": 0, "delta": {"role": "assistant", "content": null}, "finish_reason": null}]),
+    );
+    for (i, (name, args)) in calls.iter().enumerate() {
+        out.push_str(&chunk(json!([{"index": 0, "delta": {"tool_calls": [{"index": i, "id": format!("up_call_{i}"), "type": "function", "function": {"name": name, "arguments": ""}}]}, "finish_reason": null}])));
+        out.push_str(&chunk(json!([{"index": 0, "delta": {"tool_calls": [{"index": i, "function": {"arguments": args}}]}, "finish_reason": null}])));
+    }
+    out.push_str(&chunk(
+        json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]),
+    ));
+    out.push_str(&format!(
+        "data: {{\"id\":\"up-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{USAGE}}}\n\n"
+    ));
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
+fn text_sse(text: &str) -> String {
+    let usage: Value = serde_json::from_str(USAGE).unwrap();
+    common::upstream_sse(&[text], Some(&usage))
+}
+
+fn sse(body: String) -> Reply {
+    Reply::sse(&[&body], Duration::ZERO)
+}
+
+fn messages(r: &Recorded) -> Vec<Value> {
+    r.json()["messages"].as_array().unwrap().clone()
+}
+
+fn last_role(r: &Recorded) -> String {
+    messages(r).last().unwrap()["role"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A tool server answering `text` after `delay`.
+async fn tool_server(status: u16, text: &'static str, delay: Duration) -> Mock {
+    Mock::start(move |_| Reply::Stream {
+        status,
+        headers: vec![("content-type", "text/plain".into())],
+        pieces: vec![(delay, Bytes::from_static(text.as_bytes()))],
+    })
+    .await
+}
+
+fn http_tool(name: &str, url: &str, timeout: f64) -> String {
+    format!(
+        "[[http_tools]]\nname = \"{name}\"\ndescription = \"{name} tool\"\nurl = \"{url}\"\ntimeout_secs = {timeout}\nparameters = {{ type = \"object\", properties = {{ location = {{ type = \"string\" }} }} }}\n"
+    )
+}
+
+fn provider(url: &str, mode: &str, tools: &[&str], extra: &str) -> String {
+    let list: Vec<String> = tools.iter().map(|t| format!("\"{t}\"")).collect();
+    format!(
+        "[[providers]]\nname = \"up\"\nbase_url = \"{url}\"\nmodels = [\"m\"]\n[providers.tools]\nmode = \"{mode}\"\ngateway_tools = [{}]\n{extra}\n",
+        list.join(", ")
+    )
+}
+
+fn stream_request(extra: Value) -> String {
+    let mut body = json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "Weather in Paris?"}]});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body.to_string()
+}
+
+#[tokio::test]
+async fn a_builtin_tool_runs_and_the_demo_model_continues_in_one_stream() {
+    let config = format!(
+        "{}[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]\n",
+        fast_server()
+    );
+    let gw = TestGateway::start(&config).await;
+    let body = json!({"model": "demo", "stream": true,
+        "messages": [{"role": "user", "content": "What is `(2 + 3) * 7`?"}]});
+    let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let s =
+        check_stream(&r.body, &Expect::default()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let choice = s.choice();
+    assert_eq!(choice.gateway.len(), 1, "{}", r.text());
+    assert_eq!(choice.gateway[0]["name"], "calculator");
+    assert_eq!(choice.gateway[0]["status"], "completed");
+    assert_eq!(choice.gateway[0]["output"], "35");
+    assert!(
+        choice.calls.is_empty(),
+        "a gateway call is never a tool_calls delta"
+    );
+    assert!(
+        choice.content.ends_with("calculator returned: 35"),
+        "{}",
+        choice.content
+    );
+    assert_eq!(choice.finish_reason.as_deref(), Some("stop"));
+}
+
+#[tokio::test]
+async fn an_http_tool_result_goes_back_to_the_model_and_usage_is_summed() {
+    let tool = tool_server(200, "sunny, 21 C", Duration::ZERO).await;
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("It is sunny in Paris."))
+        } else {
+            sse(calls_sse(&[("GetWeather", r#"{"location":"Paris"}"#)]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}{}{}",
+        fast_server(),
+        http_tool("GetWeather", &format!("http://{}/weather", tool.addr), 5.0),
+        provider(&upstream.url(), "passthrough", &["GetWeather"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+    let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let choice = s.choice();
+    assert_eq!(choice.content, "It is sunny in Paris.");
+    assert_eq!(choice.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(choice.gateway[0]["output"], "sunny, 21 C");
+    assert_eq!(choice.gateway[0]["arguments"], r#"{"location":"Paris"}"#);
+    assert_eq!(choice.gateway[0]["server"], "http");
+    assert_eq!(
+        s.usage.as_ref().unwrap()["total_tokens"],
+        30,
+        "two rounds summed"
+    );
+
+    assert_eq!(tool.last().json(), json!({"location": "Paris"}));
+    assert_eq!(upstream.count(), 2);
+    let first = upstream.requests.lock().unwrap()[0].json();
+    assert_eq!(first["tools"][0]["function"]["name"], "GetWeather");
+    assert_eq!(first["stream"], true);
+    let second = messages(&upstream.last());
+    let id = choice.gateway[0]["id"].as_str().unwrap();
+    assert_eq!(second[1]["role"], "assistant");
+    assert_eq!(second[1]["tool_calls"][0]["id"], id);
+    assert_eq!(second[1]["tool_calls"][0]["function"]["name"], "GetWeather");
+    assert_eq!(
+        second[2],
+        json!({"role": "tool", "tool_call_id": id, "content": "sunny, 21 C"})
+    );
+}
+
+#[tokio::test]
+async fn non_streaming_answers_carry_the_calls_on_the_message() {
+    let tool = tool_server(200, "sunny", Duration::ZERO).await;
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("Sunny."))
+        } else {
+            sse(calls_sse(&[("GetWeather", r#"{"location":"Paris"}"#)]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}{}{}",
+        fast_server(),
+        http_tool("GetWeather", &format!("http://{}/w", tool.addr), 5.0),
+        provider(&upstream.url(), "passthrough", &["GetWeather"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "Weather?"}]});
+    let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    check_completion(&v).unwrap_or_else(|e| panic!("{e}: {v}"));
+    let message = &v["choices"][0]["message"];
+    assert_eq!(message["content"], "Sunny.");
+    assert_eq!(message["gateway_tool_calls"][0]["status"], "completed");
+    assert_eq!(message["gateway_tool_calls"][0]["output"], "sunny");
+    assert!(message.get("tool_calls").is_none());
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(v["usage"]["total_tokens"], 30);
+}
+
+#[tokio::test]
+async fn parallel_results_arrive_in_completion_order_and_the_model_waits_for_all() {
+    let slow = tool_server(200, "slow result", Duration::from_millis(800)).await;
+    let fast = tool_server(200, "fast result", Duration::ZERO).await;
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("Both done."))
+        } else {
+            sse(calls_sse(&[("Slow", "{}"), ("Fast", "{}")]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}{}{}{}",
+        fast_server(),
+        http_tool("Slow", &format!("http://{}/", slow.addr), 5.0),
+        http_tool("Fast", &format!("http://{}/", fast.addr), 5.0),
+        provider(&upstream.url(), "passthrough", &["Slow", "Fast"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+    let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    // Reports in the order they happened: both started, the fast one done first.
+    let text = r.text();
+    let order: Vec<(&str, &str)> = [
+        ("Slow", "in_progress"),
+        ("Fast", "in_progress"),
+        ("Fast", "completed"),
+        ("Slow", "completed"),
+    ]
+    .into_iter()
+    .collect();
+    let mut at = 0;
+    for (name, status) in &order {
+        let needle = format!("\"name\":\"{name}\",\"server\":\"http\"");
+        let found = text[at..]
+            .match_indices(&needle)
+            .map(|(i, _)| at + i)
+            .find(|&i| text[i..].split("\n\n").next().unwrap().contains(status))
+            .unwrap_or_else(|| panic!("{name} {status} after byte {at}:\n{text}"));
+        at = found + 1;
+    }
+    assert_eq!(s.choice().content, "Both done.");
+    let second = messages(&upstream.last());
+    let results: Vec<&str> = second
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        results,
+        ["slow result", "fast result"],
+        "results in call order"
+    );
+}
+
+#[tokio::test]
+async fn tool_failures_and_timeouts_are_results_the_model_sees() {
+    let broken = tool_server(500, "boom", Duration::ZERO).await;
+    let hanging = tool_server(200, "too late", Duration::from_secs(5)).await;
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("Sorry, the tools failed."))
+        } else {
+            sse(calls_sse(&[("Broken", "{}"), ("Hanging", "{}")]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}{}{}{}",
+        fast_server(),
+        http_tool("Broken", &format!("http://{}/", broken.addr), 5.0),
+        http_tool("Hanging", &format!("http://{}/", hanging.addr), 0.3),
+        provider(&upstream.url(), "passthrough", &["Broken", "Hanging"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+    let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let g = &s.choice().gateway;
+    assert_eq!(g[0]["status"], "failed");
+    assert_eq!(g[0]["error"], "the tool answered HTTP 500: boom");
+    assert_eq!(g[1]["status"], "failed");
+    assert_eq!(g[1]["error"], "timed out after 0.3s");
+    assert_eq!(s.choice().content, "Sorry, the tools failed.");
+    let second = messages(&upstream.last());
+    assert_eq!(
+        second[2]["content"],
+        "Error: the tool answered HTTP 500: boom"
+    );
+    assert_eq!(second[3]["content"], "Error: timed out after 0.3s");
+}
+
+#[tokio::test]
+async fn the_round_reaching_max_rounds_is_sent_without_tools() {
+    let tool = tool_server(200, "again", Duration::ZERO).await;
+    // A model that calls the tool whenever it may.
+    let upstream = Mock::start(|r| {
+        if r.json()["tool_choice"] == "none" {
+            sse(text_sse("Giving up on tools."))
+        } else {
+            sse(calls_sse(&[("Loop", "{}")]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}{}{}",
+        fast_server(),
+        http_tool("Loop", &format!("http://{}/", tool.addr), 5.0),
+        provider(&upstream.url(), "passthrough", &["Loop"], "max_rounds = 3")
+    );
+    let gw = TestGateway::start(&config).await;
+    let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+    let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    assert_eq!(upstream.count(), 3);
+    assert_eq!(s.choice().gateway.len(), 2);
+    assert_eq!(s.choice().content, "Giving up on tools.");
+    assert_eq!(s.usage.as_ref().unwrap()["total_tokens"], 45);
+    let requests = upstream.requests.lock().unwrap();
+    assert!(requests[0].json().get("tool_choice").is_none());
+    assert_eq!(requests[2].json()["tool_choice"], "none");
+}
+
+#[tokio::test]
+async fn a_client_tool_named_like_a_gateway_tool_is_refused() {
+    let upstream = Mock::start(|_| sse(text_sse("never"))).await;
+    let config = format!(
+        "{}{}",
+        fast_server(),
+        provider(&upstream.url(), "passthrough", &["builtin:clock"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    let body =
+        stream_request(json!({"tools": [{"type": "function", "function": {"name": "clock"}}]}));
+    let r = post(&gw.url("/v1/chat/completions"), &body).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "tools[0].function.name");
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`clock`")
+    );
+    assert_eq!(upstream.count(), 0);
+}
+
+#[tokio::test]
+async fn client_calls_end_the_answer_and_the_follow_up_restores_the_gateway_steps() {
+    let tool = tool_server(200, "sunny", Duration::ZERO).await;
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("Done."))
+        } else {
+            sse(calls_sse(&[
+                ("GetWeather", r#"{"location":"Paris"}"#),
+                ("Notify", r#"{"text":"hi"}"#),
+            ]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}{}{}",
+        fast_server(),
+        http_tool("GetWeather", &format!("http://{}/", tool.addr), 5.0),
+        provider(&upstream.url(), "passthrough", &["GetWeather"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    let notify = json!({"type": "function", "function": {"name": "Notify", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}});
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &stream_request(json!({"tools": [notify]})),
+    )
+    .await;
+    let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let choice = s.choice();
+    assert_eq!(choice.finish_reason.as_deref(), Some("tool_calls"));
+    assert_eq!(choice.calls.len(), 1);
+    assert_eq!(choice.calls[0].name, "Notify");
+    assert_eq!(choice.gateway[0]["status"], "completed");
+    let gateway_id = choice.gateway[0]["id"].as_str().unwrap().to_owned();
+    let client_id = choice.calls[0].id.clone();
+
+    // The client comes back with its own result, as an SDK would send it.
+    let follow_up = json!({"model": "m", "stream": true, "tools": [notify], "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": client_id, "type": "function", "function": {"name": "Notify", "arguments": "{\"text\":\"hi\"}"}}]},
+        {"role": "tool", "tool_call_id": client_id, "content": "notified"}
+    ]});
+    let r = post(&gw.url("/v1/chat/completions"), &follow_up.to_string()).await;
+    check_stream(&r.body, &Expect::default()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let seen = messages(&upstream.last());
+    let roles: Vec<&str> = seen.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "tool"]);
+    let ids: Vec<&str> = seen[1]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [gateway_id.as_str(), client_id.as_str()]);
+    assert_eq!(seen[2]["tool_call_id"], gateway_id.as_str());
+    assert_eq!(seen[2]["content"], "sunny");
+    assert_eq!(seen[3]["tool_call_id"], client_id.as_str());
+}
+
+#[tokio::test]
+async fn to_natural_writes_client_calls_as_text_and_runs_gateway_calls() {
+    let tool = tool_server(200, "sunny", Duration::ZERO).await;
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(calls_sse(&[("Notify", r#"{"text":"sunny"}"#)]))
+        } else {
+            sse(calls_sse(&[("GetWeather", r#"{"location":"Paris"}"#)]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}{}{}",
+        fast_server(),
+        http_tool("GetWeather", &format!("http://{}/", tool.addr), 5.0),
+        provider(
+            &upstream.url(),
+            "to_natural",
+            &["GetWeather"],
+            "pretty = false"
+        )
+    );
+    let gw = TestGateway::start(&config).await;
+    let notify = json!({"type": "function", "function": {"name": "Notify"}});
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &stream_request(json!({"tools": [notify]})),
+    )
+    .await;
+    let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let choice = s.choice();
+    assert!(choice.calls.is_empty());
+    assert_eq!(choice.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(choice.gateway[0]["output"], "sunny");
+    assert_eq!(
+        choice.content,
+        "<tool_call name=\"Notify\">\n{\"text\":\"sunny\"}\n</tool_call>"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_server_that_is_down_makes_the_provider_unavailable() {
+    let upstream = Mock::start(|_| sse(text_sse("never"))).await;
+    let config = format!(
+        "{}[[mcp_servers]]\nname = \"ghost\"\ncommand = [\"/nonexistent/toolgate-test-mcp\"]\n{}",
+        fast_server(),
+        provider(&upstream.url(), "passthrough", &["ghost"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    gw.gateway
+        .tools()
+        .mcp()
+        .settled(Duration::from_secs(10))
+        .await;
+    let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["error"]["code"], "tool_server_unavailable");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("`ghost`"),
+        "{v}"
+    );
+    assert_eq!(
+        upstream.count(),
+        0,
+        "the model is never called without its tools"
+    );
+    let ready = common::get(&gw.url("/readyz")).await;
+    assert_eq!(ready.status, 503);
+    assert!(ready.text().contains("ghost"), "{}", ready.text());
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_cancels_the_running_tools() {
+    let tool = tool_server(200, "never read", Duration::from_secs(30)).await;
+    let upstream = Mock::start(|_| sse(calls_sse(&[("Slow", "{}")]))).await;
+    let config = format!(
+        "{}{}{}",
+        fast_server(),
+        http_tool("Slow", &format!("http://{}/", tool.addr), 60.0),
+        provider(&upstream.url(), "passthrough", &["Slow"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    let request = http::Request::post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(Bytes::from(stream_request(
+            json!({}),
+        ))))
+        .unwrap();
+    let response = common::client().request(request).await.unwrap();
+    let mut body = response.into_body();
+    // Read until the call is reported running, then hang up.
+    let mut seen = String::new();
+    while !seen.contains("in_progress") {
+        let frame = http_body_util::BodyExt::frame(&mut body)
+            .await
+            .unwrap()
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    let cancelled = tool.stream_cancelled.notified();
+    drop(body);
+    tokio::time::timeout(Duration::from_secs(10), cancelled)
+        .await
+        .expect("the tool's request is cancelled when the client leaves");
+}
