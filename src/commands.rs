@@ -110,3 +110,75 @@ mod tests {
         assert!(render(&config, "nope", b"{}").is_err());
     }
 }
+
+/// `toolgate tools`: connects to every configured tool server and lists
+/// every gateway tool with its source and schema. `Err` names each server
+/// that failed (the listing of the others is still printed first).
+pub async fn tools(config: &Config, wait: std::time::Duration) -> (String, Result<(), String>) {
+    use crate::tools::mcp::State;
+    let tools = crate::tools::Tools::start(config);
+    tools.mcp().settled(wait).await;
+    let mut listed: Vec<Value> = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
+    for (name, state) in tools.servers(config) {
+        match &*state {
+            State::Up { tools, .. } => {
+                for tool in tools.iter() {
+                    listed.push(describe(tool, &format!("mcp server {name}")));
+                }
+            }
+            State::Starting => failed.push(format!(
+                "MCP server `{name}` did not start within {}s",
+                wait.as_secs()
+            )),
+            State::Down { error } => failed.push(format!("MCP server `{name}`: {error}")),
+        }
+    }
+    for http in &config.http_tools {
+        let tool = crate::tools::GatewayTool::new(
+            http.name.clone(),
+            http.description.clone(),
+            http.parameters.clone(),
+            crate::tools::ToolKind::Http(http.clone()),
+        );
+        listed.push(describe(&tool, &format!("http tool {}", http.url)));
+    }
+    for b in crate::tools::builtin::Builtin::ALL {
+        let tool = crate::tools::GatewayTool::new(
+            b.name().to_owned(),
+            b.description().to_owned(),
+            b.parameters(),
+            crate::tools::ToolKind::Builtin(b),
+        );
+        listed.push(describe(&tool, &format!("builtin:{}", b.name())));
+    }
+    let offered: Vec<Value> = config
+        .providers
+        .iter()
+        .filter_map(|p| {
+            let g = p.tools.gateway.as_ref()?;
+            let offer = match tools.offer(g) {
+                Ok(offer) => json!(offer.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>()),
+                Err(u) => json!(format!("unavailable: `{}` {}", u.server, u.reason)),
+            };
+            Some(json!({"provider": p.name, "gateway_tools": offer}))
+        })
+        .collect();
+    let out = json!({"tools": listed, "providers": offered});
+    let text = serde_json::to_string_pretty(&out).unwrap_or_default();
+    let result = if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    };
+    (text, result)
+}
+
+fn describe(tool: &crate::tools::GatewayTool, source: &str) -> Value {
+    json!({
+        "name": tool.name,
+        "source": source,
+        "description": tool.description,
+        "parameters": tool.parameters,
+    })
+}
