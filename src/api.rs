@@ -1,6 +1,7 @@
 //! The wire formats toolgate speaks with clients and upstreams, each
 //! converted to and from the format-free [`crate::exchange`] types.
 
+pub mod chat;
 pub mod chat_decode;
 pub mod chat_events;
 pub mod chat_message;

@@ -78,39 +78,6 @@ pub fn parse(tools_json: &[u8], syntax: Syntax, text: &str) -> Result<String, St
     Ok(serde_json::to_string_pretty(&out).unwrap_or_default())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const TOOLS: &str = r#"[{"type":"function","function":{"name":"GetWeather","parameters":{"type":"object","properties":{"location":{"type":"string"}},"required":["location"]}}}]"#;
-
-    #[test]
-    fn parse_reports_content_calls_and_invalid_blocks() {
-        let text = "Sure.\n<GetWeather>\n```json\n{\"location\": \"Paris\"}\n```\n</GetWeather>\n<GetWeather>{\"city\": 1}</GetWeather>";
-        let out: Value =
-            serde_json::from_str(&parse(TOOLS.as_bytes(), Syntax::Tag, text).unwrap()).unwrap();
-        assert_eq!(out["tool_calls"][0]["function"]["name"], "GetWeather");
-        assert_eq!(
-            out["tool_calls"][0]["function"]["arguments"],
-            "{\"location\":\"Paris\"}"
-        );
-        assert_eq!(out["invalid"].as_array().unwrap().len(), 1);
-        assert!(out["content"].as_str().unwrap().starts_with("Sure."));
-    }
-
-    #[test]
-    fn render_shows_contracts_for_a_natural_provider() {
-        let config = Config::from_toml(crate::config::EMBEDDED_DEFAULT).unwrap();
-        let request = format!(
-            r#"{{"model":"demo","messages":[{{"role":"user","content":"hi"}}],"tools":{TOOLS}}}"#
-        );
-        let out = render(&config, "demo", request.as_bytes()).unwrap();
-        assert!(out.contains("## GetWeather"), "{out}");
-        assert!(!out.contains("\"tools\""), "{out}");
-        assert!(render(&config, "nope", b"{}").is_err());
-    }
-}
-
 /// `toolgate tools`: connects to every configured tool server and lists
 /// every gateway tool with its source and schema. `Err` names each server
 /// that failed (the listing of the others is still printed first).
@@ -158,7 +125,13 @@ pub async fn tools(config: &Config, wait: std::time::Duration) -> (String, Resul
         .filter_map(|p| {
             let g = p.tools.gateway.as_ref()?;
             let offer = match tools.offer(g) {
-                Ok(offer) => json!(offer.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>()),
+                Ok(offer) => json!(
+                    offer
+                        .tools
+                        .iter()
+                        .map(|t| t.name.clone())
+                        .collect::<Vec<_>>()
+                ),
                 Err(u) => json!(format!("unavailable: `{}` {}", u.server, u.reason)),
             };
             Some(json!({"provider": p.name, "gateway_tools": offer}))
@@ -181,4 +154,37 @@ fn describe(tool: &crate::tools::GatewayTool, source: &str) -> Value {
         "description": tool.description,
         "parameters": tool.parameters,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOOLS: &str = r#"[{"type":"function","function":{"name":"GetWeather","parameters":{"type":"object","properties":{"location":{"type":"string"}},"required":["location"]}}}]"#;
+
+    #[test]
+    fn parse_reports_content_calls_and_invalid_blocks() {
+        let text = "Sure.\n<GetWeather>\n```json\n{\"location\": \"Paris\"}\n```\n</GetWeather>\n<GetWeather>{\"city\": 1}</GetWeather>";
+        let out: Value =
+            serde_json::from_str(&parse(TOOLS.as_bytes(), Syntax::Tag, text).unwrap()).unwrap();
+        assert_eq!(out["tool_calls"][0]["function"]["name"], "GetWeather");
+        assert_eq!(
+            out["tool_calls"][0]["function"]["arguments"],
+            "{\"location\":\"Paris\"}"
+        );
+        assert_eq!(out["invalid"].as_array().unwrap().len(), 1);
+        assert!(out["content"].as_str().unwrap().starts_with("Sure."));
+    }
+
+    #[test]
+    fn render_shows_contracts_for_a_natural_provider() {
+        let config = Config::from_toml(crate::config::EMBEDDED_DEFAULT).unwrap();
+        let request = format!(
+            r#"{{"model":"demo","messages":[{{"role":"user","content":"hi"}}],"tools":{TOOLS}}}"#
+        );
+        let out = render(&config, "demo", request.as_bytes()).unwrap();
+        assert!(out.contains("## GetWeather"), "{out}");
+        assert!(!out.contains("\"tools\""), "{out}");
+        assert!(render(&config, "nope", b"{}").is_err());
+    }
 }

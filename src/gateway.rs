@@ -301,11 +301,10 @@ where
     };
     // Tool transforms apply to chat completions only; every other path is transparent.
     let chat = parts.method == Method::POST && parts.uri.path() == "/v1/chat/completions";
-    if chat && let Some(settings) = &provider.tools.gateway {
-        return Box::pin(crate::tools::chat::handle(
+    if chat && provider.tools.gateway.is_some() {
+        return Box::pin(crate::api::chat::handle(
             runtime.clone(),
             provider.clone(),
-            settings,
             parts,
             bytes,
         ))

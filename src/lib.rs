@@ -12,6 +12,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod answer;
 pub mod api;
 pub mod body;
 pub mod commands;

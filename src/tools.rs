@@ -7,7 +7,6 @@
 //! round after round, what the model's calls lead to.
 
 pub mod builtin;
-pub mod chat;
 pub mod drive;
 pub mod executor;
 pub mod http;

@@ -25,8 +25,6 @@ pub struct ChatEvents {
     started: bool,
     /// The client's calls, written at the finish.
     calls: Vec<Call>,
-    /// Ids of the client's calls written.
-    client_ids: Vec<String>,
     include_usage: bool,
     show: ShowGatewayTools,
     ended: bool,
@@ -47,7 +45,6 @@ impl ChatEvents {
             header: None,
             started: false,
             calls: Vec::new(),
-            client_ids: Vec::new(),
             include_usage,
             show,
             ended: false,
@@ -57,11 +54,6 @@ impl ChatEvents {
 
     pub fn is_ended(&self) -> bool {
         self.ended
-    }
-
-    /// The ids of the client's calls this answer ended with.
-    pub fn client_call_ids(&self) -> Vec<String> {
-        self.client_ids.clone()
     }
 
     fn header(&mut self) -> &ChunkHeader {
@@ -111,7 +103,6 @@ impl ChatEvents {
             };
             header.write_call(&mut out, 0, i, &ready, !self.started);
             self.started = true;
-            self.client_ids.push(call.id.clone());
         }
         let reason = if calls.is_empty() {
             Value::String(reason.to_owned())

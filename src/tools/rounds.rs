@@ -71,8 +71,9 @@ pub struct Rounds {
     usage: Option<Usage>,
     /// Messages the gateway added to the history (earlier rounds).
     added: Vec<Value>,
-    /// Set when the answer ends with client calls after gateway steps.
-    steps: Option<Steps>,
+    /// Set when the answer ends with client calls after gateway steps:
+    /// the client's call ids, and the steps to restore on its follow-up.
+    steps: Option<(Vec<String>, Steps)>,
 }
 
 impl Rounds {
@@ -127,8 +128,8 @@ impl Rounds {
             .count()
     }
 
-    /// The steps to put back when the client follows up (see `steps`).
-    pub fn take_steps(&mut self) -> Option<Steps> {
+    /// The client's call ids and the steps to put back when it follows up (see `steps`).
+    pub fn take_steps(&mut self) -> Option<(Vec<String>, Steps)> {
         self.steps.take()
     }
 
@@ -236,12 +237,14 @@ impl Rounds {
         let turn = assistant_turn(&text, &gateway);
         if !client.is_empty() {
             if !gateway.is_empty() || !self.added.is_empty() {
-                self.steps = Some(Steps {
+                let ids = client.iter().map(|c| c.id.clone()).collect();
+                let steps = Steps {
                     earlier: std::mem::take(&mut self.added),
                     text,
                     calls: gateway.iter().map(|(c, _)| tool_call(c)).collect(),
                     results: turn.into_iter().skip(1).collect(),
-                });
+                };
+                self.steps = Some((ids, steps));
             }
             self.emit_client_calls(client, out);
             self.emit_usage(out);

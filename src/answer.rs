@@ -1,0 +1,267 @@
+//! Answering a Chat Completions-shaped request through a provider, for any
+//! door: the request is prepared once (to_natural's text history read back
+//! into native calls, the gateway's tools declared beside the client's, the
+//! gateway's earlier steps put back), the first round is sent, and
+//! [`Running::drive`] runs the rest into the door's [`Output`].
+//!
+//! Doors convert their own wire format into the request `Map` before, and
+//! [`Event`](crate::exchange::Event)s into their wire format after (see
+//! `api/`); every tool mode and the gateway's tools work the same for all.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, header};
+use http_body_util::Full;
+use serde_json::{Map, Value, json};
+
+use crate::body::Body;
+use crate::config::{Mode, Provider};
+use crate::error::GatewayError;
+use crate::gateway::Runtime;
+use crate::to_natural::{self, RenderOptions};
+use crate::tools::drive::{self, Output, Plan, Upstream};
+use crate::tools::rounds::Rounds;
+use crate::tools::{Offer, Unavailable};
+
+/// Sends one round through the provider's tool mode: natural mode rewrites
+/// it and turns the model's text calls into native ones; the other modes
+/// send it as it is (to_natural's text rendering happens in the loop).
+pub struct Provided {
+    runtime: Arc<Runtime>,
+    provider: Arc<Provider>,
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+impl Upstream for Provided {
+    async fn send(&self, body: Vec<u8>) -> Result<Response<Body>, GatewayError> {
+        let mut request = Request::new(Full::new(Bytes::from(body)));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.uri.clone();
+        *request.headers_mut() = self.headers.clone();
+        let rt = &self.runtime;
+        match self.provider.tools.mode {
+            Mode::Natural => {
+                let (parts, body) = request.into_parts();
+                let bytes = http_body_util::BodyExt::collect(body)
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
+                Box::pin(
+                    rt.natural
+                        .handle(&rt.upstreams, &rt.config, &self.provider, parts, bytes),
+                )
+                .await
+            }
+            _ => rt.upstreams.send(&self.provider, request).await,
+        }
+    }
+}
+
+/// How the first round went.
+pub enum Started {
+    /// The upstream refused the request itself: its answer, unchanged.
+    Refused(Response<Body>),
+    Running(Box<Running>),
+}
+
+/// An answer under way: its first round's response is in.
+pub struct Running {
+    plan: Plan<Provided>,
+    rounds: Rounds,
+    first: Response<Body>,
+    runtime: Arc<Runtime>,
+}
+
+impl Running {
+    /// Drives the answer to its end into `out`; the gateway's steps of an
+    /// answer that ends with the client's calls are kept for the follow-up.
+    pub async fn drive<O: Output>(self, out: &mut O) {
+        let mut rounds = drive::drive(&self.plan, self.rounds, self.first, out).await;
+        if let Some((ids, steps)) = rounds.take_steps() {
+            self.runtime.steps.keep(ids, steps);
+        }
+    }
+}
+
+/// What a door hands over: the request as Chat Completions JSON and the
+/// client's request head (its path, query and headers).
+pub struct Ask {
+    pub request: Map<String, Value>,
+    pub uri: Uri,
+    pub headers: HeaderMap,
+}
+
+/// The provider's gateway tools for this request (none when it has none).
+pub fn offer(runtime: &Runtime, provider: &Provider) -> Result<Offer, GatewayError> {
+    match &provider.tools.gateway {
+        None => Ok(Offer::default()),
+        Some(settings) => {
+            runtime
+                .tools
+                .offer(settings)
+                .map_err(
+                    |Unavailable { server, reason }| GatewayError::ToolServerUnavailable {
+                        server,
+                        reason,
+                    },
+                )
+        }
+    }
+}
+
+/// Prepares the request and sends the first round.
+pub async fn start(
+    runtime: Arc<Runtime>,
+    provider: Arc<Provider>,
+    ask: Ask,
+) -> Result<Started, GatewayError> {
+    let offer = offer(&runtime, &provider)?;
+    let tools = &provider.tools;
+    let request = prepare(ask.request, &offer, &runtime, &provider)?;
+    let as_text = (tools.mode == Mode::ToNatural).then(|| RenderOptions {
+        syntax: tools.syntax,
+        pretty: tools.pretty,
+        separator: tools.separator.clone(),
+    });
+    let (max_rounds, max_parallel) = match &tools.gateway {
+        Some(g) => (g.max_rounds, g.max_parallel_tools),
+        // Without gateway tools there is one round, and nothing to run.
+        None => (u32::MAX, 1),
+    };
+    let rounds = Rounds::new(request, offer, max_rounds, as_text);
+    let mut headers = ask.headers;
+    // Each round's reply is parsed, so it must arrive uncompressed.
+    headers.remove(header::ACCEPT_ENCODING);
+    headers.remove(header::CONTENT_LENGTH);
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let plan = Plan {
+        upstream: Provided {
+            runtime: runtime.clone(),
+            provider: provider.clone(),
+            uri: ask.uri,
+            headers,
+        },
+        tools: runtime.tools.clone(),
+        max_parallel,
+        max_result_chars: tools.max_tool_result_chars,
+    };
+    let first = plan.upstream.send(rounds.body()).await?;
+    if !first.status().is_success() {
+        return Ok(Started::Refused(first));
+    }
+    Ok(Started::Running(Box::new(Running {
+        plan,
+        rounds,
+        first,
+        runtime,
+    })))
+}
+
+/// The first round's request: to_natural's text history read back, legacy
+/// `functions` as `tools`, the gateway's tools declared, its earlier steps
+/// restored, and streaming with usage asked of the upstream.
+fn prepare(
+    mut request: Map<String, Value>,
+    offer: &Offer,
+    runtime: &Runtime,
+    provider: &Provider,
+) -> Result<Map<String, Value>, GatewayError> {
+    if !offer.is_empty()
+        && request
+            .get("n")
+            .and_then(Value::as_u64)
+            .is_some_and(|n| n > 1)
+    {
+        return Err(GatewayError::bad_request(
+            "`n` greater than 1 is not supported on a provider with gateway tools: each choice would run the tools on its own",
+            Some("n"),
+        ));
+    }
+    let tools = &provider.tools;
+    if tools.mode == Mode::ToNatural {
+        let history = to_natural::history::HistoryOptions {
+            syntax: tools.syntax,
+            max_tool_result_chars: tools.max_tool_result_chars,
+        };
+        let bytes = serde_json::to_vec(&request).unwrap_or_default();
+        if let Some(rewritten) = to_natural::history::rewrite(&bytes, &history)?
+            && let Ok(Value::Object(map)) = serde_json::from_slice(&rewritten)
+        {
+            request = map;
+        }
+    }
+    legacy_functions(&mut request);
+    let mut declared = match request.remove("tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(tools)) => tools,
+        Some(_) => {
+            return Err(GatewayError::bad_request(
+                "`tools` must be an array",
+                Some("tools"),
+            ));
+        }
+    };
+    for (i, tool) in declared.iter().enumerate() {
+        let name = tool.pointer("/function/name").and_then(Value::as_str);
+        if let Some(name) = name
+            && offer.get(name).is_some()
+        {
+            return Err(GatewayError::bad_request(
+                format!(
+                    "The tool `{name}` is also one of this provider's gateway tools; rename yours"
+                ),
+                Some(&format!("tools[{i}].function.name")),
+            ));
+        }
+    }
+    declared.extend(offer.tools.iter().map(|t| t.declaration()));
+    if !declared.is_empty() {
+        request.insert("tools".into(), Value::Array(declared));
+    }
+    match request.get_mut("messages") {
+        Some(Value::Array(messages)) => {
+            if !offer.is_empty() {
+                runtime.steps.splice(messages);
+            }
+        }
+        _ => {
+            return Err(GatewayError::bad_request(
+                "`messages` must be an array",
+                Some("messages"),
+            ));
+        }
+    }
+    // Rounds always stream upstream, with usage, so usage can be summed.
+    request.insert("stream".into(), json!(true));
+    request.insert("stream_options".into(), json!({"include_usage": true}));
+    Ok(request)
+}
+
+/// Legacy `functions` / `function_call` become `tools` / `tool_choice`.
+fn legacy_functions(request: &mut Map<String, Value>) {
+    if let Some(Value::Array(functions)) = request.remove("functions") {
+        let tools: Vec<Value> = functions
+            .into_iter()
+            .map(|f| json!({"type": "function", "function": f}))
+            .collect();
+        if !request.contains_key("tools") {
+            request.insert("tools".into(), Value::Array(tools));
+        }
+    }
+    if let Some(choice) = request.remove("function_call")
+        && !request.contains_key("tool_choice")
+    {
+        let choice = match choice {
+            Value::Object(f) => {
+                json!({"type": "function", "function": {"name": f.get("name").cloned().unwrap_or(Value::Null)}})
+            }
+            other => other,
+        };
+        request.insert("tool_choice".into(), choice);
+    }
+}

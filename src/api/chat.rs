@@ -1,0 +1,85 @@
+//! The Chat Completions door when the answer goes through [`crate::answer`]
+//! (a provider with gateway tools): the body is read as the request, and the
+//! answer's events are written as a chat stream or one completion. Other
+//! chat requests keep their direct, byte-for-byte paths (see `gateway`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, header};
+use serde_json::Value;
+
+use crate::answer::{self, Ask, Started};
+use crate::api::chat_events::ChatEvents;
+use crate::api::chat_message::ChatMessage;
+use crate::body::{self, Body};
+use crate::config::{Provider, ShowGatewayTools};
+use crate::error::GatewayError;
+use crate::gateway::Runtime;
+use crate::tools::drive;
+
+pub async fn handle(
+    runtime: Arc<Runtime>,
+    provider: Arc<Provider>,
+    parts: http::request::Parts,
+    bytes: Bytes,
+) -> Result<Response<Body>, GatewayError> {
+    let request = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => {
+            return Err(GatewayError::bad_request(
+                "The request body must be a JSON object",
+                None,
+            ));
+        }
+        Err(e) => {
+            return Err(GatewayError::bad_request(
+                format!("The request body is not valid JSON: {e}"),
+                None,
+            ));
+        }
+    };
+    let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
+    let include_usage = request
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        == Some(true);
+    let show = provider
+        .tools
+        .gateway
+        .as_ref()
+        .map_or(ShowGatewayTools::Fields, |g| g.show);
+    let ask = Ask {
+        request,
+        uri: parts.uri,
+        headers: parts.headers,
+    };
+    let running = match answer::start(runtime, provider, ask).await? {
+        Started::Refused(response) => return Ok(response),
+        Started::Running(running) => running,
+    };
+    if stream {
+        let encoder = ChatEvents::new(include_usage, show);
+        let body = drive::spawn(encoder, move |mut out| {
+            Box::pin(async move { running.drive(&mut out).await })
+        });
+        let mut response = Response::new(body);
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return Ok(response);
+    }
+    let mut message = ChatMessage::new(show);
+    running.drive(&mut message).await;
+    let completion = message.into_completion()?;
+    let mut response = Response::new(body::json(&completion));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
