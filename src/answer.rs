@@ -75,6 +75,11 @@ pub struct Running {
 }
 
 impl Running {
+    /// The gateway tools this answer offers the model.
+    pub fn offer(&self) -> &Offer {
+        self.rounds.offer()
+    }
+
     /// Drives the answer to its end into `out`; the gateway's steps of an
     /// answer that ends with the client's calls are kept for the follow-up.
     pub async fn drive<O: Output>(self, out: &mut O) {

@@ -103,6 +103,11 @@ impl Rounds {
         }
     }
 
+    /// The gateway tools offered.
+    pub fn offer(&self) -> &Offer {
+        &self.offer
+    }
+
     /// The current round, from 1.
     pub fn round(&self) -> u32 {
         self.round
