@@ -517,3 +517,32 @@ async fn a_client_that_leaves_cancels_the_running_tools() {
         .await
         .expect("the tool's request is cancelled when the client leaves");
 }
+
+#[tokio::test]
+async fn a_long_tool_call_keeps_the_stream_alive() {
+    let tool = tool_server(200, "slow but sure", Duration::from_millis(3600)).await;
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("Done."))
+        } else {
+            sse(calls_sse(&[("Slow", "{}")]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}{}{}",
+        fast_server(),
+        http_tool("Slow", &format!("http://{}/", tool.addr), 10.0),
+        provider(&upstream.url(), "passthrough", &["Slow"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+    let text = r.text();
+    check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let comment = text
+        .find(": keep-alive")
+        .expect("a keep-alive while the tool runs");
+    let started = text.find("in_progress").unwrap();
+    let done = text.find("\"completed\"").unwrap();
+    assert!(started < comment && comment < done, "{text}");
+}

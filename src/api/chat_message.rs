@@ -84,8 +84,8 @@ impl ChatMessage {
 }
 
 impl crate::tools::drive::Output for ChatMessage {
-    async fn flush(&mut self) -> bool {
-        true
+    async fn flush(&mut self) -> crate::tools::drive::Flushed {
+        crate::tools::drive::Flushed::Nothing
     }
 }
 

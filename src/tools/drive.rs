@@ -36,8 +36,19 @@ const CHANNEL_FRAMES: usize = 16;
 
 /// Where the answer goes: a [`Sink`] whose output can be handed on.
 pub trait Output: Sink + Send {
-    /// Hands on what was written; `false` when the client is gone.
-    fn flush(&mut self) -> impl Future<Output = bool> + Send;
+    /// Hands on what was written.
+    fn flush(&mut self) -> impl Future<Output = Flushed> + Send;
+}
+
+/// What a flush did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flushed {
+    /// Something went to the client.
+    Sent,
+    /// Nothing was waiting.
+    Nothing,
+    /// The client is gone.
+    Gone,
 }
 
 /// Sends the next round's request; the driver's only way upstream.
@@ -87,14 +98,20 @@ pub async fn drive<U: Upstream, O: Output>(
                     Ok(None) => {}
                     Err(e) => return fail(rounds, out, e).await,
                 },
-                () = &mut idle => out.keep_alive(),
+                () = &mut idle => {
+                    out.keep_alive();
+                    idle.as_mut().reset(tokio::time::Instant::now() + KEEP_ALIVE_EVERY);
+                }
             }
             apply(plan, &mut actions, &mut running, &limit, out);
-            if !out.flush().await {
-                return rounds;
+            match out.flush().await {
+                Flushed::Gone => return rounds,
+                // Keep-alives are for silence the client sees, not the upstream's.
+                Flushed::Sent => idle
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + KEEP_ALIVE_EVERY),
+                Flushed::Nothing => {}
             }
-            idle.as_mut()
-                .reset(tokio::time::Instant::now() + KEEP_ALIVE_EVERY);
         }
         let next = rounds.end_round(&mut actions);
         apply(plan, &mut actions, &mut running, &limit, out);
@@ -104,7 +121,7 @@ pub async fn drive<U: Upstream, O: Output>(
             out.flush().await;
             return rounds;
         }
-        if !out.flush().await {
+        if out.flush().await == Flushed::Gone {
             return rounds;
         }
         let sent = plan.upstream.send(rounds.body());
@@ -114,7 +131,7 @@ pub async fn drive<U: Upstream, O: Output>(
                 r = &mut sent => break r,
                 () = tokio::time::sleep(KEEP_ALIVE_EVERY) => {
                     out.keep_alive();
-                    if !out.flush().await {
+                    if out.flush().await == Flushed::Gone {
                         return rounds;
                     }
                 }
@@ -286,12 +303,19 @@ impl<E: Sink> Sink for Streamed<E> {
 }
 
 impl<E: Sink + Take + Send> Output for Streamed<E> {
-    async fn flush(&mut self) -> bool {
+    async fn flush(&mut self) -> Flushed {
         let bytes = self.encoder.take();
         if bytes.is_empty() {
-            return !self.tx.is_closed();
+            return if self.tx.is_closed() {
+                Flushed::Gone
+            } else {
+                Flushed::Nothing
+            };
         }
-        self.tx.send(bytes.freeze()).await.is_ok()
+        match self.tx.send(bytes.freeze()).await {
+            Ok(()) => Flushed::Sent,
+            Err(_) => Flushed::Gone,
+        }
     }
 }
 
