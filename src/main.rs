@@ -42,6 +42,12 @@ enum Command {
         #[arg(long, default_value = "tag")]
         syntax: String,
     },
+    /// Connect to every configured tool server and list the gateway tools, their sources and schemas.
+    Tools {
+        /// Seconds to wait for the MCP servers to start and list their tools.
+        #[arg(long, default_value_t = 30)]
+        wait: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -75,6 +81,7 @@ fn main() -> ExitCode {
                 .and_then(|input| toolgate::commands::render(&config, &provider, input.as_bytes()));
             print_result(result)
         }
+        Some(Command::Tools { wait }) => list_tools(&config, wait),
         Some(Command::Parse { .. }) => unreachable!("handled before loading a config"),
         None => serve(config, path),
     }
@@ -97,6 +104,29 @@ fn parse(tools: &std::path::Path, syntax: &str) -> ExitCode {
             toolgate::commands::parse(&t, syntax, &text)
         });
     print_result(result)
+}
+
+fn list_tools(config: &Config, wait: u64) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("toolgate: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let wait = std::time::Duration::from_secs(wait);
+    let (listing, outcome) = runtime.block_on(toolgate::commands::tools(config, wait));
+    println!("{listing}");
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("toolgate: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn print_result(result: Result<String, String>) -> ExitCode {

@@ -13,7 +13,7 @@
 mod common;
 mod conformance;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -25,6 +25,7 @@ use async_openai::types::chat::{
     ChatCompletionMessageToolCalls, ChatCompletionResponseStream, CreateChatCompletionRequest,
     CreateChatCompletionResponse, CreateChatCompletionStreamResponse, FinishReason,
 };
+use common::installed::{clients_dir, node_dir, python};
 use common::*;
 use conformance::{Expect, check_stream};
 use serde_json::{Value, json};
@@ -327,45 +328,6 @@ async fn rust_async_openai_to_natural_round_trip_with_the_demo_model() {
 
 // ---------------------------------------------------------------------------
 // Python and Node: installed by tests/run.sh, spawned here
-
-fn clients_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
-}
-
-fn not_installed(what: &str, var: &str, tried: &Path) -> ! {
-    panic!(
-        "\n\n*** The {what} client tests need what `bash tests/run.sh` installs. ***\n\
-         ${var} is not set and {} does not exist.\n\
-         Run `bash tests/run.sh` once (it installs the clients, then runs every test),\n\
-         or set {var}.\n",
-        tried.display()
-    )
-}
-
-/// The venv's python (from run.sh, else the default venv if installed).
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("CLIENT_TESTS_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let default = clients_dir().join(".venv/bin/python");
-    if !default.exists() {
-        not_installed("Python", "CLIENT_TESTS_PYTHON", &default);
-    }
-    default
-}
-
-/// The npm project holding `node_modules/openai` and `clients.mjs`.
-fn node_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("CLIENT_TESTS_NODE_DIR") {
-        return PathBuf::from(p);
-    }
-    let default = clients_dir().join("node");
-    let sdk = default.join("node_modules/openai/package.json");
-    if !sdk.exists() {
-        not_installed("Node", "CLIENT_TESTS_NODE_DIR", &sdk);
-    }
-    default
-}
 
 /// A finished script run.
 #[derive(Debug)]

@@ -10,57 +10,10 @@ mod conformance;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Mock, Recorded, Reply, TestGateway, fast_server, post};
+use common::agent::{calls_sse, last_role, messages, provider, sse, stream_request, text_sse};
+use common::{Mock, Reply, TestGateway, fast_server, post};
 use conformance::{Expect, check_completion, check_stream};
-use serde_json::{Value, json};
-
-const USAGE: &str = r#"{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}"#;
-
-fn chunk(choices: Value) -> String {
-    format!(
-        "data: {}\n\n",
-        json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": choices})
-    )
-}
-
-/// An upstream stream making native calls `(name, arguments)`, one per index.
-fn calls_sse(calls: &[(&str, &str)]) -> String {
-    let mut out = chunk(
-        json!([{"index": 0, "delta": {"role": "assistant", "content": null}, "finish_reason": null}]),
-    );
-    for (i, (name, args)) in calls.iter().enumerate() {
-        out.push_str(&chunk(json!([{"index": 0, "delta": {"tool_calls": [{"index": i, "id": format!("up_call_{i}"), "type": "function", "function": {"name": name, "arguments": ""}}]}, "finish_reason": null}])));
-        out.push_str(&chunk(json!([{"index": 0, "delta": {"tool_calls": [{"index": i, "function": {"arguments": args}}]}, "finish_reason": null}])));
-    }
-    out.push_str(&chunk(
-        json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]),
-    ));
-    out.push_str(&format!(
-        "data: {{\"id\":\"up-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{USAGE}}}\n\n"
-    ));
-    out.push_str("data: [DONE]\n\n");
-    out
-}
-
-fn text_sse(text: &str) -> String {
-    let usage: Value = serde_json::from_str(USAGE).unwrap();
-    common::upstream_sse(&[text], Some(&usage))
-}
-
-fn sse(body: String) -> Reply {
-    Reply::sse(&[&body], Duration::ZERO)
-}
-
-fn messages(r: &Recorded) -> Vec<Value> {
-    r.json()["messages"].as_array().unwrap().clone()
-}
-
-fn last_role(r: &Recorded) -> String {
-    messages(r).last().unwrap()["role"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
+use serde_json::json;
 
 /// A tool server answering `text` after `delay`.
 async fn tool_server(status: u16, text: &'static str, delay: Duration) -> Mock {
@@ -76,23 +29,6 @@ fn http_tool(name: &str, url: &str, timeout: f64) -> String {
     format!(
         "[[http_tools]]\nname = \"{name}\"\ndescription = \"{name} tool\"\nurl = \"{url}\"\ntimeout_secs = {timeout}\nparameters = {{ type = \"object\", properties = {{ location = {{ type = \"string\" }} }} }}\n"
     )
-}
-
-fn provider(url: &str, mode: &str, tools: &[&str], extra: &str) -> String {
-    let list: Vec<String> = tools.iter().map(|t| format!("\"{t}\"")).collect();
-    format!(
-        "[[providers]]\nname = \"up\"\nbase_url = \"{url}\"\nmodels = [\"m\"]\n[providers.tools]\nmode = \"{mode}\"\ngateway_tools = [{}]\n{extra}\n",
-        list.join(", ")
-    )
-}
-
-fn stream_request(extra: Value) -> String {
-    let mut body = json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
-        "messages": [{"role": "user", "content": "Weather in Paris?"}]});
-    for (k, v) in extra.as_object().unwrap() {
-        body[k] = v.clone();
-    }
-    body.to_string()
 }
 
 #[tokio::test]

@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&2; exit 1; }
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 
-# The real-client tests (tests/clients.rs) drive the official `openai` SDKs:
+# The real-client tests (tests/clients.rs) drive the official `openai` SDKs, and
+# tests/mcp_servers.rs the real MCP servers mcp-server-time and server-everything:
 # Python's from PyPI in a venv, Node's from npm. Installed once, then only
 # checked (a few milliseconds) until a pin changes.
 clients=tests/clients

@@ -17,6 +17,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
 };
 use rmcp::service::{NotificationContext, Peer, RoleClient, ServiceError};
+use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceExt};
@@ -37,6 +38,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(30));
 /// Most tools one server may offer; a server listing more is refused.
 const MAX_TOOLS_PER_SERVER: usize = 512;
+/// Calls in flight at once to one streamable HTTP server (more wait their turn).
+const MAX_HTTP_CALLS: usize = 64;
 /// Longest stderr line of a child that is logged (the rest is cut).
 const MAX_LOG_LINE: usize = 2048;
 
@@ -405,8 +408,17 @@ async fn connect(config: &McpServerConfig, changed: Arc<Notify>) -> Result<Runni
                 .map_err(|e| format!("initialization failed: {e}"))
         }
         McpTransport::Http { url, headers } => {
-            let mut transport = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            let mut transport = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .max_concurrent_requests(MAX_HTTP_CALLS);
             transport.custom_headers = headers.iter().cloned().collect();
+            // A response stream that breaks is resumed a few times, then the
+            // call fails: a server that died must not hold its calls until
+            // their timeouts (the default policy retries forever).
+            let mut resume = ExponentialBackoff::default();
+            resume.max_times = Some(3);
+            resume.base_duration = Duration::from_millis(250);
+            resume.max_delay = Some(Duration::from_secs(2));
+            transport.retry_config = Arc::new(resume);
             handler
                 .serve(StreamableHttpClientTransport::from_config(transport))
                 .await

@@ -2,6 +2,9 @@
 //! started on port 0, and a small HTTP client. Everything stays on loopback.
 #![allow(dead_code)]
 
+pub mod agent;
+pub mod installed;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;

@@ -1,0 +1,314 @@
+//! Gateway tools served by real MCP servers: `mcp-server-time` from PyPI
+//! over stdio and `@modelcontextprotocol/server-everything` from npm over
+//! streamable HTTP, both installed by `bash tests/run.sh` (see
+//! `common::installed`). The model is a loopback mock making native calls;
+//! every stream goes through the conformance checker.
+
+mod common;
+mod conformance;
+
+use std::net::TcpListener as StdListener;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::agent::{calls_sse, last_role, messages, provider, sse, stream_request, text_sse};
+use common::installed::{node_dir, python};
+use common::{Mock, TestGateway, fast_server, get, post};
+use conformance::{Expect, check_stream};
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+/// `server-everything` listening on `port` (streamable HTTP at `/mcp`).
+struct Everything {
+    child: Child,
+}
+
+impl Everything {
+    async fn start(port: u16) -> Everything {
+        let script =
+            node_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+        assert!(
+            script.exists(),
+            "{} is missing: run `bash tests/run.sh`",
+            script.display()
+        );
+        let node = std::env::var_os("CLIENT_TESTS_NODE").unwrap_or_else(|| "node".into());
+        let child = Command::new(node)
+            .arg(&script)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node starts");
+        let server = Everything { child };
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return server;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("server-everything did not listen on {port} within 10 s");
+    }
+
+    async fn kill(&mut self) {
+        self.child.kill().await.expect("kill server-everything");
+    }
+}
+
+fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn toml_str(path: &Path) -> String {
+    serde_json::to_string(&path.display().to_string()).unwrap()
+}
+
+/// Waits until `/readyz` answers `status`, returning its text.
+async fn readyz(gw: &TestGateway, status: u16, within: Duration) -> String {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let r = get(&gw.url("/readyz")).await;
+        if r.status == status {
+            return r.text();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz still answers {} after {within:?}: {}",
+            r.status,
+            r.text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn gateway_calls(body: &[u8]) -> (conformance::StreamSummary, Vec<Value>) {
+    let s = check_stream(body, &Expect::usage())
+        .unwrap_or_else(|e| panic!("{e}\n{}", String::from_utf8_lossy(body)));
+    let calls = s.choice().gateway.clone();
+    (s, calls)
+}
+
+#[tokio::test]
+async fn time_server_over_stdio_offers_its_allowed_tools_under_a_prefix() {
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("It is noon in UTC."))
+        } else {
+            sse(calls_sse(&[(
+                "time_get_current_time",
+                r#"{"timezone":"UTC"}"#,
+            )]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}[[mcp_servers]]\nname = \"time\"\ncommand = [{}, \"-m\", \"mcp_server_time\", \"--local-timezone=UTC\"]\nallowed_tools = [\"get_current_time\"]\nprefix = \"time_\"\ntimeout_secs = 20\n{}",
+        fast_server(),
+        toml_str(&python()),
+        provider(&upstream.url(), "passthrough", &["time"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    readyz(&gw, 200, Duration::from_secs(30)).await;
+
+    let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (s, calls) = gateway_calls(&r.body);
+    assert_eq!(s.choice().content, "It is noon in UTC.");
+    assert_eq!(calls.len(), 1, "{}", r.text());
+    assert_eq!(calls[0]["name"], "time_get_current_time");
+    assert_eq!(calls[0]["server"], "time");
+    assert_eq!(calls[0]["status"], "completed", "{}", calls[0]);
+    let output: Value = serde_json::from_str(calls[0]["output"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("the time server answers JSON ({e}): {}", calls[0]));
+    assert_eq!(output["timezone"], "UTC");
+    assert!(output["datetime"].as_str().is_some_and(|d| d.len() >= 19));
+
+    // Only the allowed tool, under its prefix, was offered to the model,
+    // and the model's second round saw the server's answer.
+    let first = upstream.requests.lock().unwrap()[0].json();
+    let offered: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["time_get_current_time"]);
+    let second = messages(&upstream.last());
+    assert_eq!(second.last().unwrap()["content"], calls[0]["output"]);
+}
+
+#[tokio::test]
+async fn everything_server_over_http_runs_calls_in_parallel_with_a_timeout() {
+    let port = free_port();
+    let _server = Everything::start(port).await;
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("Echoed; the long one timed out."))
+        } else {
+            sse(calls_sse(&[
+                ("ev_echo", r#"{"message":"hello from the model"}"#),
+                (
+                    "ev_trigger-long-running-operation",
+                    r#"{"duration":8,"steps":4}"#,
+                ),
+                ("ev_get-sum", r#"{"a":"two","b":3}"#),
+            ]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}[[mcp_servers]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"ev_\"\nallowed_tools = [\"echo\", \"get-sum\", \"trigger-long-running-operation\"]\ntimeout_secs = 1.5\n{}",
+        fast_server(),
+        provider(&upstream.url(), "passthrough", &["everything"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    readyz(&gw, 200, Duration::from_secs(30)).await;
+
+    let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (_, calls) = gateway_calls(&r.body);
+    let by_name = |name: &str| -> &Value {
+        calls
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name} reported: {calls:?}"))
+    };
+    let echo = by_name("ev_echo");
+    assert_eq!(echo["status"], "completed");
+    assert!(
+        echo["output"]
+            .as_str()
+            .unwrap()
+            .contains("hello from the model"),
+        "{echo}"
+    );
+    let long = by_name("ev_trigger-long-running-operation");
+    assert_eq!(long["status"], "failed");
+    assert!(
+        long["error"].as_str().unwrap().contains("timed out"),
+        "{long}"
+    );
+    // Arguments that break the server's own schema never reach it.
+    let sum = by_name("ev_get-sum");
+    assert_eq!(sum["status"], "failed");
+    assert!(sum["error"].as_str().unwrap().contains("schema"), "{sum}");
+    let second = messages(&upstream.last());
+    let results: Vec<&Value> = second.iter().filter(|m| m["role"] == "tool").collect();
+    assert_eq!(results.len(), 3, "the model sees every result: {second:?}");
+}
+
+#[tokio::test]
+async fn a_killed_server_fails_its_call_and_is_used_again_once_back() {
+    let port = free_port();
+    let mut server = Everything::start(port).await;
+    let upstream = Mock::start(|r| {
+        let asked = messages(r)[0]["content"].as_str().unwrap_or("").to_owned();
+        if last_role(r) == "tool" {
+            sse(text_sse("done"))
+        } else if asked.contains("slow") {
+            sse(calls_sse(&[(
+                "trigger-long-running-operation",
+                r#"{"duration":30,"steps":30}"#,
+            )]))
+        } else {
+            sse(calls_sse(&[("echo", r#"{"message":"back again"}"#)]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}[[mcp_servers]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_secs = 60\n{}",
+        fast_server(),
+        provider(&upstream.url(), "passthrough", &["everything"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    readyz(&gw, 200, Duration::from_secs(30)).await;
+
+    let slow = json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "something slow"}]});
+    let url = gw.url("/v1/chat/completions");
+    let answer = tokio::spawn(async move { post(&url, &slow.to_string()).await });
+    // Kill the server while the call runs.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.kill().await;
+    let r = tokio::time::timeout(Duration::from_secs(20), answer)
+        .await
+        .expect("the call ends when its server dies, not at its 60 s timeout")
+        .unwrap();
+    let (_, calls) = gateway_calls(&r.body);
+    assert_eq!(calls[0]["status"], "failed", "{}", r.text());
+
+    let down = readyz(&gw, 503, Duration::from_secs(20)).await;
+    assert!(down.contains("everything"), "{down}");
+
+    let _server = Everything::start(port).await;
+    readyz(&gw, 200, Duration::from_secs(40)).await;
+    let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+    let (_, calls) = gateway_calls(&r.body);
+    assert_eq!(calls[0]["status"], "completed", "{}", r.text());
+    assert!(calls[0]["output"].as_str().unwrap().contains("back again"));
+}
+
+#[test]
+fn toolgate_tools_lists_each_servers_tools_and_names_the_one_that_failed() {
+    let dir = std::env::temp_dir().join(format!("toolgate-mcp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("tools.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mcp_servers]]\nname = \"time\"\ncommand = [{}, \"-m\", \"mcp_server_time\"]\nprefix = \"time_\"\n\n[[mcp_servers]]\nname = \"ghost\"\ncommand = [\"/nonexistent/toolgate-ghost\"]\n\n[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"time\", \"builtin:clock\"]\n",
+            toml_str(&python())
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["tools", "--wait", "20", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a failed server fails the command");
+    assert!(
+        stderr.contains("`ghost`") && !stderr.contains("`time`"),
+        "{stderr}"
+    );
+    let listing: Value = serde_json::from_slice(&out.stdout).expect("a JSON listing on stdout");
+    let sources: Vec<(&str, &str)> = listing["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["source"].as_str().unwrap()))
+        .collect();
+    assert!(
+        sources.contains(&("time_get_current_time", "mcp server time")),
+        "{sources:?}"
+    );
+    assert!(sources.contains(&("time_convert_time", "mcp server time")));
+    assert!(sources.contains(&("clock", "builtin:clock")));
+    let schema = &listing["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "time_get_current_time")
+        .unwrap()["parameters"];
+    assert_eq!(schema["type"], "object", "{schema}");
+    assert_eq!(
+        listing["providers"][0]["gateway_tools"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3,
+        "{listing}"
+    );
+}
