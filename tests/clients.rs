@@ -490,6 +490,50 @@ async fn python_tool_loop_against_the_demo_model() {
     );
 }
 
+/// What both SDKs saw of the demo agent's calculator call.
+fn assert_gateway_answer(r: &Value) {
+    assert_eq!(r["finish_reason"], "stop", "{r:#}");
+    assert!(
+        r["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("calculator returned: 35"),
+        "{r:#}"
+    );
+    let reported = r["gateway_tool_calls"].as_array().unwrap();
+    let statuses: Vec<&str> = reported
+        .iter()
+        .map(|c| c["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["in_progress", "completed"], "{r:#}");
+    assert_eq!(reported[1]["output"], "35");
+}
+
+#[tokio::test]
+async fn python_and_node_read_an_answer_that_used_gateway_tools() {
+    let gw = demo_gateway().await;
+    let python = python_run("gateway_tools", &base_url(&gw), "demo-agent").await;
+    assert_gateway_answer(python.success());
+    let node = node_run("gateway_tools", &base_url(&gw), "demo-agent").await;
+    assert_gateway_answer(node.success());
+}
+
+#[tokio::test]
+async fn rust_async_openai_reads_an_answer_that_used_gateway_tools() {
+    let gw = demo_gateway().await;
+    let request: CreateChatCompletionRequest = serde_json::from_value(json!({
+        "model": "demo-agent",
+        "messages": [{"role": "user", "content": "Ask the calculator: what is `(2 + 3) * 7`?"}],
+    }))
+    .unwrap();
+    let out = rust_stream(&rust_client(&gw), request)
+        .await
+        .expect("typed chunks");
+    assert_eq!(out.finish, Some(FinishReason::Stop));
+    assert!(out.calls.is_empty(), "{out:?}");
+    assert!(out.content.ends_with("calculator returned: 35"), "{out:?}");
+}
+
 #[tokio::test]
 async fn node_stream_helper_final_chat_completion() {
     let mock = natural_model(SEED_REPLY).await;

@@ -147,7 +147,26 @@ async function runTools(stream) {
   };
 }
 
+// A model that uses the gateway's own tools: the stream helper assembles both
+// rounds as one message; the extra `gateway_tool_calls` field stays on the raw chunks.
+async function gatewayTools() {
+  const stream = client().chat.completions.stream({
+    model: model(),
+    messages: [{ role: 'user', content: 'Ask the calculator: what is `(2 + 3) * 7`?' }],
+  });
+  const reported = [];
+  for await (const chunk of stream) {
+    for (const choice of chunk.choices) reported.push(...(choice.delta.gateway_tool_calls ?? []));
+  }
+  const final = await stream.finalChatCompletion();
+  const choice = final.choices[0];
+  assert.ok(!choice.message.tool_calls?.length, `a gateway call reached the client: ${JSON.stringify(choice.message)}`);
+  assert.equal(new Set(reported.map((c) => c.id)).size, 1, `one gateway call expected: ${JSON.stringify(reported)}`);
+  return { content: choice.message.content, finish_reason: choice.finish_reason, gateway_tool_calls: reported };
+}
+
 const SCENARIOS = {
+  gateway_tools: gatewayTools,
   stream_helper: streamHelper,
   run_tools: () => runTools(false),
   run_tools_stream: () => runTools(true),

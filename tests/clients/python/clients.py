@@ -166,7 +166,31 @@ def tool_loop() -> dict:
     }
 
 
-SCENARIOS = {f.__name__: f for f in (create_stream, stream_helper, tool_loop)}
+def gateway_tools() -> dict:
+    """A model that uses the gateway's own tools: the SDK's stream helper reads
+    the whole answer (both rounds) as one message, and the extra
+    `gateway_tool_calls` delta field comes through as an extra field."""
+    question = [{"role": "user", "content": "Ask the calculator: what is `(2 + 3) * 7`?"}]
+    reported = []
+    with client().chat.completions.stream(model=model(), messages=question) as stream:
+        for event in stream:
+            if event.type == "chunk":
+                for choice in event.chunk.choices:
+                    extra = (choice.delta.model_extra or {}).get("gateway_tool_calls")
+                    reported.extend(extra or [])
+        final = stream.get_final_completion()
+    choice = final.choices[0]
+    assert not choice.message.tool_calls, f"a gateway call reached the client: {choice.message}"
+    ids = {c["id"] for c in reported}
+    assert len(ids) == 1, f"one gateway call expected: {reported}"
+    return {
+        "content": choice.message.content,
+        "finish_reason": choice.finish_reason,
+        "gateway_tool_calls": reported,
+    }
+
+
+SCENARIOS = {f.__name__: f for f in (create_stream, stream_helper, tool_loop, gateway_tools)}
 
 
 def main() -> None:
