@@ -5,3 +5,6 @@ pub mod chat;
 pub mod chat_decode;
 pub mod chat_events;
 pub mod chat_message;
+pub mod responses;
+pub mod responses_events;
+pub mod responses_request;

@@ -29,7 +29,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 pub use gateway_tools::{
     GatewaySettings, HttpToolConfig, McpServerConfig, McpTransport, ToolSource,
 };
-pub use raw::{Mode, OnInvalid, RawConfig, ResultRole, ShowGatewayTools};
+pub use raw::{Api, Mode, OnInvalid, RawConfig, ResultRole, ShowGatewayTools};
 
 use crate::natural::syntax::Syntax;
 
@@ -144,6 +144,7 @@ pub struct Provider {
     pub authorization: Option<HeaderValue>,
     pub headers: HeaderMap,
     pub model_rewrite: HashMap<String, String>,
+    pub api: Api,
     pub tools: ToolsConfig,
 }
 
@@ -534,6 +535,7 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
         authorization,
         headers,
         model_rewrite: raw.model_rewrite.clone().into_iter().collect(),
+        api: raw.api,
         tools: tools(&format!("{path}.tools"), &raw.tools)?,
     })
 }

@@ -25,7 +25,7 @@ use tokio::sync::{Semaphore, watch};
 use crate::body::drain::DrainGuard;
 use crate::body::observed::{Observed, RequestLog};
 use crate::body::{self, Body, BoxError};
-use crate::config::{Config, Mode, Provider};
+use crate::config::{Api, Config, Mode, Provider};
 use crate::error::GatewayError;
 use crate::inbound;
 use crate::metrics::request::{ProviderMetrics, route_of};
@@ -301,6 +301,16 @@ where
     };
     // Tool transforms apply to chat completions only; every other path is transparent.
     let chat = parts.method == Method::POST && parts.uri.path() == "/v1/chat/completions";
+    let responses = parts.method == Method::POST && parts.uri.path() == "/v1/responses";
+    if responses && provider.api == Api::Chat {
+        return Box::pin(crate::api::responses::handle(
+            runtime.clone(),
+            provider.clone(),
+            parts,
+            bytes,
+        ))
+        .await;
+    }
     if chat && provider.tools.gateway.is_some() {
         return Box::pin(crate::api::chat::handle(
             runtime.clone(),

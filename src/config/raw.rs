@@ -112,8 +112,21 @@ pub struct RawProvider {
     /// Present for the built-in scripted demo model instead of `base_url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub demo: Option<RawDemo>,
+    /// The API the upstream speaks.
+    #[serde(default)]
+    pub api: Api,
     #[serde(default)]
     pub tools: RawTools,
+}
+
+/// The API a provider's upstream speaks: `/v1/responses` requests to a
+/// `chat` provider are translated to Chat Completions and back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    #[default]
+    Chat,
+    Responses,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

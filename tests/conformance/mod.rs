@@ -4,6 +4,8 @@
 //! `chat.completion` (rule 16).
 #![allow(dead_code)]
 
+pub mod responses;
+
 use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{Map, Value};

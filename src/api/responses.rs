@@ -1,0 +1,95 @@
+//! The Responses API door in front of a Chat Completions provider: the body
+//! is translated into a chat request (`responses_request`), answered through
+//! [`crate::answer`] like any chat request (every tool mode, the gateway's
+//! tools), and the answer's events are written as Responses events or one
+//! response object (`responses_events`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, header};
+use serde_json::Value;
+
+use crate::answer::{self, Ask, Started};
+use crate::api::responses_events::ResponsesEvents;
+use crate::api::responses_request;
+use crate::body::{self, Body};
+use crate::config::{Provider, ShowGatewayTools};
+use crate::error::GatewayError;
+use crate::gateway::Runtime;
+use crate::tools::drive;
+
+pub async fn handle(
+    runtime: Arc<Runtime>,
+    provider: Arc<Provider>,
+    parts: http::request::Parts,
+    bytes: Bytes,
+) -> Result<Response<Body>, GatewayError> {
+    let request = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => {
+            return Err(GatewayError::bad_request(
+                "The request body must be a JSON object",
+                None,
+            ));
+        }
+        Err(e) => {
+            return Err(GatewayError::bad_request(
+                format!("The request body is not valid JSON: {e}"),
+                None,
+            ));
+        }
+    };
+    let translated = responses_request::translate(request)?;
+    let model = translated
+        .chat
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let show = provider
+        .tools
+        .gateway
+        .as_ref()
+        .map_or(ShowGatewayTools::Fields, |g| g.show);
+    // The rounds go to the provider's chat endpoint (the path is all
+    // `upstream` reads of the client's URI).
+    let uri = http::Uri::from_static("/v1/chat/completions");
+    let ask = Ask {
+        request: translated.chat,
+        uri,
+        headers: parts.headers,
+    };
+    let running = match answer::start(runtime, provider, ask).await? {
+        Started::Refused(response) => return Ok(response),
+        Started::Running(running) => running,
+    };
+    let mut encoder = ResponsesEvents::new(
+        &model,
+        &translated.echo,
+        running.offer(),
+        translated.stream,
+        show,
+    );
+    if translated.stream {
+        let body = drive::spawn(encoder, move |mut out| {
+            Box::pin(async move { running.drive(&mut out).await })
+        });
+        let mut response = Response::new(body);
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return Ok(response);
+    }
+    running.drive(&mut encoder).await;
+    let object = encoder.into_response()?;
+    let mut response = Response::new(body::json(&object));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}

@@ -1,0 +1,432 @@
+//! [`Event`]s written as one Responses API answer: a stream of typed events
+//! with increasing `sequence_number` (`response.created`, output items with
+//! their deltas, one `response.completed` / `.incomplete` / `.failed`), and
+//! the response object it builds, which is also the non-streaming answer.
+//! Gateway tool calls are `mcp_call` items after an `mcp_list_tools` item per
+//! server, as a hosted MCP tool's are. Sans-IO.
+
+use bytes::{BufMut, BytesMut};
+use serde_json::{Value, json};
+
+use crate::api::responses_request::Echo;
+use crate::config::ShowGatewayTools;
+use crate::error::GatewayError;
+use crate::exchange::{Call, Event, GatewayCall, GatewayStatus, Sink, Usage};
+use crate::sse::encoder;
+use crate::tools::drive::Take;
+use crate::tools::{GatewayTool, Offer};
+
+/// An output item still receiving deltas.
+struct Open {
+    index: usize,
+    id: String,
+    text: String,
+}
+
+/// Writes one Responses answer; streams its events when `stream`.
+pub struct ResponsesEvents {
+    response: Value,
+    stream: bool,
+    show: ShowGatewayTools,
+    seq: u64,
+    output: Vec<Value>,
+    message: Option<Open>,
+    reasoning: Option<Open>,
+    /// Output index of each gateway call under way, by call id.
+    gateway: Vec<(String, usize)>,
+    finish: Option<String>,
+    usage: Option<Usage>,
+    error: Option<GatewayError>,
+    /// The response object holds its end state.
+    completed: bool,
+    ended: bool,
+    out: BytesMut,
+}
+
+/// A fresh id with `prefix` (`resp`, `msg`, `fc`, …).
+fn new_id(prefix: &str) -> String {
+    let call = crate::natural::reply::call_id();
+    format!("{prefix}_{}", call.trim_start_matches("call_"))
+}
+
+impl ResponsesEvents {
+    /// `model` is the model the client asked for; `offer` the gateway tools,
+    /// listed first.
+    pub fn new(
+        model: &str,
+        echo: &Echo,
+        offer: &Offer,
+        stream: bool,
+        show: ShowGatewayTools,
+    ) -> Self {
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let response = json!({
+            "id": new_id("resp"),
+            "object": "response",
+            "created_at": created,
+            "status": "in_progress",
+            "error": null,
+            "incomplete_details": null,
+            "instructions": echo.instructions,
+            "max_output_tokens": echo.max_output_tokens,
+            "metadata": echo.metadata,
+            "model": model,
+            "output": [],
+            "parallel_tool_calls": echo.parallel_tool_calls,
+            "previous_response_id": null,
+            "reasoning": echo.reasoning,
+            "store": false,
+            "temperature": echo.temperature,
+            "text": echo.text,
+            "tool_choice": echo.tool_choice,
+            "tools": echo.tools,
+            "top_p": echo.top_p,
+            "truncation": echo.truncation,
+            "usage": null,
+            "user": echo.user,
+        });
+        let mut this = ResponsesEvents {
+            response,
+            stream,
+            show,
+            seq: 0,
+            output: Vec::new(),
+            message: None,
+            reasoning: None,
+            gateway: Vec::new(),
+            finish: None,
+            usage: None,
+            error: None,
+            completed: false,
+            ended: false,
+            out: BytesMut::new(),
+        };
+        let snapshot = this.response.clone();
+        this.write("response.created", json!({"response": snapshot}));
+        let snapshot = this.response.clone();
+        this.write("response.in_progress", json!({"response": snapshot}));
+        if show != ShowGatewayTools::None {
+            this.list_tools(offer);
+        }
+        this
+    }
+
+    /// The response object as it stands (the whole answer once ended).
+    pub fn into_response(mut self) -> Result<Value, GatewayError> {
+        if let Some(error) = self.error.take() {
+            return Err(error);
+        }
+        self.complete();
+        Ok(self.response)
+    }
+
+    fn write(&mut self, kind: &str, mut event: Value) {
+        if !self.stream {
+            return;
+        }
+        event["type"] = json!(kind);
+        event["sequence_number"] = json!(self.seq);
+        self.seq += 1;
+        self.out.put_slice(b"event: ");
+        self.out.put_slice(kind.as_bytes());
+        self.out.put_slice(b"\n");
+        encoder::write_json(&mut self.out, &event);
+    }
+
+    fn add_item(&mut self, item: Value) -> usize {
+        let index = self.output.len();
+        self.output.push(item.clone());
+        self.write(
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+        );
+        index
+    }
+
+    fn item_done(&mut self, index: usize, item: Value) {
+        self.output[index] = item.clone();
+        self.write(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        );
+    }
+
+    /// One `mcp_list_tools` item per server the offered tools come from.
+    fn list_tools(&mut self, offer: &Offer) {
+        let mut servers: Vec<(&str, Vec<&GatewayTool>)> = Vec::new();
+        for tool in offer.tools.iter() {
+            match servers.iter_mut().find(|(s, _)| *s == tool.server()) {
+                Some((_, tools)) => tools.push(tool),
+                None => servers.push((tool.server(), vec![tool])),
+            }
+        }
+        for (server, tools) in servers {
+            let id = new_id("mcpl");
+            let listed: Vec<Value> = tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters, "annotations": null}))
+                .collect();
+            let item = json!({"id": id, "type": "mcp_list_tools", "server_label": server, "tools": [], "error": null});
+            let index = self.add_item(item.clone());
+            self.write(
+                "response.mcp_list_tools.in_progress",
+                json!({"item_id": id, "output_index": index}),
+            );
+            self.write(
+                "response.mcp_list_tools.completed",
+                json!({"item_id": id, "output_index": index}),
+            );
+            let mut done = item;
+            done["tools"] = Value::Array(listed);
+            self.item_done(index, done);
+        }
+    }
+
+    fn text(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.close_reasoning();
+        if self.message.is_none() {
+            let id = new_id("msg");
+            let index = self.add_item(json!({"id": id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}));
+            self.write(
+                "response.content_part.added",
+                json!({"item_id": id, "output_index": index, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+            );
+            self.message = Some(Open {
+                index,
+                id,
+                text: String::new(),
+            });
+        }
+        let Some(open) = &mut self.message else {
+            return;
+        };
+        open.text.push_str(text);
+        let (id, index) = (open.id.clone(), open.index);
+        self.write(
+            "response.output_text.delta",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text, "logprobs": []}),
+        );
+    }
+
+    fn close_message(&mut self) {
+        let Some(Open { index, id, text }) = self.message.take() else {
+            return;
+        };
+        self.write(
+            "response.output_text.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "text": text, "logprobs": []}),
+        );
+        let part = json!({"type": "output_text", "text": text, "annotations": []});
+        self.write(
+            "response.content_part.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+        );
+        self.item_done(
+            index,
+            json!({"id": id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}),
+        );
+    }
+
+    fn reasoning(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.close_message();
+        if self.reasoning.is_none() {
+            let id = new_id("rs");
+            let index =
+                self.add_item(json!({"id": id, "type": "reasoning", "summary": [], "content": []}));
+            self.reasoning = Some(Open {
+                index,
+                id,
+                text: String::new(),
+            });
+        }
+        let Some(open) = &mut self.reasoning else {
+            return;
+        };
+        open.text.push_str(text);
+        let (id, index) = (open.id.clone(), open.index);
+        self.write(
+            "response.reasoning_text.delta",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text}),
+        );
+    }
+
+    fn close_reasoning(&mut self) {
+        let Some(Open { index, id, text }) = self.reasoning.take() else {
+            return;
+        };
+        self.write(
+            "response.reasoning_text.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+        );
+        self.item_done(
+            index,
+            json!({"id": id, "type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": text}]}),
+        );
+    }
+
+    fn call(&mut self, call: Call) {
+        self.close_message();
+        self.close_reasoning();
+        let id = new_id("fc");
+        let index = self.add_item(
+            json!({"id": id, "type": "function_call", "status": "in_progress",
+            "call_id": call.id, "name": call.name, "arguments": ""}),
+        );
+        self.write(
+            "response.function_call_arguments.delta",
+            json!({"item_id": id, "output_index": index, "delta": call.arguments}),
+        );
+        self.write(
+            "response.function_call_arguments.done",
+            json!({"item_id": id, "output_index": index, "name": call.name, "arguments": call.arguments}),
+        );
+        self.item_done(
+            index,
+            json!({"id": id, "type": "function_call", "status": "completed",
+                "call_id": call.id, "name": call.name, "arguments": call.arguments}),
+        );
+    }
+
+    fn gateway_call(&mut self, call: GatewayCall) {
+        if self.show == ShowGatewayTools::None {
+            return;
+        }
+        self.close_message();
+        self.close_reasoning();
+        let item = |status: &str| {
+            json!({"id": call.id, "type": "mcp_call", "server_label": call.server, "name": call.name,
+                "arguments": call.arguments, "approval_request_id": null, "status": status,
+                "output": call.output, "error": call.error})
+        };
+        match call.status {
+            GatewayStatus::InProgress => {
+                let index = self.add_item(item("in_progress"));
+                self.gateway.push((call.id.clone(), index));
+                let at = json!({"item_id": call.id, "output_index": index});
+                self.write("response.mcp_call.in_progress", at.clone());
+                let mut delta = at.clone();
+                delta["delta"] = json!(call.arguments);
+                self.write("response.mcp_call_arguments.delta", delta);
+                let mut done = at;
+                done["arguments"] = json!(call.arguments);
+                self.write("response.mcp_call_arguments.done", done);
+            }
+            GatewayStatus::Completed | GatewayStatus::Failed => {
+                let Some(pos) = self.gateway.iter().position(|(id, _)| *id == call.id) else {
+                    return;
+                };
+                let (_, index) = self.gateway.swap_remove(pos);
+                let (kind, status) = if call.status == GatewayStatus::Completed {
+                    ("response.mcp_call.completed", "completed")
+                } else {
+                    ("response.mcp_call.failed", "failed")
+                };
+                self.write(kind, json!({"item_id": call.id, "output_index": index}));
+                self.item_done(index, item(status));
+            }
+        }
+    }
+
+    /// Closes what is open and fills in the response object's end state.
+    fn complete(&mut self) {
+        if std::mem::replace(&mut self.completed, true) {
+            return;
+        }
+        self.close_message();
+        self.close_reasoning();
+        let (status, incomplete) = match self.finish.as_deref() {
+            Some("length") => ("incomplete", json!({"reason": "max_output_tokens"})),
+            Some("content_filter") => ("incomplete", json!({"reason": "content_filter"})),
+            _ => ("completed", Value::Null),
+        };
+        self.response["status"] = json!(status);
+        self.response["incomplete_details"] = incomplete;
+        self.response["output"] = Value::Array(std::mem::take(&mut self.output));
+        if let Some(u) = self.usage {
+            self.response["usage"] = json!({
+                "input_tokens": u.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": u.completion_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": u.total_tokens,
+            });
+        }
+    }
+}
+
+impl crate::tools::drive::Output for ResponsesEvents {
+    async fn flush(&mut self) -> crate::tools::drive::Flushed {
+        crate::tools::drive::Flushed::Nothing
+    }
+}
+
+impl Take for ResponsesEvents {
+    fn take(&mut self) -> BytesMut {
+        self.out.split()
+    }
+}
+
+impl Sink for ResponsesEvents {
+    fn event(&mut self, event: Event) {
+        if self.ended {
+            return;
+        }
+        match event {
+            Event::Start(_) => {}
+            Event::Text(text) => self.text(&text),
+            Event::Reasoning(text) => self.reasoning(&text),
+            Event::Call(call) => self.call(call),
+            Event::Gateway(call) => self.gateway_call(call),
+            Event::Finish(reason) => self.finish = Some(reason),
+            Event::Usage(usage) => self.usage = Some(usage),
+        }
+    }
+
+    fn fail(&mut self, error: GatewayError) {
+        if self.ended || self.error.is_some() {
+            return;
+        }
+        if self.stream {
+            let body = error.to_json();
+            self.response["status"] = json!("failed");
+            self.response["error"] =
+                json!({"code": body["error"]["code"], "message": body["error"]["message"]});
+            let snapshot = self.response.clone();
+            self.write("response.failed", json!({"response": snapshot}));
+            self.ended = true;
+        }
+        self.error = Some(error);
+    }
+
+    fn end(&mut self) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        if self.error.is_some() {
+            return;
+        }
+        self.complete();
+        let kind = if self.response["status"] == "incomplete" {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        let snapshot = self.response.clone();
+        self.write(kind, json!({"response": snapshot}));
+    }
+
+    fn keep_alive(&mut self) {
+        if !self.ended && self.stream {
+            self.out.extend_from_slice(encoder::KEEP_ALIVE);
+        }
+    }
+}

@@ -1,0 +1,619 @@
+//! A Responses API request read as the Chat Completions request the rest of
+//! toolgate works with: `input` items become messages, `instructions` the
+//! first system message, flat function tools chat tools, `text.format` a
+//! `response_format`. A field or item that has no Chat Completions
+//! equivalent is a `400` naming it, never dropped. Pure.
+
+use serde_json::{Map, Value, json};
+
+use crate::error::GatewayError;
+
+/// The parts of the request the answer echoes back on the response object.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Echo {
+    pub instructions: Value,
+    pub max_output_tokens: Value,
+    pub metadata: Value,
+    pub parallel_tool_calls: Value,
+    pub reasoning: Value,
+    pub temperature: Value,
+    pub text: Value,
+    pub tool_choice: Value,
+    pub tools: Value,
+    pub top_p: Value,
+    pub truncation: Value,
+    pub user: Value,
+}
+
+/// A translated request.
+#[derive(Debug)]
+pub struct Translated {
+    pub chat: Map<String, Value>,
+    pub stream: bool,
+    pub echo: Echo,
+}
+
+fn bad(message: impl Into<String>, param: &str) -> GatewayError {
+    GatewayError::bad_request(message, Some(param))
+}
+
+/// Translates a Responses request body.
+pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayError> {
+    let mut chat = Map::new();
+    let mut echo = Echo {
+        parallel_tool_calls: json!(true),
+        tool_choice: json!("auto"),
+        tools: json!([]),
+        text: json!({"format": {"type": "text"}}),
+        truncation: json!("disabled"),
+        metadata: json!({}),
+        ..Echo::default()
+    };
+    let mut stream = false;
+    let mut messages = Vec::new();
+    if let Some(instructions) = request.remove("instructions") {
+        match &instructions {
+            Value::String(text) => messages.push(json!({"role": "system", "content": text})),
+            Value::Null => {}
+            _ => return Err(bad("`instructions` must be a string", "instructions")),
+        }
+        echo.instructions = instructions;
+    }
+    // Sorted, so the first unsupported field named is always the same one.
+    let mut keys: Vec<String> = request.keys().cloned().collect();
+    keys.sort();
+    for key in keys {
+        let value = request.remove(&key).unwrap_or(Value::Null);
+        match key.as_str() {
+            "model"
+            | "temperature"
+            | "top_p"
+            | "user"
+            | "parallel_tool_calls"
+            | "prompt_cache_key"
+            | "safety_identifier"
+            | "service_tier" => {
+                match key.as_str() {
+                    "temperature" => echo.temperature = value.clone(),
+                    "top_p" => echo.top_p = value.clone(),
+                    "user" => echo.user = value.clone(),
+                    "parallel_tool_calls" => echo.parallel_tool_calls = value.clone(),
+                    _ => {}
+                }
+                if !value.is_null() {
+                    chat.insert(key, value);
+                }
+            }
+            "input" => input(value, &mut messages)?,
+            "stream" => stream = value.as_bool().unwrap_or(false),
+            "max_output_tokens" => {
+                if !value.is_null() {
+                    chat.insert("max_tokens".into(), value.clone());
+                }
+                echo.max_output_tokens = value;
+            }
+            "tools" => {
+                let tools = tools(&value)?;
+                if !tools.is_empty() {
+                    chat.insert("tools".into(), Value::Array(tools));
+                }
+                echo.tools = value;
+            }
+            "tool_choice" => {
+                if let Some(choice) = tool_choice(&value)? {
+                    chat.insert("tool_choice".into(), choice);
+                }
+                echo.tool_choice = value;
+            }
+            "text" => {
+                text(&value, &mut chat)?;
+                echo.text = value;
+            }
+            "reasoning" => {
+                if let Some(effort) = value.get("effort").filter(|e| !e.is_null()) {
+                    chat.insert("reasoning_effort".into(), effort.clone());
+                }
+                echo.reasoning = value;
+            }
+            "metadata" => echo.metadata = value,
+            // Nothing is kept: `store` cannot be honoured without a store,
+            // and the answer says `store: false`.
+            "store" | "include" => {}
+            "truncation" => {
+                if !matches!(value.as_str(), None | Some("disabled") | Some("auto")) {
+                    return Err(bad(
+                        "`truncation` must be \"disabled\" or \"auto\"",
+                        "truncation",
+                    ));
+                }
+                echo.truncation = value;
+            }
+            "stream_options" => {}
+            "previous_response_id" | "conversation" if value.is_null() => {}
+            "previous_response_id" | "conversation" => {
+                return Err(bad(
+                    format!(
+                        "`{key}` needs stored responses, and this toolgate has no `[store]` configured; send the whole conversation in `input`"
+                    ),
+                    &key,
+                ));
+            }
+            "background" if value.as_bool() != Some(true) => {}
+            _ => {
+                return Err(bad(
+                    format!(
+                        "`{key}` is not supported by toolgate's Responses API in front of a Chat Completions provider"
+                    ),
+                    &key,
+                ));
+            }
+        }
+    }
+    if !messages.iter().any(|m| m["role"] != "system") {
+        return Err(bad("`input` is required", "input"));
+    }
+    chat.insert("messages".into(), Value::Array(messages));
+    Ok(Translated { chat, stream, echo })
+}
+
+/// `input`: a string (one user message) or a list of items.
+fn input(value: Value, messages: &mut Vec<Value>) -> Result<(), GatewayError> {
+    let items = match value {
+        Value::String(text) => {
+            messages.push(json!({"role": "user", "content": text}));
+            return Ok(());
+        }
+        Value::Array(items) => items,
+        _ => return Err(bad("`input` must be a string or an array", "input")),
+    };
+    for (i, item) in items.into_iter().enumerate() {
+        let at = format!("input[{i}]");
+        let Value::Object(item) = item else {
+            return Err(bad("an input item must be an object", &at));
+        };
+        let kind =
+            item.get("type")
+                .and_then(Value::as_str)
+                .unwrap_or(if item.contains_key("role") {
+                    "message"
+                } else {
+                    ""
+                });
+        match kind {
+            "message" => messages.push(message(&item, &at)?),
+            "function_call" => {
+                let call = json!({
+                    "id": text_field(&item, "call_id", &at)?,
+                    "type": "function",
+                    "function": {
+                        "name": text_field(&item, "name", &at)?,
+                        "arguments": text_field(&item, "arguments", &at)?,
+                    },
+                });
+                push_call(messages, call);
+            }
+            "function_call_output" => {
+                let output = match item.get("output") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(parts)) => parts_text(parts, &format!("{at}.output"))?,
+                    _ => {
+                        return Err(bad(
+                            "`output` must be a string or a list of parts",
+                            &format!("{at}.output"),
+                        ));
+                    }
+                };
+                messages.push(json!({
+                    "role": "tool",
+                    "tool_call_id": text_field(&item, "call_id", &at)?,
+                    "content": output,
+                }));
+            }
+            // The gateway's own earlier calls, sent back by the client: the
+            // model sees them as the calls and results they were.
+            "mcp_call" => {
+                let id = text_field(&item, "id", &at)?;
+                push_call(
+                    messages,
+                    json!({"id": id, "type": "function", "function": {
+                        "name": text_field(&item, "name", &at)?,
+                        "arguments": text_field(&item, "arguments", &at)?,
+                    }}),
+                );
+                let result = match (item.get("output"), item.get("error")) {
+                    (Some(Value::String(out)), _) => out.clone(),
+                    (_, Some(Value::String(error))) => format!("Error: {error}"),
+                    _ => String::new(),
+                };
+                messages.push(json!({"role": "tool", "tool_call_id": id, "content": result}));
+            }
+            // A listing the gateway wrote, and reasoning the model wrote: a
+            // chat upstream has no place for either, and neither is the user's.
+            "mcp_list_tools" | "reasoning" => {}
+            "" => return Err(bad("an input item needs a `type`", &at)),
+            other => {
+                return Err(bad(
+                    format!(
+                        "input items of type `{other}` are not supported in front of a Chat Completions provider"
+                    ),
+                    &format!("{at}.type"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Adds a call to the assistant message just before, or to a new one.
+fn push_call(messages: &mut Vec<Value>, call: Value) {
+    if let Some(last) = messages.last_mut()
+        && last["role"] == "assistant"
+    {
+        match last.get_mut("tool_calls") {
+            Some(Value::Array(calls)) => calls.push(call),
+            _ => last["tool_calls"] = json!([call]),
+        }
+        return;
+    }
+    messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
+}
+
+fn text_field(item: &Map<String, Value>, key: &str, at: &str) -> Result<String, GatewayError> {
+    item.get(key)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| bad(format!("`{key}` must be a string"), &format!("{at}.{key}")))
+}
+
+fn message(item: &Map<String, Value>, at: &str) -> Result<Value, GatewayError> {
+    let role = match item.get("role").and_then(Value::as_str) {
+        Some(r @ ("user" | "assistant" | "system")) => r,
+        Some("developer") => "system",
+        _ => {
+            return Err(bad(
+                "`role` must be user, assistant, system or developer",
+                &format!("{at}.role"),
+            ));
+        }
+    };
+    let content = match item.get("content") {
+        Some(Value::String(text)) => Value::String(text.clone()),
+        Some(Value::Array(parts)) if role == "user" => Value::Array(user_parts(parts, at)?),
+        Some(Value::Array(parts)) => Value::String(parts_text(parts, &format!("{at}.content"))?),
+        _ => {
+            return Err(bad(
+                "`content` must be a string or a list of parts",
+                &format!("{at}.content"),
+            ));
+        }
+    };
+    Ok(json!({"role": role, "content": content}))
+}
+
+/// A user message's parts: text and images, as chat content parts.
+fn user_parts(parts: &[Value], at: &str) -> Result<Vec<Value>, GatewayError> {
+    let mut out = Vec::with_capacity(parts.len());
+    for (j, part) in parts.iter().enumerate() {
+        let at = format!("{at}.content[{j}]");
+        match part.get("type").and_then(Value::as_str) {
+            Some("input_text" | "output_text" | "text") => out.push(json!({
+                "type": "text",
+                "text": part.get("text").and_then(Value::as_str).ok_or_else(|| bad("`text` must be a string", &format!("{at}.text")))?,
+            })),
+            Some("input_image") => {
+                let Some(url) = part.get("image_url").and_then(Value::as_str) else {
+                    return Err(bad(
+                        "images are passed on by `image_url`; `file_id` needs the Files API of a Responses provider",
+                        &format!("{at}.image_url"),
+                    ));
+                };
+                let mut image = json!({"url": url});
+                if let Some(detail) = part.get("detail").filter(|d| !d.is_null()) {
+                    image["detail"] = detail.clone();
+                }
+                out.push(json!({"type": "image_url", "image_url": image}));
+            }
+            other => {
+                return Err(bad(
+                    format!(
+                        "content parts of type `{}` are not supported in front of a Chat Completions provider",
+                        other.unwrap_or("(none)")
+                    ),
+                    &format!("{at}.type"),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Text parts joined (assistant and system messages, tool outputs).
+fn parts_text(parts: &[Value], at: &str) -> Result<String, GatewayError> {
+    let mut text = String::new();
+    for (j, part) in parts.iter().enumerate() {
+        match part.get("type").and_then(Value::as_str) {
+            Some("input_text" | "output_text" | "text") => {
+                text.push_str(part.get("text").and_then(Value::as_str).unwrap_or(""))
+            }
+            Some("refusal") => {
+                text.push_str(part.get("refusal").and_then(Value::as_str).unwrap_or(""))
+            }
+            other => {
+                return Err(bad(
+                    format!(
+                        "parts of type `{}` can only be text here",
+                        other.unwrap_or("(none)")
+                    ),
+                    &format!("{at}[{j}].type"),
+                ));
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// Flat function tools as chat tools.
+fn tools(value: &Value) -> Result<Vec<Value>, GatewayError> {
+    let Some(tools) = value.as_array() else {
+        return if value.is_null() {
+            Ok(Vec::new())
+        } else {
+            Err(bad("`tools` must be an array", "tools"))
+        };
+    };
+    let mut out = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.iter().enumerate() {
+        match tool.get("type").and_then(Value::as_str) {
+            Some("function") => {
+                let mut function = Map::new();
+                for key in ["name", "description", "parameters", "strict"] {
+                    if let Some(v) = tool.get(key).filter(|v| !v.is_null()) {
+                        function.insert(key.into(), v.clone());
+                    }
+                }
+                if !function.get("name").is_some_and(Value::is_string) {
+                    return Err(bad(
+                        "a function tool needs a `name`",
+                        &format!("tools[{i}].name"),
+                    ));
+                }
+                out.push(json!({"type": "function", "function": function}));
+            }
+            other => {
+                return Err(bad(
+                    format!(
+                        "tools of type `{}` are not supported in front of a Chat Completions provider; configure them as the provider's gateway_tools instead",
+                        other.unwrap_or("(none)")
+                    ),
+                    &format!("tools[{i}].type"),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn tool_choice(value: &Value) -> Result<Option<Value>, GatewayError> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => {
+            Ok(Some(value.clone()))
+        }
+        Value::Object(o) => match o.get("type").and_then(Value::as_str) {
+            Some("function") => {
+                let name = o.get("name").and_then(Value::as_str).ok_or_else(|| {
+                    bad("a function tool choice needs a `name`", "tool_choice.name")
+                })?;
+                Ok(Some(
+                    json!({"type": "function", "function": {"name": name}}),
+                ))
+            }
+            Some("allowed_tools") => {
+                let tools: Vec<Value> = o
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .map(|t| {
+                        t.iter()
+                            .map(|t| json!({"type": "function", "function": {"name": t.get("name").cloned().unwrap_or(Value::Null)}}))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let mode = o.get("mode").cloned().unwrap_or(json!("auto"));
+                Ok(Some(
+                    json!({"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": tools}}),
+                ))
+            }
+            _ => Err(bad(
+                "only function and allowed_tools tool choices are supported in front of a Chat Completions provider",
+                "tool_choice",
+            )),
+        },
+        _ => Err(bad(
+            "`tool_choice` must be \"auto\", \"none\", \"required\" or an object",
+            "tool_choice",
+        )),
+    }
+}
+
+/// `text.format` as `response_format`, `text.verbosity` as `verbosity`.
+fn text(value: &Value, chat: &mut Map<String, Value>) -> Result<(), GatewayError> {
+    if let Some(verbosity) = value.get("verbosity").filter(|v| !v.is_null()) {
+        chat.insert("verbosity".into(), verbosity.clone());
+    }
+    let Some(format) = value.get("format").filter(|f| !f.is_null()) else {
+        return Ok(());
+    };
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => {}
+        Some("json_object") => {
+            chat.insert("response_format".into(), json!({"type": "json_object"}));
+        }
+        Some("json_schema") => {
+            let mut schema = Map::new();
+            for key in ["name", "schema", "strict", "description"] {
+                if let Some(v) = format.get(key).filter(|v| !v.is_null()) {
+                    schema.insert(key.into(), v.clone());
+                }
+            }
+            chat.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": schema}),
+            );
+        }
+        _ => {
+            return Err(bad(
+                "`text.format.type` must be text, json_object or json_schema",
+                "text.format.type",
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(request: Value) -> Value {
+        let Value::Object(map) = request else {
+            unreachable!()
+        };
+        Value::Object(translate(map).unwrap().chat)
+    }
+
+    fn error(request: Value) -> (String, Option<String>) {
+        let Value::Object(map) = request else {
+            unreachable!()
+        };
+        let e = translate(map).unwrap_err().to_json();
+        (
+            e["error"]["message"].as_str().unwrap().to_owned(),
+            e["error"]["param"].as_str().map(str::to_owned),
+        )
+    }
+
+    #[test]
+    fn a_string_input_with_instructions_and_settings() {
+        let out = chat(json!({
+            "model": "m", "input": "Hi", "instructions": "Be brief.",
+            "max_output_tokens": 50, "temperature": 0.2, "reasoning": {"effort": "low"},
+            "text": {"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}, "strict": true}},
+            "store": true, "metadata": {"k": "v"},
+        }));
+        assert_eq!(
+            out,
+            json!({
+                "model": "m",
+                "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+                "max_tokens": 50, "temperature": 0.2, "reasoning_effort": "low",
+                "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": true}},
+            })
+        );
+    }
+
+    #[test]
+    fn items_calls_outputs_parts_and_images() {
+        let out = chat(json!({"model": "m", "input": [
+            {"role": "developer", "content": "Rules."},
+            {"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "Weather here?"},
+                {"type": "input_image", "image_url": "https://example.test/a.png", "detail": "low"},
+            ]},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+            {"type": "function_call", "call_id": "c1", "name": "GetWeather", "arguments": "{\"location\":\"Paris\"}"},
+            {"type": "function_call", "call_id": "c2", "name": "GetTime", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+            {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "noon"}]},
+            {"type": "reasoning", "summary": []},
+            {"type": "mcp_call", "id": "g1", "name": "clock", "arguments": "{}", "server_label": "builtin", "output": "12:00"},
+        ],
+        "tools": [{"type": "function", "name": "GetWeather", "description": "d", "parameters": {"type": "object"}, "strict": null}],
+        "tool_choice": {"type": "function", "name": "GetWeather"}}));
+        assert_eq!(
+            out["messages"],
+            json!([
+                {"role": "system", "content": "Rules."},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Weather here?"},
+                    {"type": "image_url", "image_url": {"url": "https://example.test/a.png", "detail": "low"}},
+                ]},
+                {"role": "assistant", "content": "Checking.", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "GetWeather", "arguments": "{\"location\":\"Paris\"}"}},
+                    {"id": "c2", "type": "function", "function": {"name": "GetTime", "arguments": "{}"}},
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+                {"role": "tool", "tool_call_id": "c2", "content": "noon"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "g1", "type": "function", "function": {"name": "clock", "arguments": "{}"}},
+                ]},
+                {"role": "tool", "tool_call_id": "g1", "content": "12:00"},
+            ])
+        );
+        assert_eq!(
+            out["tools"],
+            json!([{"type": "function", "function": {"name": "GetWeather", "description": "d", "parameters": {"type": "object"}}}])
+        );
+        assert_eq!(
+            out["tool_choice"],
+            json!({"type": "function", "function": {"name": "GetWeather"}})
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_translated_is_named() {
+        let cases = [
+            (
+                json!({"model": "m", "input": "x", "previous_response_id": "resp_1"}),
+                "previous_response_id",
+                "[store]",
+            ),
+            (
+                json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}),
+                "tools[0].type",
+                "gateway_tools",
+            ),
+            (
+                json!({"model": "m", "input": [{"type": "item_reference", "id": "x"}]}),
+                "input[0].type",
+                "item_reference",
+            ),
+            (
+                json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}),
+                "input[0].content[0].type",
+                "input_file",
+            ),
+            (
+                json!({"model": "m", "input": "x", "prompt": {"id": "p"}}),
+                "prompt",
+                "not supported",
+            ),
+            (
+                json!({"model": "m", "input": "x", "background": true}),
+                "background",
+                "not supported",
+            ),
+            (json!({"model": "m"}), "input", "required"),
+        ];
+        for (request, param, words) in cases {
+            let (message, got) = error(request.clone());
+            assert_eq!(got.as_deref(), Some(param), "{request}: {message}");
+            assert!(message.contains(words), "{request}: {message}");
+        }
+    }
+
+    #[test]
+    fn echo_keeps_what_the_response_object_repeats() {
+        let Value::Object(map) = json!({"model": "m", "input": "x", "stream": true, "instructions": "I",
+            "tools": [{"type": "function", "name": "F"}], "metadata": {"a": "b"}})
+        else {
+            unreachable!()
+        };
+        let t = translate(map).unwrap();
+        assert!(t.stream);
+        assert!(!t.chat.contains_key("stream"));
+        assert_eq!(t.echo.instructions, json!("I"));
+        assert_eq!(t.echo.tools, json!([{"type": "function", "name": "F"}]));
+        assert_eq!(t.echo.metadata, json!({"a": "b"}));
+        assert_eq!(t.echo.tool_choice, json!("auto"));
+    }
+}

@@ -1,0 +1,207 @@
+//! `/v1/responses` in front of Chat Completions providers: the request is
+//! translated, answered in every tool mode (and with gateway tools), and
+//! written back as a Responses stream or response object. Every stream goes
+//! through the conformance checker's Responses rules (23-24).
+
+mod common;
+mod conformance;
+
+use std::time::Duration;
+
+use common::agent::{calls_sse, chunk, sse, text_sse};
+use common::{Mock, Reply, TestGateway, fast_server, post};
+use conformance::responses::check_responses;
+use serde_json::{Value, json};
+
+const WEATHER: &str = r#"{"type": "function", "name": "GetWeather", "description": "Weather now", "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}"#;
+
+fn weather() -> Value {
+    serde_json::from_str(WEATHER).unwrap()
+}
+
+async fn demo() -> TestGateway {
+    TestGateway::start(toolgate::config::EMBEDDED_DEFAULT).await
+}
+
+fn upstream(url: &str, mode: &str, extra: &str) -> String {
+    format!(
+        "{}[[providers]]\nname = \"up\"\nbase_url = \"{url}\"\nmodels = [\"m\"]\n{extra}\n[providers.tools]\nmode = \"{mode}\"\n",
+        fast_server()
+    )
+}
+
+#[tokio::test]
+async fn natural_mode_streams_a_function_call_item() {
+    let gw = demo().await;
+    let body = json!({"model": "demo", "stream": true, "input": "What is the weather in Paris?",
+        "tools": [weather()], "instructions": "Be brief."});
+    let r = post(&gw.url("/v1/responses"), &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let s = check_responses(&r.body).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    assert_eq!(s.status, "completed");
+    assert_eq!(s.calls.len(), 1, "{}", r.text());
+    assert_eq!(s.calls[0].name, "GetWeather");
+    assert!(s.calls[0].id.starts_with("call_"));
+    assert!(s.calls[0].args()["location"].is_string());
+    assert_eq!(s.text, "I'll use GetWeather for that.\n\n");
+    assert_eq!(s.response["instructions"], "Be brief.");
+    assert_eq!(s.response["tools"][0]["name"], "GetWeather");
+    assert!(s.response["usage"]["input_tokens"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn gateway_tools_are_mcp_call_items_after_their_listing() {
+    let gw = demo().await;
+    let body = json!({"model": "demo-agent", "stream": true,
+        "input": "Ask the calculator: what is `(2 + 3) * 7`?"});
+    let r = post(&gw.url("/v1/responses"), &body.to_string()).await;
+    let s = check_responses(&r.body).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let output = s.response["output"].as_array().unwrap();
+    let types: Vec<&str> = output.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["mcp_list_tools", "message", "mcp_call", "message"]);
+    assert_eq!(output[0]["server_label"], "builtin");
+    let listed: Vec<&str> = output[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["clock", "calculator"]);
+    assert_eq!(s.gateway.len(), 1);
+    assert_eq!(s.gateway[0]["name"], "calculator");
+    assert_eq!(s.gateway[0]["output"], "35");
+    assert_eq!(s.gateway[0]["status"], "completed");
+    assert!(s.text.ends_with("calculator returned: 35"), "{}", s.text);
+    assert!(s.calls.is_empty());
+
+    // The same answer, not streamed, is the same response object.
+    let body =
+        json!({"model": "demo-agent", "input": "Ask the calculator: what is `(2 + 3) * 7`?"});
+    let r = post(&gw.url("/v1/responses"), &body.to_string()).await;
+    let v = r.json();
+    assert_eq!(v["object"], "response");
+    assert_eq!(v["status"], "completed");
+    let types: Vec<&str> = v["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["mcp_list_tools", "message", "mcp_call", "message"]);
+    assert_eq!(v["output"][2]["output"], "35");
+}
+
+#[tokio::test]
+async fn the_chat_upstream_gets_the_translated_history_and_native_calls_come_back() {
+    let mock = Mock::start(|_| sse(calls_sse(&[("GetWeather", r#"{"location":"Paris"}"#)]))).await;
+    let gw = TestGateway::start(&upstream(&mock.url(), "passthrough", "")).await;
+    let body = json!({"model": "m", "stream": true, "tools": [weather()], "max_output_tokens": 99,
+    "input": [
+        {"role": "user", "content": "Weather?"},
+        {"type": "function_call", "call_id": "c0", "name": "GetWeather", "arguments": "{\"location\":\"Rome\"}"},
+        {"type": "function_call_output", "call_id": "c0", "output": "hot"},
+        {"role": "user", "content": [{"type": "input_text", "text": "And Paris?"}]},
+    ]});
+    let r = post(&gw.url("/v1/responses"), &body.to_string()).await;
+    let s = check_responses(&r.body).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    assert_eq!(s.calls.len(), 1);
+    assert!(s.calls[0].id.starts_with("call_"), "{:?}", s.calls);
+    assert_eq!(s.calls[0].args(), json!({"location": "Paris"}));
+    assert_eq!(s.response["usage"]["total_tokens"], 15);
+    assert_eq!(s.response["max_output_tokens"], 99);
+
+    let sent = mock.last();
+    assert!(sent.uri.ends_with("/chat/completions"), "{}", sent.uri);
+    let sent = sent.json();
+    assert_eq!(sent["max_tokens"], 99);
+    assert_eq!(sent["tools"][0]["function"]["name"], "GetWeather", "{sent}");
+    assert_eq!(
+        sent["messages"],
+        json!([
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "GetWeather", "arguments": "{\"location\":\"Rome\"}"}}]},
+            {"role": "tool", "tool_call_id": "c0", "content": "hot"},
+            {"role": "user", "content": [{"type": "text", "text": "And Paris?"}]},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn to_natural_writes_calls_into_the_message_text() {
+    let mock = Mock::start(|_| sse(calls_sse(&[("GetWeather", r#"{"location":"Paris"}"#)]))).await;
+    let gw = TestGateway::start(&upstream(&mock.url(), "to_natural", "")).await;
+    let body =
+        json!({"model": "m", "stream": true, "tools": [weather()], "input": "Weather in Paris?"});
+    let r = post(&gw.url("/v1/responses"), &body.to_string()).await;
+    let s = check_responses(&r.body).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    assert!(s.calls.is_empty());
+    assert!(
+        s.text.contains(
+            "<tool_call name=\"GetWeather\">\n{\n  \"location\": \"Paris\"\n}\n</tool_call>"
+        ),
+        "{}",
+        s.text
+    );
+}
+
+#[tokio::test]
+async fn a_length_finish_is_an_incomplete_response() {
+    let mut body = chunk(
+        json!([{"index": 0, "delta": {"role": "assistant", "content": "Once upon"}, "finish_reason": null}]),
+    );
+    body.push_str(&chunk(
+        json!([{"index": 0, "delta": {}, "finish_reason": "length"}]),
+    ));
+    body.push_str("data: [DONE]\n\n");
+    let mock = Mock::start(move |_| Reply::sse(&[&body], Duration::ZERO)).await;
+    let gw = TestGateway::start(&upstream(&mock.url(), "passthrough", "")).await;
+    let request = json!({"model": "m", "stream": true, "input": "A story", "max_output_tokens": 2});
+    let r = post(&gw.url("/v1/responses"), &request.to_string()).await;
+    let s = check_responses(&r.body).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    assert_eq!(s.status, "incomplete");
+    assert_eq!(
+        s.response["incomplete_details"]["reason"],
+        "max_output_tokens"
+    );
+    assert_eq!(s.text, "Once upon");
+}
+
+#[tokio::test]
+async fn what_cannot_be_served_is_a_400_naming_the_field() {
+    let mock = Mock::start(|_| sse(text_sse("never"))).await;
+    let gw = TestGateway::start(&upstream(&mock.url(), "natural", "")).await;
+    let cases = [
+        (
+            json!({"model": "m", "input": "x", "previous_response_id": "resp_1"}),
+            "previous_response_id",
+        ),
+        (
+            json!({"model": "m", "input": "x", "tools": [{"type": "file_search"}]}),
+            "tools[0].type",
+        ),
+        (json!({"model": "m", "input": 7}), "input"),
+    ];
+    for (body, param) in cases {
+        let r = post(&gw.url("/v1/responses"), &body.to_string()).await;
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        let v = r.json();
+        assert_eq!(v["error"]["param"], param, "{v}");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+    }
+    assert_eq!(mock.count(), 0);
+}
+
+#[tokio::test]
+async fn a_responses_provider_gets_the_request_untouched() {
+    let answer =
+        json!({"id": "resp_up", "object": "response", "status": "completed", "output": []});
+    let reply = answer.to_string();
+    let mock = Mock::start(move |_| Reply::json(&reply)).await;
+    let gw = TestGateway::start(&upstream(&mock.url(), "passthrough", "api = \"responses\"")).await;
+    let body = r#"{"model": "m",   "input": "hi", "previous_response_id": "resp_0"}"#;
+    let r = post(&gw.url("/v1/responses"), body).await;
+    assert_eq!(r.json(), answer);
+    let sent = mock.last();
+    assert!(sent.uri.ends_with("/responses"), "{}", sent.uri);
+    assert_eq!(&sent.body[..], body.as_bytes());
+}
