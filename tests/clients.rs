@@ -534,6 +534,77 @@ async fn rust_async_openai_reads_an_answer_that_used_gateway_tools() {
     assert!(out.content.ends_with("calculator returned: 35"), "{out:?}");
 }
 
+/// The Responses API through a natural-mode provider: the SDKs' stream
+/// helpers (which check the event order) assemble the demo model's call.
+#[tokio::test]
+async fn python_and_node_stream_responses_with_a_function_call() {
+    let gw = demo_gateway().await;
+    for run in [
+        python_run("responses_stream", &base_url(&gw), "demo").await,
+        node_run("responses_stream", &base_url(&gw), "demo").await,
+    ] {
+        let r = run.success();
+        assert_eq!(r["status"], "completed", "{r:#}");
+        assert_eq!(r["calls"][0]["name"], "GetWeather", "{r:#}");
+        assert_eq!(r["text"], "I'll use GetWeather for that.\n\n", "{r:#}");
+        let events = r["events"].as_array().unwrap();
+        for kind in [
+            "response.created",
+            "response.output_text.delta",
+            "response.function_call_arguments.done",
+            "response.completed",
+        ] {
+            assert!(events.contains(&json!(kind)), "{kind}: {r:#}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn python_reads_gateway_tools_as_mcp_call_items() {
+    let gw = demo_gateway().await;
+    let run = python_run("responses_gateway", &base_url(&gw), "demo-agent").await;
+    let r = run.success();
+    assert_eq!(
+        r["items"],
+        json!(["mcp_list_tools", "message", "mcp_call", "message"]),
+        "{r:#}"
+    );
+    assert_eq!(
+        r["mcp_call"],
+        json!({"name": "calculator", "server_label": "builtin", "output": "35"})
+    );
+}
+
+/// The OpenAI Agents SDK runs an agent with a function tool, over the
+/// Responses API, through the natural-mode demo provider, to the end of its
+/// loop (once with `Runner.run`, once streamed).
+#[tokio::test]
+async fn python_agents_sdk_runs_a_tool_loop_to_the_end() {
+    let gw = demo_gateway().await;
+    let run = python_run("agents_loop", &base_url(&gw), "demo").await;
+    let r = run.success();
+    assert_eq!(r["invocations"].as_array().unwrap().len(), 2, "{r:#}");
+    let location = r["invocations"][0].as_str().unwrap();
+    let answer = format!("get_weather returned: 21 C and sunny in {location}");
+    assert_eq!(r["final_output"], answer, "{r:#}");
+    assert_eq!(
+        r["streamed_output"]
+            .as_str()
+            .map(|s| s.starts_with("get_weather returned: 21 C and sunny in ")),
+        Some(true),
+        "{r:#}"
+    );
+    assert_eq!(
+        r["items"],
+        json!([
+            "message_output_item",
+            "tool_call_item",
+            "tool_call_output_item",
+            "message_output_item"
+        ])
+    );
+}
+
 #[tokio::test]
 async fn node_stream_helper_final_chat_completion() {
     let mock = natural_model(SEED_REPLY).await;

@@ -165,8 +165,27 @@ async function gatewayTools() {
   return { content: choice.message.content, finish_reason: choice.finish_reason, gateway_tool_calls: reported };
 }
 
+// `client.responses.stream()`: the SDK checks the event order and builds the
+// final response; then `responses.create()` against the gateway's own tools.
+async function responsesStream() {
+  const stream = client().responses.stream({
+    model: model(),
+    input: QUESTION[0].content,
+    tools: [{ type: 'function', name: 'GetWeather', parameters: WEATHER_PARAMS, strict: false }],
+  });
+  const kinds = new Set();
+  for await (const event of stream) kinds.add(event.type);
+  const final = await stream.finalResponse();
+  const calls = final.output
+    .filter((item) => item.type === 'function_call')
+    .map((item) => ({ id: item.call_id, name: item.name, arguments: item.arguments }));
+  checkCalls(calls);
+  return { status: final.status, calls, text: final.output_text, events: [...kinds].sort() };
+}
+
 const SCENARIOS = {
   gateway_tools: gatewayTools,
+  responses_stream: responsesStream,
   stream_helper: streamHelper,
   run_tools: () => runTools(false),
   run_tools_stream: () => runTools(true),

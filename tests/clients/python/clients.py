@@ -190,7 +190,95 @@ def gateway_tools() -> dict:
     }
 
 
-SCENARIOS = {f.__name__: f for f in (create_stream, stream_helper, tool_loop, gateway_tools)}
+WEATHER_FLAT = {"type": "function", **GET_WEATHER["function"]}
+
+
+def responses_stream() -> dict:
+    """`client.responses.stream()`: the SDK checks the event order and builds
+    the final response itself."""
+    kinds = []
+    with client().responses.stream(model=model(), input=QUESTION[0]["content"], tools=[WEATHER_FLAT]) as stream:
+        for event in stream:
+            kinds.append(event.type)
+        final = stream.get_final_response()
+    calls = [
+        {"id": item.call_id, "name": item.name, "arguments": item.arguments}
+        for item in final.output
+        if item.type == "function_call"
+    ]
+    check_calls(calls)
+    return {"status": final.status, "calls": calls, "text": final.output_text, "events": sorted(set(kinds))}
+
+
+def responses_gateway() -> dict:
+    """`client.responses.create()` against a model that used the gateway's
+    tools: the hosted-MCP item types parse into the SDK's own models."""
+    final = client().responses.create(model=model(), input="Ask the calculator: what is `(2 + 3) * 7`?")
+    items = [item.type for item in final.output]
+    mcp = [item for item in final.output if item.type == "mcp_call"]
+    assert len(mcp) == 1, f"one mcp_call expected: {items}"
+    return {
+        "status": final.status,
+        "items": items,
+        "mcp_call": {"name": mcp[0].name, "server_label": mcp[0].server_label, "output": mcp[0].output},
+        "text": final.output_text,
+    }
+
+
+def agents_loop() -> dict:
+    """The OpenAI Agents SDK runs an agent with a function tool to the end of
+    its loop, over the Responses API, streamed and not."""
+    import asyncio
+
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)  # tracing would export to the network
+    invocations = []
+
+    @function_tool
+    def get_weather(location: str) -> str:
+        """Get the current weather for a location."""
+        invocations.append(location)
+        return f"21 C and sunny in {location}"
+
+    async def run() -> dict:
+        api = AsyncOpenAI(base_url=os.environ["CLIENT_TESTS_BASE_URL"], api_key="unused", max_retries=0)
+        agent = Agent(
+            name="weather",
+            instructions="Answer weather questions with the tool.",
+            tools=[get_weather],
+            model=OpenAIResponsesModel(model=model(), openai_client=api),
+        )
+        result = await Runner.run(agent, "What is the weather in Paris?")
+        streamed = Runner.run_streamed(agent, "What is the weather in Rome?")
+        kinds = set()
+        async for event in streamed.stream_events():
+            kinds.add(event.type)
+        return {
+            "final_output": result.final_output,
+            "streamed_output": streamed.final_output,
+            "items": [item.type for item in result.new_items],
+            "stream_events": sorted(kinds),
+        }
+
+    out = asyncio.run(run())
+    out["invocations"] = invocations
+    return out
+
+
+SCENARIOS = {
+    f.__name__: f
+    for f in (
+        create_stream,
+        stream_helper,
+        tool_loop,
+        gateway_tools,
+        responses_stream,
+        responses_gateway,
+        agents_loop,
+    )
+}
 
 
 def main() -> None:
