@@ -15,14 +15,18 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, header};
 use http_body_util::Full;
 use serde_json::{Map, Value, json};
 
+use crate::api::from_responses::FromResponses;
+use crate::api::to_responses;
 use crate::body::Body;
-use crate::config::{Mode, Provider};
+use crate::config::{Api, Mode, Provider};
 use crate::error::GatewayError;
 use crate::gateway::Runtime;
+use crate::sse::transform::TransformBody;
 use crate::to_natural::{self, RenderOptions};
 use crate::tools::drive::{self, Output, Plan, Upstream};
 use crate::tools::rounds::Rounds;
 use crate::tools::{Offer, Unavailable};
+use crate::upstream::reply::{self, Shape};
 
 /// Sends one round through the provider's tool mode: natural mode rewrites
 /// it and turns the model's text calls into native ones; the other modes
@@ -41,6 +45,9 @@ impl Upstream for Provided {
         *request.uri_mut() = self.uri.clone();
         *request.headers_mut() = self.headers.clone();
         let rt = &self.runtime;
+        if self.provider.api == Api::Responses {
+            return self.send_responses(request).await;
+        }
         match self.provider.tools.mode {
             Mode::Natural => {
                 let (parts, body) = request.into_parts();
@@ -56,6 +63,45 @@ impl Upstream for Provided {
             }
             _ => rt.upstreams.send(&self.provider, request).await,
         }
+    }
+}
+
+impl Provided {
+    /// A round to an `api = "responses"` provider: the chat request written
+    /// as a Responses request, and its Responses stream read back as chat.
+    async fn send_responses(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<Body>, GatewayError> {
+        let (mut parts, body) = request.into_parts();
+        let body = body.into_inner().unwrap_or_default();
+        let chat = match serde_json::from_slice::<Value>(&body) {
+            Ok(Value::Object(chat)) => chat,
+            _ => {
+                return Err(GatewayError::bad_request(
+                    "The request body must be a JSON object",
+                    None,
+                ));
+            }
+        };
+        let translated = to_responses::translate(&chat)?;
+        let bytes = serde_json::to_vec(&translated).unwrap_or_default();
+        parts.uri = Uri::from_static("/v1/responses");
+        let request = Request::from_parts(parts, Full::new(Bytes::from(bytes)));
+        let response = self.runtime.upstreams.send(&self.provider, request).await?;
+        if !response.status().is_success() {
+            return Ok(response);
+        }
+        let (mut parts, upstream) = response.into_parts();
+        if let Shape::Whole = reply::prepare(&mut parts)? {
+            return Err(GatewayError::UpstreamInvalid {
+                message: "The provider answered a streamed Responses request with a whole body"
+                    .into(),
+                code: "upstream_not_streamed",
+            });
+        }
+        let body = TransformBody::new(upstream, FromResponses::new());
+        Ok(Response::from_parts(parts, crate::body::boxed(body)))
     }
 }
 

@@ -5,6 +5,8 @@ pub mod chat;
 pub mod chat_decode;
 pub mod chat_events;
 pub mod chat_message;
+pub mod from_responses;
 pub mod responses;
 pub mod responses_events;
 pub mod responses_request;
+pub mod to_responses;

@@ -527,6 +527,19 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
             .map_err(|_| ConfigError::new(&key_path, "not a valid header value"))?;
         headers.insert(name, value);
     }
+    let tools = tools(&format!("{path}.tools"), &raw.tools)?;
+    if raw.api == Api::Responses && matches!(target, Target::Demo(_)) {
+        return Err(ConfigError::new(
+            format!("{path}.api"),
+            "the built-in demo model speaks Chat Completions only",
+        ));
+    }
+    if raw.api == Api::Responses && tools.mode == Mode::Natural {
+        return Err(ConfigError::new(
+            format!("{path}.api"),
+            "natural mode needs a provider that speaks Chat Completions (`api = \"chat\"`)",
+        ));
+    }
     Ok(Provider {
         name: name.clone(),
         target,
@@ -536,7 +549,7 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
         headers,
         model_rewrite: raw.model_rewrite.clone().into_iter().collect(),
         api: raw.api,
-        tools: tools(&format!("{path}.tools"), &raw.tools)?,
+        tools,
     })
 }
 

@@ -302,7 +302,12 @@ where
     // Tool transforms apply to chat completions only; every other path is transparent.
     let chat = parts.method == Method::POST && parts.uri.path() == "/v1/chat/completions";
     let responses = parts.method == Method::POST && parts.uri.path() == "/v1/responses";
-    if responses && provider.api == Api::Chat {
+    // A Responses request goes through the answer path unless the provider
+    // speaks Responses itself and nothing changes on the way.
+    let translated = provider.api == Api::Chat
+        || provider.tools.gateway.is_some()
+        || provider.tools.mode != Mode::Passthrough;
+    if responses && translated {
         return Box::pin(crate::api::responses::handle(
             runtime.clone(),
             provider.clone(),
@@ -311,7 +316,7 @@ where
         ))
         .await;
     }
-    if chat && provider.tools.gateway.is_some() {
+    if chat && (provider.tools.gateway.is_some() || provider.api == Api::Responses) {
         return Box::pin(crate::api::chat::handle(
             runtime.clone(),
             provider.clone(),

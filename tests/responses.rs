@@ -205,3 +205,119 @@ async fn a_responses_provider_gets_the_request_untouched() {
     assert!(sent.uri.ends_with("/responses"), "{}", sent.uri);
     assert_eq!(&sent.body[..], body.as_bytes());
 }
+
+/// What a Responses upstream streams: `text`, then one function call item
+/// per `(name, arguments)`, then `response.completed` with usage.
+fn responses_sse(text: &str, calls: &[(&str, &str)]) -> String {
+    let mut events = vec![
+        json!({"type": "response.created", "response": {"id": "resp_up", "model": "m", "created_at": 9, "status": "in_progress"}}),
+        json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "msg_up"}}),
+        json!({"type": "response.output_text.delta", "item_id": "msg_up", "output_index": 0, "delta": text}),
+    ];
+    for (i, (name, args)) in calls.iter().enumerate() {
+        let id = format!("fc_up_{i}");
+        events.push(json!({"type": "response.output_item.added", "output_index": i + 1,
+            "item": {"type": "function_call", "id": id, "call_id": format!("call_up_{i}"), "name": name, "arguments": ""}}));
+        events.push(json!({"type": "response.function_call_arguments.delta", "item_id": id, "output_index": i + 1, "delta": args}));
+    }
+    events.push(
+        json!({"type": "response.completed", "response": {"status": "completed",
+        "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}}}),
+    );
+    events
+        .iter()
+        .enumerate()
+        .map(|(n, e)| {
+            let mut e = e.clone();
+            e["sequence_number"] = json!(n);
+            format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn chat_requests_reach_a_responses_provider_translated() {
+    let mock = Mock::start(|_| {
+        Reply::sse(
+            &[&responses_sse(
+                "Checking.",
+                &[("GetWeather", r#"{"location":"Paris"}"#)],
+            )],
+            Duration::ZERO,
+        )
+    })
+    .await;
+    let gw = TestGateway::start(&upstream(&mock.url(), "passthrough", "api = \"responses\"")).await;
+    let body = json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "system", "content": "Brief."}, {"role": "user", "content": "Weather in Paris?"}],
+        "tools": [{"type": "function", "function": {"name": "GetWeather", "parameters": {"type": "object"}}}]});
+    let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+    let s = conformance::check_stream(&r.body, &conformance::Expect::usage())
+        .unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let choice = s.choice();
+    assert_eq!(choice.content, "Checking.");
+    assert_eq!(choice.calls[0].name, "GetWeather");
+    assert_eq!(choice.calls[0].args(), json!({"location": "Paris"}));
+    assert_eq!(choice.finish_reason.as_deref(), Some("tool_calls"));
+    assert_eq!(s.usage.as_ref().unwrap()["total_tokens"], 15);
+
+    let sent = mock.last();
+    assert!(sent.uri.ends_with("/responses"), "{}", sent.uri);
+    let sent = sent.json();
+    assert_eq!(
+        sent["input"],
+        json!([
+            {"type": "message", "role": "system", "content": "Brief."},
+            {"type": "message", "role": "user", "content": "Weather in Paris?"},
+        ])
+    );
+    assert_eq!(sent["tools"][0]["name"], "GetWeather");
+    assert_eq!(sent["stream"], true);
+    assert_eq!(sent["store"], false);
+
+    // A chat field the Responses API lacks is named, and nothing is sent.
+    let before = mock.count();
+    let body =
+        json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["\n"]});
+    let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "stop");
+    assert_eq!(mock.count(), before);
+}
+
+#[tokio::test]
+async fn a_responses_provider_with_gateway_tools_continues_after_the_tool() {
+    let mock = Mock::start(|r| {
+        let input = r.json()["input"].clone();
+        let answered = input
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["type"] == "function_call_output");
+        let body = if answered {
+            responses_sse("It is 35.", &[])
+        } else {
+            responses_sse("", &[("calculator", r#"{"expression":"5*7"}"#)])
+        };
+        Reply::sse(&[&body], Duration::ZERO)
+    })
+    .await;
+    let config = format!(
+        "{}gateway_tools = [\"builtin:calculator\"]\n",
+        upstream(&mock.url(), "passthrough", "api = \"responses\"")
+    );
+    let gw = TestGateway::start(&config).await;
+    let body = json!({"model": "m", "stream": true, "input": "5 times 7?"});
+    let r = post(&gw.url("/v1/responses"), &body.to_string()).await;
+    let s = check_responses(&r.body).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    assert_eq!(s.gateway[0]["output"], "35");
+    assert_eq!(s.text, "It is 35.");
+    assert_eq!(s.response["usage"]["total_tokens"], 30, "two rounds summed");
+    assert_eq!(mock.count(), 2);
+    let second = mock.last().json();
+    let items = second["input"].as_array().unwrap();
+    assert_eq!(items[1]["type"], "function_call");
+    assert_eq!(items[1]["name"], "calculator");
+    assert_eq!(items[2]["type"], "function_call_output");
+    assert_eq!(items[2]["output"], "35");
+}

@@ -76,6 +76,14 @@ fn bad_values_name_their_key() {
             "server.shutdown_grace_secs",
         ),
         ("[server]\nworkers = 5000", "server.workers"),
+        (
+            "[[providers]]\nname = \"a\"\nbase_url = \"http://x\"\napi = \"responses\"\n[providers.tools]\nmode = \"natural\"",
+            "providers[0].api",
+        ),
+        (
+            "[[providers]]\nname = \"a\"\napi = \"responses\"\n[providers.demo]",
+            "providers[0].api",
+        ),
     ];
     for (text, path) in cases {
         let err = Config::from_toml(text).unwrap_err();
