@@ -20,10 +20,12 @@ use crate::api::to_responses;
 use crate::body::Body;
 use crate::config::{Api, Mode, Provider};
 use crate::error::GatewayError;
+use crate::exchange::{Event, Sink};
 use crate::gateway::Runtime;
 use crate::sse::transform::TransformBody;
+use crate::store::{Begin, CHAT_HEADER, Recorder};
 use crate::to_natural::{self, RenderOptions};
-use crate::tools::drive::{self, Output, Plan, Upstream};
+use crate::tools::drive::{self, Flushed, Output, Plan, Upstream};
 use crate::tools::rounds::Rounds;
 use crate::tools::{Offer, Unavailable};
 use crate::upstream::reply::{self, Shape};
@@ -118,6 +120,7 @@ pub struct Running {
     rounds: Rounds,
     first: Response<Body>,
     runtime: Arc<Runtime>,
+    recorder: Option<Recorder>,
 }
 
 impl Running {
@@ -126,13 +129,88 @@ impl Running {
         self.rounds.offer()
     }
 
+    /// Records the answer's events in a transcript as they happen.
+    pub fn record(&mut self, recorder: Option<Recorder>) {
+        self.recorder = recorder;
+    }
+
     /// Drives the answer to its end into `out`; the gateway's steps of an
     /// answer that ends with the client's calls are kept for the follow-up.
     pub async fn drive<O: Output>(self, out: &mut O) {
-        let mut rounds = drive::drive(&self.plan, self.rounds, self.first, out).await;
+        let Running {
+            plan,
+            rounds,
+            first,
+            runtime,
+            recorder,
+        } = self;
+        let mut rounds = match recorder {
+            Some(recorder) => {
+                let mut recording = Recording { out, recorder };
+                let rounds = drive::drive(&plan, rounds, first, &mut recording).await;
+                recording.recorder.finish();
+                rounds
+            }
+            None => drive::drive(&plan, rounds, first, out).await,
+        };
         if let Some((ids, steps)) = rounds.take_steps() {
-            self.runtime.steps.keep(ids, steps);
+            runtime.steps.keep(ids, steps);
         }
+    }
+}
+
+/// A door's output that also records every event in a transcript.
+struct Recording<'a, O> {
+    out: &'a mut O,
+    recorder: Recorder,
+}
+
+impl<O: Output> Sink for Recording<'_, O> {
+    fn event(&mut self, event: Event) {
+        self.recorder.event(&event);
+        self.out.event(event);
+    }
+    fn fail(&mut self, error: GatewayError) {
+        self.out.fail(error);
+    }
+    fn end(&mut self) {
+        self.out.end();
+    }
+    fn keep_alive(&mut self) {
+        self.out.keep_alive();
+    }
+}
+
+impl<O: Output> Output for Recording<'_, O> {
+    async fn flush(&mut self) -> Flushed {
+        self.out.flush().await
+    }
+}
+
+/// A transcript recorder for this request, when the store records it.
+pub async fn recorder(
+    runtime: &Runtime,
+    provider: &Provider,
+    request: &Map<String, Value>,
+    headers: &HeaderMap,
+) -> Option<Recorder> {
+    let store = runtime.store.as_ref()?;
+    let model = request.get("model").and_then(Value::as_str).unwrap_or("");
+    store
+        .begin(Begin {
+            provider: &provider.name,
+            model,
+            request,
+            chat_header: headers.get(CHAT_HEADER).and_then(|v| v.to_str().ok()),
+            gateway_tools: provider.tools.gateway.is_some(),
+        })
+        .await
+}
+
+/// Tells the client which chat its exchange was recorded in.
+pub fn tag_chat(response: &mut Response<Body>, chat: Option<&str>) {
+    if let Some(value) = chat.and_then(|c| HeaderValue::from_str(c).ok()) {
+        response.headers_mut().insert(CHAT_HEADER, value);
     }
 }
 
@@ -210,6 +288,7 @@ pub async fn start(
         rounds,
         first,
         runtime,
+        recorder: None,
     })))
 }
 

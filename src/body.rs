@@ -32,6 +32,7 @@ where
     body.map_err(Into::into).boxed_unsync()
 }
 
+pub mod channel;
 pub mod coalesce;
 pub mod drain;
 pub mod idle_timeout;

@@ -9,6 +9,7 @@
 pub mod gateway_tools;
 pub mod raw;
 mod redact;
+pub mod store;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -29,7 +30,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 pub use gateway_tools::{
     GatewaySettings, HttpToolConfig, McpServerConfig, McpTransport, ToolSource,
 };
-pub use raw::{Api, Mode, OnInvalid, RawConfig, ResultRole, ShowGatewayTools};
+pub use raw::{Api, Mode, OnInvalid, RawConfig, Record, ResultRole, ShowGatewayTools};
+pub use store::StoreConfig;
 
 use crate::natural::syntax::Syntax;
 
@@ -80,6 +82,8 @@ pub struct Config {
     pub mcp_servers: Vec<Arc<McpServerConfig>>,
     /// `[[http_tools]]`, in file order.
     pub http_tools: Vec<Arc<HttpToolConfig>>,
+    /// `[store]`, when configured.
+    pub store: Option<StoreConfig>,
     /// What was loaded, kept for `toolgate check` (printed with secrets redacted).
     pub raw: RawConfig,
 }
@@ -235,6 +239,7 @@ impl Config {
         let server = server(&raw.server)?;
         let mcp_servers = gateway_tools::mcp_servers(&raw.mcp_servers)?;
         let http_tools = gateway_tools::http_tools(&raw.http_tools, &mcp_servers)?;
+        let store = raw.store.as_ref().map(store::store).transpose()?;
         let mut providers = Vec::with_capacity(raw.providers.len());
         for (i, p) in raw.providers.iter().enumerate() {
             let path = format!("providers[{i}]");
@@ -268,6 +273,7 @@ impl Config {
             providers,
             mcp_servers,
             http_tools,
+            store,
             raw,
         })
     }

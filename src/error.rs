@@ -41,6 +41,12 @@ pub enum GatewayError {
     Unauthorized,
     #[error("The gateway is at its limit of concurrent requests; retry shortly")]
     Overloaded,
+    /// A stored thing (a chat, a response) that does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The transcript store cannot answer.
+    #[error("{0}")]
+    StoreUnavailable(String),
     /// A tool server this provider's gateway tools need is not available.
     #[error("The tool server `{server}` {reason}; this provider's requests wait until it is back")]
     ToolServerUnavailable { server: String, reason: String },
@@ -68,9 +74,9 @@ impl GatewayError {
     pub fn status(&self) -> StatusCode {
         match self {
             GatewayError::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            GatewayError::UnknownModel(_) | GatewayError::UnknownRoute { .. } => {
-                StatusCode::NOT_FOUND
-            }
+            GatewayError::UnknownModel(_)
+            | GatewayError::UnknownRoute { .. }
+            | GatewayError::NotFound(_) => StatusCode::NOT_FOUND,
             GatewayError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::UpstreamUnreachable { .. }
             | GatewayError::UpstreamInvalid { .. }
@@ -78,6 +84,7 @@ impl GatewayError {
             GatewayError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             GatewayError::Draining
             | GatewayError::Overloaded
+            | GatewayError::StoreUnavailable(_)
             | GatewayError::ToolServerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
         }
@@ -89,10 +96,13 @@ impl GatewayError {
             GatewayError::BadRequest { .. }
             | GatewayError::UnknownModel(_)
             | GatewayError::UnknownRoute { .. }
+            | GatewayError::NotFound(_)
             | GatewayError::PayloadTooLarge { .. } => "invalid_request_error",
             GatewayError::Unauthorized => "authentication_error",
             GatewayError::Overloaded => "rate_limit_error",
-            GatewayError::ToolServerUnavailable { .. } => "server_error",
+            GatewayError::ToolServerUnavailable { .. } | GatewayError::StoreUnavailable(_) => {
+                "server_error"
+            }
             _ => "upstream_error",
         }
     }
@@ -111,6 +121,8 @@ impl GatewayError {
             GatewayError::Unauthorized => "invalid_api_key",
             GatewayError::Overloaded => "overloaded",
             GatewayError::ToolServerUnavailable { .. } => "tool_server_unavailable",
+            GatewayError::NotFound(_) => "not_found",
+            GatewayError::StoreUnavailable(_) => "store_unavailable",
         }
     }
 

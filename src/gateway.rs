@@ -31,6 +31,7 @@ use crate::inbound;
 use crate::metrics::request::{ProviderMetrics, route_of};
 use crate::natural;
 use crate::router;
+use crate::store::Store;
 use crate::tools::Tools;
 use crate::tools::steps::StepStore;
 use crate::upstream::Upstreams;
@@ -46,6 +47,8 @@ pub struct Gateway {
     tools: Arc<Tools>,
     /// The gateway's own steps awaiting a client's follow-up.
     steps: Arc<StepStore>,
+    /// Transcripts, when `[store]` is configured (kept across reloads).
+    store: Option<Arc<Store>>,
     metrics: PrometheusHandle,
     draining: AtomicBool,
     /// Turns true when the shutdown grace period is over: open streams end.
@@ -59,18 +62,25 @@ pub struct Runtime {
     pub(crate) natural: natural::Engine,
     pub(crate) tools: Arc<Tools>,
     pub(crate) steps: Arc<StepStore>,
+    pub(crate) store: Option<Arc<Store>>,
     limit: Option<Arc<Semaphore>>,
     /// Per provider, in `config.providers` order.
     provider_metrics: Vec<Arc<ProviderMetrics>>,
 }
 
 impl Runtime {
-    fn new(config: Arc<Config>, tools: Arc<Tools>, steps: Arc<StepStore>) -> Self {
+    fn new(
+        config: Arc<Config>,
+        tools: Arc<Tools>,
+        steps: Arc<StepStore>,
+        store: Option<Arc<Store>>,
+    ) -> Self {
         Runtime {
             upstreams: Upstreams::new(&config.server),
             natural: natural::Engine::new(&config),
             tools,
             steps,
+            store,
             limit: config
                 .server
                 .max_concurrent_requests
@@ -104,10 +114,23 @@ impl Gateway {
             STEPS_MAX_BYTES,
             STEPS_TTL,
         ));
+        let store = config.store.clone().and_then(|c| match Store::start(c) {
+            Ok(store) => Some(Arc::new(store)),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the transcript store; transcripts are off");
+                None
+            }
+        });
         Gateway {
-            runtime: ArcSwap::from_pointee(Runtime::new(config, tools.clone(), steps.clone())),
+            runtime: ArcSwap::from_pointee(Runtime::new(
+                config,
+                tools.clone(),
+                steps.clone(),
+                store.clone(),
+            )),
             tools,
             steps,
+            store,
             metrics,
             draining: AtomicBool::new(false),
             grace_over: watch::Sender::new(false),
@@ -130,11 +153,15 @@ impl Gateway {
                 "server.listen changes need a restart; still listening on the old address"
             );
         }
+        if old.raw.store != config.raw.store {
+            tracing::warn!("[store] changes need a restart; the store keeps its old settings");
+        }
         self.tools.reload(&config);
         self.runtime.store(Arc::new(Runtime::new(
             Arc::new(config),
             self.tools.clone(),
             self.steps.clone(),
+            self.store.clone(),
         )));
         metrics::counter!(crate::metrics::CONFIG_RELOADS, "outcome" => "success").increment(1);
         tracing::info!("config reloaded");
@@ -153,6 +180,19 @@ impl Gateway {
 
     pub fn metrics(&self) -> &PrometheusHandle {
         &self.metrics
+    }
+
+    /// The transcript store, when configured.
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        self.store.as_ref()
+    }
+
+    /// Writes what the store has queued and closes it (blocking; at most
+    /// `deadline`). Call after the server has drained.
+    pub fn close_store(&self, deadline: std::time::Duration) {
+        if let Some(store) = &self.store {
+            store.close(deadline);
+        }
     }
 
     /// The gateway-side tool runtime.
@@ -185,6 +225,13 @@ impl Gateway {
             ready &= !offered || state.is_up();
             detail.push_str(&format!("tool server {name}: {line}\n"));
         }
+        if let Some(store) = &self.store {
+            match store.health() {
+                None => detail.push_str("store: up\n"),
+                // Traffic does not need the store: it is reported, not waited for.
+                Some(error) => detail.push_str(&format!("store: down: {error}\n")),
+            }
+        }
         let (status, head) = if ready {
             (StatusCode::OK, "ready\n")
         } else {
@@ -212,6 +259,32 @@ impl Gateway {
                 );
                 r
             }
+            (&Method::GET, "/toolgate/ui" | "/toolgate/ui/") => {
+                match crate::api::transcripts::handle(None, req.method(), req.uri().path(), None)
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(e) => e.into_response(),
+                }
+            }
+            (_, path) if path.starts_with("/toolgate/api/") => {
+                let runtime = self.runtime.load_full();
+                if let Err(e) = authorize(&runtime, &req) {
+                    return e.into_response();
+                }
+                let query = req.uri().query();
+                match crate::api::transcripts::handle(
+                    self.store.as_ref(),
+                    req.method(),
+                    path,
+                    query,
+                )
+                .await
+                {
+                    Ok(r) => r,
+                    Err(e) => e.into_response(),
+                }
+            }
             (_, path) if path.starts_with("/v1/") => {
                 let runtime = self.runtime.load_full();
                 let mut log = RequestLog::start(route_of(path));
@@ -219,6 +292,17 @@ impl Gateway {
                     Err(e) => e.into_response(),
                     Ok(()) if req.method() == Method::GET && path == "/v1/models" => {
                         list_models(&runtime.config)
+                    }
+                    Ok(())
+                        if path.starts_with("/v1/responses/") && req.method() != Method::POST =>
+                    {
+                        let id = &path["/v1/responses/".len()..];
+                        match crate::api::responses::stored(self.store.as_ref(), req.method(), id)
+                            .await
+                        {
+                            Ok(r) => r,
+                            Err(e) => e.into_response(),
+                        }
                     }
                     Ok(()) => match proxy(&runtime, req, &mut log).await {
                         Ok(r) => r,
@@ -244,6 +328,19 @@ impl Gateway {
 
 /// The inbound key (`[server.auth]`) and the concurrency limit.
 fn admit<B>(runtime: &Runtime, req: &Request<B>, log: &mut RequestLog) -> Result<(), GatewayError> {
+    authorize(runtime, req)?;
+    if let Some(limit) = &runtime.limit {
+        let permit = limit
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| GatewayError::Overloaded)?;
+        log.permit = Some(permit);
+    }
+    Ok(())
+}
+
+/// The inbound key, when `[server.auth]` is on.
+fn authorize<B>(runtime: &Runtime, req: &Request<B>) -> Result<(), GatewayError> {
     if let Some(keys) = &runtime.config.server.auth {
         let presented = req
             .headers()
@@ -253,13 +350,6 @@ fn admit<B>(runtime: &Runtime, req: &Request<B>, log: &mut RequestLog) -> Result
         if !presented.is_some_and(|k| keys.accepts(k)) {
             return Err(GatewayError::Unauthorized);
         }
-    }
-    if let Some(limit) = &runtime.limit {
-        let permit = limit
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| GatewayError::Overloaded)?;
-        log.permit = Some(permit);
     }
     Ok(())
 }
@@ -325,7 +415,24 @@ where
         ))
         .await;
     }
-    match provider.tools.mode {
+    // With a store, a chat exchange may be recorded: its answer is read on
+    // the way to the client (and passed on unchanged).
+    let recorder = match &runtime.store {
+        Some(_) if chat => match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(serde_json::Value::Object(request)) => {
+                Box::pin(crate::answer::recorder(
+                    runtime,
+                    provider,
+                    &request,
+                    &parts.headers,
+                ))
+                .await
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    let response = match provider.tools.mode {
         // Boxed: the transforms' futures are large, and hyper keeps the
         // handler's future allocation for the life of each connection.
         Mode::Natural if chat => {
@@ -351,7 +458,23 @@ where
             let request = Request::from_parts(parts, Full::new(bytes));
             runtime.upstreams.send(provider, request).await
         }
-    }
+    }?;
+    Ok(match recorder {
+        Some(recorder) if response.status().is_success() => {
+            let chat = recorder.chat_id().to_owned();
+            let streamed = response
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+            let (parts, body) = response.into_parts();
+            let tapped = crate::api::chat_tap::Tap::new(body, recorder, streamed);
+            let mut response = Response::from_parts(parts, crate::body::boxed(tapped));
+            crate::answer::tag_chat(&mut response, Some(&chat));
+            response
+        }
+        _ => response,
+    })
 }
 
 fn list_models(config: &Config) -> Response<Body> {

@@ -30,6 +30,7 @@ pub mod natural;
 pub mod router;
 pub mod server;
 pub mod sse;
+pub mod store;
 pub mod to_natural;
 pub mod tools;
 pub mod upstream;

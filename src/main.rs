@@ -157,7 +157,11 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
         }
     };
     let dealer = toolgate::workers::Dealer::new(workers.handles());
+    let gateway = Arc::new(toolgate::gateway::Gateway::new(Arc::new(config)));
+    let serving = gateway.clone();
     let code = runtime.block_on(async move {
+        let gateway = serving;
+        let config = gateway.config();
         let listen = config.server.listen;
         let listener = match tokio::net::TcpListener::bind(listen).await {
             Ok(l) => l,
@@ -166,7 +170,6 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let gateway = Arc::new(toolgate::gateway::Gateway::new(Arc::new(config)));
         tokio::spawn(reload_on_sighup(gateway.clone(), path));
         let shutdown = toolgate::server::shutdown_signal();
         match toolgate::server::run(gateway, listener, dealer, shutdown).await {
@@ -178,6 +181,8 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
         }
     });
     workers.stop();
+    // Transcript rows still queued are written before the process ends.
+    gateway.close_store(std::time::Duration::from_secs(5));
     toolgate::log_writer::flush();
     code
 }

@@ -34,6 +34,10 @@ pub const GATEWAY_TOOL_DURATION: &str = "toolgate_gateway_tool_duration_seconds"
 pub const GATEWAY_TOOLS_IN_FLIGHT: &str = "toolgate_gateway_tools_in_flight";
 pub const GATEWAY_ROUNDS: &str = "toolgate_gateway_rounds";
 pub const MCP_SERVER_UP: &str = "toolgate_mcp_server_up";
+pub const STORE_DROPPED: &str = "toolgate_store_dropped_total";
+pub const STORE_QUEUE_DEPTH: &str = "toolgate_store_queue_depth";
+pub const STORE_WRITE_SECONDS: &str = "toolgate_store_write_seconds";
+pub const STORE_UP: &str = "toolgate_store_up";
 
 /// Latency buckets from 1 ms to 5 minutes: model calls are slow, the gateway is not.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -65,6 +69,12 @@ pub fn install() -> PrometheusHandle {
                 })
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(REPAIR_DURATION.into()), LATENCY_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(STORE_WRITE_SECONDS.into()),
+                        LATENCY_BUCKETS,
+                    )
                 })
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(HELD_BYTES.into()), BYTE_BUCKETS)
@@ -180,5 +190,19 @@ fn describe() {
     describe_gauge!(
         MCP_SERVER_UP,
         "1 while the MCP server is connected and its tools listed, else 0."
+    );
+    describe_counter!(
+        STORE_DROPPED,
+        "Transcript rows dropped: the write queue was full or the database failed."
+    );
+    describe_gauge!(STORE_QUEUE_DEPTH, "Transcript rows waiting for the writer.");
+    describe_histogram!(
+        STORE_WRITE_SECONDS,
+        Unit::Seconds,
+        "Time to write one batch of transcript rows."
+    );
+    describe_gauge!(
+        STORE_UP,
+        "1 while the transcript store takes writes, else 0."
     );
 }

@@ -50,15 +50,18 @@ pub async fn handle(
         .gateway
         .as_ref()
         .map_or(ShowGatewayTools::Fields, |g| g.show);
+    let recorder = answer::recorder(&runtime, &provider, &request, &parts.headers).await;
+    let chat = recorder.as_ref().map(|r| r.chat_id().to_owned());
     let ask = Ask {
         request,
         uri: parts.uri,
         headers: parts.headers,
     };
-    let running = match answer::start(runtime, provider, ask).await? {
+    let mut running = match answer::start(runtime, provider, ask).await? {
         Started::Refused(response) => return Ok(response),
         Started::Running(running) => running,
     };
+    running.record(recorder);
     if stream {
         let encoder = ChatEvents::new(include_usage, show);
         let body = drive::spawn(encoder, move |mut out| {
@@ -71,6 +74,7 @@ pub async fn handle(
             HeaderValue::from_static("text/event-stream"),
         );
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        answer::tag_chat(&mut response, chat.as_deref());
         return Ok(response);
     }
     let mut message = ChatMessage::new(show);
@@ -81,5 +85,6 @@ pub async fn handle(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    answer::tag_chat(&mut response, chat.as_deref());
     Ok(response)
 }

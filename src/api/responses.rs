@@ -55,15 +55,18 @@ pub async fn handle(
     // The rounds go to the provider's chat endpoint (the path is all
     // `upstream` reads of the client's URI).
     let uri = http::Uri::from_static("/v1/chat/completions");
+    let recorder = answer::recorder(&runtime, &provider, &translated.chat, &parts.headers).await;
+    let chat = recorder.as_ref().map(|r| r.chat_id().to_owned());
     let ask = Ask {
         request: translated.chat,
         uri,
         headers: parts.headers,
     };
-    let running = match answer::start(runtime, provider, ask).await? {
+    let mut running = match answer::start(runtime, provider, ask).await? {
         Started::Refused(response) => return Ok(response),
         Started::Running(running) => running,
     };
+    running.record(recorder);
     let mut encoder = ResponsesEvents::new(
         &model,
         &translated.echo,
@@ -82,10 +85,55 @@ pub async fn handle(
             HeaderValue::from_static("text/event-stream"),
         );
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        answer::tag_chat(&mut response, chat.as_deref());
         return Ok(response);
     }
     running.drive(&mut encoder).await;
     let object = encoder.into_response()?;
+    let mut response = Response::new(body::json(&object));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    answer::tag_chat(&mut response, chat.as_deref());
+    Ok(response)
+}
+
+/// `GET` and `DELETE /v1/responses/{id}`: responses kept in the store.
+pub async fn stored(
+    store: Option<&Arc<crate::store::Store>>,
+    method: &http::Method,
+    id: &str,
+) -> Result<Response<Body>, GatewayError> {
+    let Some(store) = store else {
+        return Err(GatewayError::NotFound(format!(
+            "No stored response `{id}`: toolgate keeps responses only with a [store] configured"
+        )));
+    };
+    let unavailable = |e: crate::store::StoreError| GatewayError::StoreUnavailable(e.to_string());
+    let missing = || GatewayError::NotFound(format!("No stored response `{id}`"));
+    let object = match *method {
+        http::Method::GET => {
+            store
+                .response(id)
+                .await
+                .map_err(unavailable)?
+                .ok_or_else(missing)?
+                .1
+        }
+        http::Method::DELETE => {
+            if !store.delete_response(id).await.map_err(unavailable)? {
+                return Err(missing());
+            }
+            serde_json::json!({"id": id, "object": "response.deleted", "deleted": true})
+        }
+        _ => {
+            return Err(GatewayError::UnknownRoute {
+                method: method.to_string(),
+                path: format!("/v1/responses/{id}"),
+            });
+        }
+    };
     let mut response = Response::new(body::json(&object));
     response.headers_mut().insert(
         header::CONTENT_TYPE,

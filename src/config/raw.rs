@@ -5,12 +5,14 @@
 //! [`super::Config`] whose fields cannot be invalid.
 
 mod gateway;
+mod store;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 pub use gateway::{RawHttpTool, RawMcpServer, ShowGatewayTools};
+pub use store::{RawStore, Record};
 
 pub use crate::natural::request::ResultRole;
 use crate::natural::syntax::Syntax;
@@ -26,6 +28,8 @@ pub struct RawConfig {
     pub mcp_servers: Vec<RawMcpServer>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http_tools: Vec<RawHttpTool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<RawStore>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

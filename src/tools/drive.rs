@@ -8,18 +8,16 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::Response;
-use http_body::{Body as HttpBody, Frame};
 use http_body_util::BodyExt;
 use tokio::sync::{Semaphore, mpsc};
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::task::JoinSet;
 
 use crate::api::chat_decode::{self, ChatDecoder};
-use crate::body::{Body, BoxError};
+use crate::body::Body;
 use crate::error::GatewayError;
 use crate::exchange::{Event, Sink};
 use crate::metrics as m;
@@ -325,36 +323,5 @@ where
     E: Sink + Take + Send + 'static,
     F: FnOnce(Streamed<E>) -> Pin<Box<dyn Future<Output = ()> + Send>>,
 {
-    let (tx, rx) = mpsc::channel(CHANNEL_FRAMES);
-    let task = tokio::spawn(run(Streamed { encoder, tx }));
-    crate::body::boxed(ChannelBody {
-        rx,
-        task: task.abort_handle(),
-    })
-}
-
-/// The client's end of a streamed answer; dropping it aborts the driver.
-struct ChannelBody {
-    rx: mpsc::Receiver<Bytes>,
-    task: AbortHandle,
-}
-
-impl HttpBody for ChannelBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.rx
-            .poll_recv(cx)
-            .map(|bytes| bytes.map(|b| Ok(Frame::data(b))))
-    }
-}
-
-impl Drop for ChannelBody {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    crate::body::channel::spawn(CHANNEL_FRAMES, move |tx| run(Streamed { encoder, tx }))
 }

@@ -1,0 +1,136 @@
+//! A chat answer read on its way to the client, for the transcript: the
+//! body passes through unchanged (frame for frame), and a copy is decoded
+//! into [`Event`](crate::exchange::Event)s for the [`Recorder`]. Used on
+//! the direct chat paths (passthrough, natural, to_natural) when a store
+//! records the exchange.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+
+use crate::api::chat_decode::{self, ChatDecoder};
+use crate::body::{Body, BoxError};
+use crate::exchange::Event;
+use crate::sse;
+use crate::store::Recorder;
+
+/// A whole (non-streamed) answer is decoded only up to this size.
+const MAX_WHOLE: usize = 8 * 1024 * 1024;
+
+pub struct Tap {
+    inner: Body,
+    recorder: Option<Recorder>,
+    shape: Shape,
+    events: Vec<Event>,
+}
+
+enum Shape {
+    Stream {
+        sse: sse::Decoder,
+        chat: ChatDecoder,
+        frames: Vec<sse::Event>,
+    },
+    Whole(Vec<u8>),
+}
+
+impl Tap {
+    pub fn new(inner: Body, recorder: Recorder, streamed: bool) -> Tap {
+        let shape = if streamed {
+            Shape::Stream {
+                sse: sse::Decoder::new(),
+                chat: ChatDecoder::new(),
+                frames: Vec::new(),
+            }
+        } else {
+            Shape::Whole(Vec::new())
+        };
+        Tap {
+            inner,
+            recorder: Some(recorder),
+            shape,
+            events: Vec::new(),
+        }
+    }
+
+    fn observe(&mut self, data: &[u8]) {
+        let Some(recorder) = &mut self.recorder else {
+            return;
+        };
+        match &mut self.shape {
+            Shape::Stream { sse, chat, frames } => {
+                if sse.feed(data, frames).is_err() {
+                    self.recorder = None;
+                    return;
+                }
+                for frame in frames.drain(..) {
+                    if chat.feed(&frame.data, &mut self.events).is_err() {
+                        break;
+                    }
+                }
+                for event in self.events.drain(..) {
+                    recorder.event(&event);
+                }
+            }
+            Shape::Whole(buffer) => {
+                if buffer.len() + data.len() > MAX_WHOLE {
+                    self.recorder = None;
+                    return;
+                }
+                buffer.extend_from_slice(data);
+            }
+        }
+    }
+
+    fn end(&mut self) {
+        let Some(mut recorder) = self.recorder.take() else {
+            return;
+        };
+        match &mut self.shape {
+            Shape::Stream { chat, .. } => {
+                let _ = chat.finish(&mut self.events);
+            }
+            Shape::Whole(buffer) => {
+                if let Ok(events) = chat_decode::completion(buffer) {
+                    self.events = events;
+                }
+            }
+        }
+        for event in self.events.drain(..) {
+            recorder.event(&event);
+        }
+        recorder.finish();
+    }
+}
+
+impl HttpBody for Tap {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let data = data.clone();
+                    self.observe(&data);
+                }
+            }
+            Poll::Ready(None) => self.end(),
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,200 @@
+//! The transcript API and page (seed 004): `/toolgate/api/chats` (newest
+//! first), `/toolgate/api/chats/{id}` (every message in order),
+//! `/toolgate/api/chats/{id}/events` (SSE: stored messages replayed, then
+//! live ones while the chat is answered) and `/toolgate/ui/`, one page
+//! embedded in the binary.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Response, StatusCode, header};
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::body::{self, Body};
+use crate::error::GatewayError;
+use crate::store::{Message, Store, StoreError};
+
+const PAGE: &str = include_str!("transcripts.html");
+const DEFAULT_LIMIT: i64 = 50;
+const MAX_LIMIT: i64 = 500;
+/// A comment this often keeps an idle events stream open through proxies.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// An events stream ends after this long (the page reconnects).
+const MAX_EVENTS: Duration = Duration::from_secs(3600);
+
+pub async fn handle(
+    store: Option<&Arc<Store>>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+) -> Result<Response<Body>, GatewayError> {
+    if method != Method::GET {
+        return Err(GatewayError::UnknownRoute {
+            method: method.to_string(),
+            path: path.to_owned(),
+        });
+    }
+    if path == "/toolgate/ui" || path == "/toolgate/ui/" {
+        let mut r = Response::new(body::full(PAGE));
+        let h = r.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        // The page runs only its own script; what it shows is text.
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:",
+            ),
+        );
+        return Ok(r);
+    }
+    let Some(rest) = path.strip_prefix("/toolgate/api/chats") else {
+        return Err(GatewayError::UnknownRoute {
+            method: method.to_string(),
+            path: path.to_owned(),
+        });
+    };
+    let store = store.ok_or_else(|| {
+        GatewayError::NotFound("Transcripts are off: configure a [store] to record them".into())
+    })?;
+    let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    match segments.as_slice() {
+        [] => list(store, query).await,
+        [id] => chat(store, id).await,
+        [id, "events"] => Ok(events(store.clone(), (*id).to_owned())),
+        _ => Err(GatewayError::UnknownRoute {
+            method: method.to_string(),
+            path: path.to_owned(),
+        }),
+    }
+}
+
+fn unavailable(e: StoreError) -> GatewayError {
+    GatewayError::StoreUnavailable(e.to_string())
+}
+
+fn json_response(value: &Value) -> Response<Body> {
+    let mut r = Response::new(body::json(value));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+    query?
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+async fn list(store: &Store, query: Option<&str>) -> Result<Response<Body>, GatewayError> {
+    let number = |name: &str| -> Result<Option<i64>, GatewayError> {
+        param(query, name)
+            .map(|v| {
+                v.parse::<i64>().map_err(|_| {
+                    GatewayError::bad_request(format!("`{name}` must be an integer"), Some(name))
+                })
+            })
+            .transpose()
+    };
+    let limit = number("limit")?
+        .unwrap_or(DEFAULT_LIMIT)
+        .clamp(1, MAX_LIMIT);
+    let before = number("before")?;
+    let chats = store.chats(limit + 1, before).await.map_err(unavailable)?;
+    let has_more = chats.len() as i64 > limit;
+    let data: Vec<_> = chats.into_iter().take(limit as usize).collect();
+    Ok(json_response(&json!({"data": data, "has_more": has_more})))
+}
+
+async fn chat(store: &Store, id: &str) -> Result<Response<Body>, GatewayError> {
+    match store.chat(id).await.map_err(unavailable)? {
+        None => Err(GatewayError::NotFound(format!("No chat `{id}`"))),
+        Some((chat, messages)) => {
+            let messages: Vec<&Value> = messages.iter().map(|m| &m.message).collect();
+            Ok(json_response(&json!({"chat": chat, "messages": messages})))
+        }
+    }
+}
+
+/// The seed's event name for a row kind.
+fn event_name(kind: &str) -> &str {
+    match kind {
+        "tools_call" => "tools_call_update",
+        other => other,
+    }
+}
+
+fn frame(kind: &str, message: &Value) -> Bytes {
+    Bytes::from(format!("event: {}\ndata: {message}\n\n", event_name(kind)))
+}
+
+/// Replays the chat's stored messages, then streams its live ones.
+fn events(store: Arc<Store>, id: String) -> Response<Body> {
+    let body = body::channel::spawn(64, move |tx| async move {
+        // Subscribed first, so nothing written meanwhile is missed; rows
+        // already replayed are skipped by sequence number.
+        let mut live = store.subscribe(&id);
+        let mut last = i64::MIN;
+        if let Ok(Some((_, stored))) = store.chat(&id).await {
+            for m in stored {
+                last = last.max(m.sequence);
+                if tx.send(frame(&m.kind, &m.message)).await.is_err() {
+                    store.unsubscribe(&id, live);
+                    return;
+                }
+            }
+        }
+        let _ = tx.send(Bytes::from_static(b": replayed\n\n")).await;
+        let deadline = tokio::time::Instant::now() + MAX_EVENTS;
+        loop {
+            let next = tokio::select! {
+                m = live.recv() => m,
+                () = tokio::time::sleep(KEEP_ALIVE) => {
+                    if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                () = tokio::time::sleep_until(deadline) => break,
+            };
+            let sent = match next {
+                Ok(m) => send_live(&tx, &m, &mut last).await,
+                // A slow viewer missed rows: it reloads the chat.
+                Err(RecvError::Lagged(_)) => tx
+                    .send(Bytes::from_static(b"event: reload\ndata: {}\n\n"))
+                    .await
+                    .is_ok(),
+                Err(RecvError::Closed) => break,
+            };
+            if !sent {
+                break;
+            }
+        }
+        store.unsubscribe(&id, live);
+    });
+    let mut r = Response::new(body);
+    *r.status_mut() = StatusCode::OK;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+async fn send_live(tx: &tokio::sync::mpsc::Sender<Bytes>, m: &Message, last: &mut i64) -> bool {
+    if m.sequence <= *last {
+        return true;
+    }
+    *last = m.sequence;
+    tx.send(frame(m.kind.as_str(), &m.json)).await.is_ok()
+}

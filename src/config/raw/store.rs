@@ -1,0 +1,35 @@
+//! `[store]` as written.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    /// `sqlite://FILE`, `sqlite::memory:` or `postgres://user@host/db`.
+    pub url: String,
+    /// Env var holding the PostgreSQL password (kept out of the file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_env: Option<String>,
+    #[serde(default)]
+    pub record: Record,
+    #[serde(default = "default_retention")]
+    pub retention_days: u32,
+    /// JSON paths into the conversation stored as `"[redacted]"`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redact: Vec<String>,
+}
+
+fn default_retention() -> u32 {
+    30
+}
+
+/// Which exchanges are recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Record {
+    /// Exchanges that declared, offered or called tools.
+    #[default]
+    Tools,
+    All,
+    None,
+}

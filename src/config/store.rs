@@ -1,0 +1,234 @@
+//! `[store]` validated: the database to connect to, what to record, how
+//! long to keep it, and the paths to redact.
+
+use std::time::Duration;
+
+use super::ConfigError;
+use super::raw::{RawStore, Record};
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub backend: Backend,
+    pub record: Record,
+    pub retention: Duration,
+    pub redact: Vec<RedactPath>,
+}
+
+/// Where the store lives. The URL is complete (a PostgreSQL password from
+/// `password_env` already in it), so it is never printed.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    Sqlite { url: String },
+    Postgres { url: String },
+}
+
+/// A step of a redaction path below one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Key(String),
+    /// `[*]`
+    Every,
+    Index(usize),
+}
+
+/// `$.messages[…]…`: which messages (`None`: every one) and the path
+/// inside each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedactPath {
+    pub message: Option<usize>,
+    pub steps: Vec<Step>,
+}
+
+pub fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
+    let backend = backend(raw)?;
+    if raw.retention_days == 0 {
+        return Err(ConfigError::new(
+            "store.retention_days",
+            "must be at least 1",
+        ));
+    }
+    let redact = raw
+        .redact
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            parse_path(p).map_err(|why| ConfigError::new(format!("store.redact[{i}]"), why))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(StoreConfig {
+        backend,
+        record: raw.record,
+        retention: Duration::from_secs(u64::from(raw.retention_days) * 86_400),
+        redact,
+    })
+}
+
+fn backend(raw: &RawStore) -> Result<Backend, ConfigError> {
+    let url = raw.url.trim();
+    if url.starts_with("sqlite:") {
+        if raw.password_env.is_some() {
+            return Err(ConfigError::new(
+                "store.password_env",
+                "only a postgres:// store has a password",
+            ));
+        }
+        return Ok(Backend::Sqlite {
+            url: url.to_owned(),
+        });
+    }
+    let Some(rest) = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))
+    else {
+        return Err(ConfigError::new(
+            "store.url",
+            format!("{url:?} is neither sqlite:… nor postgres://…"),
+        ));
+    };
+    let Some(var) = &raw.password_env else {
+        return Ok(Backend::Postgres {
+            url: url.to_owned(),
+        });
+    };
+    let password = std::env::var(var).map_err(|_| {
+        ConfigError::new(
+            "store.password_env",
+            format!("the environment variable {var} is not set"),
+        )
+    })?;
+    let Some((user, host)) = rest.split_once('@') else {
+        return Err(ConfigError::new(
+            "store.url",
+            "a password needs a user: postgres://user@host/db",
+        ));
+    };
+    if user.contains(':') {
+        return Err(ConfigError::new(
+            "store.url",
+            "the URL has a password already; keep it in password_env only",
+        ));
+    }
+    Ok(Backend::Postgres {
+        url: format!("postgres://{user}:{}@{host}", percent_encode(&password)),
+    })
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Parses `$.messages[*].content`, `$.messages[2].tool_calls[*].function.arguments` …
+fn parse_path(path: &str) -> Result<RedactPath, String> {
+    let rest = path
+        .strip_prefix("$.messages")
+        .ok_or("a path starts with `$.messages` (only messages are recorded)")?;
+    let mut steps = parse_steps(rest)?;
+    let message = match steps.first() {
+        Some(Step::Every) => None,
+        Some(Step::Index(i)) => Some(*i),
+        _ => return Err("`$.messages` is followed by `[*]` or `[N]`".into()),
+    };
+    steps.remove(0);
+    Ok(RedactPath { message, steps })
+}
+
+fn parse_steps(mut rest: &str) -> Result<Vec<Step>, String> {
+    let mut steps = Vec::new();
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('.') {
+            let end = after.find(['.', '[']).unwrap_or(after.len());
+            let key = &after[..end];
+            if key.is_empty() {
+                return Err("an empty key".into());
+            }
+            steps.push(Step::Key(key.to_owned()));
+            rest = &after[end..];
+        } else if let Some(after) = rest.strip_prefix('[') {
+            let end = after.find(']').ok_or("an unclosed `[`")?;
+            let inner = &after[..end];
+            steps.push(if inner == "*" {
+                Step::Every
+            } else {
+                Step::Index(
+                    inner
+                        .parse()
+                        .map_err(|_| format!("`[{inner}]` is neither `[*]` nor an index"))?,
+                )
+            });
+            rest = &after[end + 1..];
+        } else {
+            return Err(format!("unexpected {rest:?}"));
+        }
+    }
+    Ok(steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert_eq!(
+            parse_path("$.messages[*].content").unwrap(),
+            RedactPath {
+                message: None,
+                steps: vec![Step::Key("content".into())]
+            }
+        );
+        assert_eq!(
+            parse_path("$.messages[2].tool_calls[*].function.arguments").unwrap(),
+            RedactPath {
+                message: Some(2),
+                steps: vec![
+                    Step::Key("tool_calls".into()),
+                    Step::Every,
+                    Step::Key("function".into()),
+                    Step::Key("arguments".into())
+                ]
+            }
+        );
+        for bad in [
+            "$.tools",
+            "$.messages.content",
+            "$.messages[x]",
+            "$.messages[*]..a",
+        ] {
+            assert!(parse_path(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn urls() {
+        let raw = |url: &str| RawStore {
+            url: url.into(),
+            password_env: None,
+            record: Record::Tools,
+            retention_days: 30,
+            redact: vec![],
+        };
+        assert!(matches!(
+            store(&raw("sqlite::memory:")).unwrap().backend,
+            Backend::Sqlite { .. }
+        ));
+        assert!(matches!(
+            store(&raw("postgres://u@h/db")).unwrap().backend,
+            Backend::Postgres { .. }
+        ));
+        assert_eq!(store(&raw("mysql://x")).unwrap_err().path, "store.url");
+        let mut with_password = raw("postgres://u@h:5432/db");
+        with_password.password_env = Some("PATH".into());
+        let Backend::Postgres { url } = store(&with_password).unwrap().backend else {
+            unreachable!()
+        };
+        assert!(url.starts_with("postgres://u:") && url.ends_with("@h:5432/db"));
+    }
+}

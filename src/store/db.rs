@@ -1,0 +1,313 @@
+//! The two databases behind one set of queries (sqlx, runtime queries): the
+//! SQL is the same for SQLite and PostgreSQL, so each query is written once
+//! and run on whichever pool is configured.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::{Row, SqlSafeStr};
+
+use crate::config::store::Backend;
+use crate::store::record::{ChatSummary, StoredMessage, Write};
+
+/// How long a query may wait for a connection: a database that is down
+/// fails a batch quickly instead of stalling the writer.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The schema, one migration per version; the same SQL on both databases.
+const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "transcripts", include_str!("schema_1.sql"))];
+
+pub enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to whichever pool `$db` holds.
+macro_rules! on_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            Db::Sqlite($pool) => $body,
+            Db::Postgres($pool) => $body,
+        }
+    };
+}
+
+impl Db {
+    /// A pool that connects when first used (a database that is down at
+    /// start does not stop toolgate).
+    pub fn open(backend: &Backend) -> Result<Db, String> {
+        match backend {
+            Backend::Sqlite { url } => {
+                let memory = url.contains(":memory:") || url.contains("mode=memory");
+                let mut options = SqliteConnectOptions::from_str(url)
+                    .map_err(|e| format!("invalid SQLite URL: {e}"))?
+                    .create_if_missing(true)
+                    .busy_timeout(Duration::from_secs(5));
+                if !memory {
+                    options = options.journal_mode(SqliteJournalMode::Wal);
+                }
+                // An in-memory database lives as long as its one connection.
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(if memory { 1 } else { 4 })
+                    .min_connections(u32::from(memory))
+                    .idle_timeout(if memory {
+                        None
+                    } else {
+                        Some(Duration::from_secs(600))
+                    })
+                    .max_lifetime(if memory {
+                        None
+                    } else {
+                        Some(Duration::from_secs(3600))
+                    })
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .connect_lazy_with(options);
+                Ok(Db::Sqlite(pool))
+            }
+            Backend::Postgres { url } => PgPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect_lazy(url)
+                .map(Db::Postgres)
+                .map_err(|e| format!("invalid PostgreSQL URL: {e}")),
+        }
+    }
+
+    pub async fn migrate(&self) -> Result<(), String> {
+        let migrations = MIGRATIONS
+            .iter()
+            .map(|(version, name, sql)| {
+                Migration::new(
+                    *version,
+                    (*name).into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect();
+        let migrator = Migrator::with_migrations(migrations);
+        on_pool!(self, pool => migrator.run(pool).await)
+            .map_err(|e| format!("migration failed: {e}"))
+    }
+
+    /// Writes a batch in one transaction.
+    pub async fn write(&self, batch: &[Write]) -> Result<(), sqlx::Error> {
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            for write in batch {
+                match write {
+                    Write::Message(m) => {
+                        sqlx::query(
+                            "INSERT INTO messages (id, chat_id, role, kind, created_at, sequence, message_json) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
+                        )
+                        .bind(&m.id)
+                        .bind(&*m.chat_id)
+                        .bind(m.role)
+                        .bind(m.kind.as_str())
+                        .bind(m.created_at)
+                        .bind(m.sequence)
+                        .bind(m.json.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    Write::Chat(c) => {
+                        sqlx::query(
+                            "INSERT INTO chats (id, created_at, updated_at, provider, model, title, tool_calls, messages) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                             ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
+                             provider = excluded.provider, model = excluded.model, \
+                             title = CASE WHEN chats.title = '' THEN excluded.title ELSE chats.title END, \
+                             tool_calls = chats.tool_calls + excluded.tool_calls, \
+                             messages = chats.messages + excluded.messages",
+                        )
+                        .bind(&*c.id)
+                        .bind(c.at)
+                        .bind(c.at)
+                        .bind(&c.provider)
+                        .bind(&c.model)
+                        .bind(&c.title)
+                        .bind(c.tool_calls)
+                        .bind(c.messages)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    Write::Head(h) => {
+                        sqlx::query(
+                            "INSERT INTO heads (hash, chat_id, len, created_at) VALUES ($1, $2, $3, $4) \
+                             ON CONFLICT (hash) DO NOTHING",
+                        )
+                        .bind(&h.hash)
+                        .bind(&*h.chat_id)
+                        .bind(h.len)
+                        .bind(h.at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    Write::Response(r) => {
+                        sqlx::query(
+                            "INSERT INTO responses (id, created_at, conversation_json, response_json) \
+                             VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING",
+                        )
+                        .bind(&r.id)
+                        .bind(r.at)
+                        .bind(r.conversation.to_string())
+                        .bind(r.response.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                }
+            }
+            tx.commit().await
+        })
+    }
+
+    /// Chats, newest activity first, older than `before` (ms) if given.
+    pub async fn chats(
+        &self,
+        limit: i64,
+        before: Option<i64>,
+    ) -> Result<Vec<ChatSummary>, sqlx::Error> {
+        let before = before.unwrap_or(i64::MAX);
+        let rows = on_pool!(self, pool => {
+            sqlx::query(
+                "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages FROM chats \
+                 WHERE updated_at < $1 ORDER BY updated_at DESC, id DESC LIMIT $2",
+            )
+            .bind(before)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(summary)
+            .collect::<Result<Vec<_>, sqlx::Error>>()?
+        });
+        Ok(rows)
+    }
+
+    pub async fn chat(&self, id: &str) -> Result<Option<ChatSummary>, sqlx::Error> {
+        on_pool!(self, pool => {
+            let row = sqlx::query(
+                "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages FROM chats WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+            row.as_ref().map(summary).transpose()
+        })
+    }
+
+    /// A chat's messages in order.
+    pub async fn messages(&self, chat: &str) -> Result<Vec<StoredMessage>, sqlx::Error> {
+        on_pool!(self, pool => {
+            sqlx::query(
+                "SELECT id, role, kind, created_at, sequence, message_json FROM messages \
+                 WHERE chat_id = $1 ORDER BY sequence, id",
+            )
+            .bind(chat)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(|row| {
+                let json: String = row.try_get("message_json")?;
+                Ok(StoredMessage {
+                    id: row.try_get("id")?,
+                    role: row.try_get("role")?,
+                    kind: row.try_get("kind")?,
+                    created_at: row.try_get("created_at")?,
+                    sequence: row.try_get("sequence")?,
+                    message: serde_json::from_str(&json).unwrap_or(Value::String(json)),
+                })
+            })
+            .collect()
+        })
+    }
+
+    /// The longest of `hashes` (longest first) that heads a known chat:
+    /// its chat id and how many messages it covers.
+    pub async fn find_head(&self, hashes: &[String]) -> Result<Option<(String, i64)>, sqlx::Error> {
+        for hash in hashes {
+            let found: Option<(String, i64)> = on_pool!(self, pool => {
+                sqlx::query("SELECT chat_id, len FROM heads WHERE hash = $1")
+                    .bind(hash)
+                    .fetch_optional(pool)
+                    .await?
+                    .map(|row| Ok::<_, sqlx::Error>((row.try_get("chat_id")?, row.try_get("len")?)))
+                    .transpose()?
+            });
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+
+    /// A stored response: the conversation it ended and the response object.
+    pub async fn response(&self, id: &str) -> Result<Option<(Value, Value)>, sqlx::Error> {
+        on_pool!(self, pool => {
+            sqlx::query("SELECT conversation_json, response_json FROM responses WHERE id = $1")
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+                .map(|row| {
+                    let conversation: String = row.try_get("conversation_json")?;
+                    let response: String = row.try_get("response_json")?;
+                    Ok((
+                        serde_json::from_str(&conversation).unwrap_or(Value::Null),
+                        serde_json::from_str(&response).unwrap_or(Value::Null),
+                    ))
+                })
+                .transpose()
+        })
+    }
+
+    pub async fn delete_response(&self, id: &str) -> Result<bool, sqlx::Error> {
+        let done = on_pool!(self, pool => {
+            sqlx::query("DELETE FROM responses WHERE id = $1").bind(id).execute(pool).await?.rows_affected()
+        });
+        Ok(done > 0)
+    }
+
+    /// Deletes everything last touched before `cutoff` (ms); rows removed.
+    pub async fn purge(&self, cutoff: i64) -> Result<u64, sqlx::Error> {
+        let mut removed = 0;
+        for sql in [
+            "DELETE FROM messages WHERE chat_id IN (SELECT id FROM chats WHERE updated_at < $1)",
+            "DELETE FROM heads WHERE chat_id IN (SELECT id FROM chats WHERE updated_at < $1)",
+            "DELETE FROM chats WHERE updated_at < $1",
+            "DELETE FROM responses WHERE created_at < $1",
+        ] {
+            removed += on_pool!(self, pool => {
+                sqlx::query(sql).bind(cutoff).execute(pool).await?.rows_affected()
+            });
+        }
+        Ok(removed)
+    }
+
+    pub async fn close(&self) {
+        on_pool!(self, pool => pool.close().await);
+    }
+}
+
+fn summary<R: Row>(row: &R) -> Result<ChatSummary, sqlx::Error>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    String: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    i64: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(ChatSummary {
+        id: row.try_get("id")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        provider: row.try_get("provider")?,
+        model: row.try_get("model")?,
+        title: row.try_get("title")?,
+        tool_calls: row.try_get("tool_calls")?,
+        messages: row.try_get("messages")?,
+    })
+}

@@ -1,0 +1,114 @@
+//! Which chat a request continues, without the client saying so: every
+//! conversation state toolgate answered is kept as a hash of its messages,
+//! normalised to what a client sends back (role, text, calls by name and
+//! arguments, results by call id). A request whose history starts with such
+//! a state continues that chat. Pure.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// A running hash over messages: `next = sha256(previous ‖ message)`.
+#[derive(Debug, Clone, Default)]
+pub struct Chain {
+    state: [u8; 32],
+}
+
+impl Chain {
+    pub fn push(&mut self, message: &Value) {
+        let mut hasher = Sha256::new();
+        hasher.update(self.state);
+        hasher.update(normal(message).as_bytes());
+        self.state = hasher.finalize().into();
+    }
+
+    pub fn hex(&self) -> String {
+        self.state.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// A message reduced to what survives a client's round trip.
+fn normal(message: &Value) -> String {
+    let role = message.get("role").and_then(Value::as_str).unwrap_or("");
+    let text = match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    };
+    let calls: Vec<(String, String)> = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let name = c
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let args = c
+                .pointer("/function/arguments")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            // Spacing is the only change a client may make to arguments.
+            let args = serde_json::from_str::<Value>(args)
+                .map(|v| v.to_string())
+                .unwrap_or_else(|_| args.to_owned());
+            (name, args)
+        })
+        .collect();
+    let id = message
+        .get("tool_call_id")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    serde_json::json!([role, text.trim(), calls, id]).to_string()
+}
+
+/// The hash of every prefix of `messages` that ends with an assistant
+/// message, longest first, with its length; at most `max`.
+pub fn prefixes(messages: &[Value], max: usize) -> Vec<(String, usize)> {
+    let mut chain = Chain::default();
+    let mut out = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        chain.push(message);
+        if message.get("role").and_then(Value::as_str) == Some("assistant") {
+            out.push((chain.hex(), i + 1));
+        }
+    }
+    out.reverse();
+    out.truncate(max);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_history_sent_back_matches_the_state_it_continues() {
+        let answered = [
+            json!({"role": "user", "content": "Weather?"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "W", "arguments": "{\"city\": \"Rome\"}"}}]}),
+        ];
+        let mut chain = Chain::default();
+        for m in &answered {
+            chain.push(m);
+        }
+        let head = chain.hex();
+        // As an SDK sends it back: parts, other spacing, extra fields.
+        let next = [
+            json!({"role": "user", "content": [{"type": "text", "text": "Weather?"}]}),
+            json!({"role": "assistant", "content": "", "refusal": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "W", "arguments": "{\"city\":\"Rome\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "hot"}),
+        ];
+        assert_eq!(prefixes(&next, 8), vec![(head.clone(), 2)]);
+        let other = [
+            json!({"role": "user", "content": "Weather!"}),
+            next[1].clone(),
+        ];
+        assert_ne!(prefixes(&other, 8)[0].0, head);
+    }
+}

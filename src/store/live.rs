@@ -1,0 +1,88 @@
+//! Rows of chats being answered now, for the events endpoint's viewers. A
+//! chat has a channel while an answer or a viewer needs it, no longer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
+
+use crate::store::record::Message;
+
+/// Rows a slow viewer may fall behind before it misses some (it is told).
+const CAPACITY: usize = 256;
+
+#[derive(Default)]
+pub struct Live {
+    chats: Mutex<HashMap<Arc<str>, Channel>>,
+}
+
+struct Channel {
+    tx: broadcast::Sender<Arc<Message>>,
+    /// Answers of this chat in flight.
+    answers: usize,
+}
+
+impl Live {
+    /// An answer of `chat` starts.
+    pub fn start(&self, chat: &Arc<str>) {
+        let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
+        sweep(&mut chats);
+        chats
+            .entry(chat.clone())
+            .or_insert_with(|| Channel {
+                tx: broadcast::channel(CAPACITY).0,
+                answers: 0,
+            })
+            .answers += 1;
+    }
+
+    pub fn publish(&self, chat: &str, message: &Message) {
+        let chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(channel) = chats.get(chat)
+            && channel.tx.receiver_count() > 0
+        {
+            let _ = channel.tx.send(Arc::new(message.clone()));
+        }
+    }
+
+    /// An answer of `chat` ended.
+    pub fn finish(&self, chat: &str) {
+        let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(channel) = chats.get_mut(chat) {
+            channel.answers = channel.answers.saturating_sub(1);
+            if channel.answers == 0 && channel.tx.receiver_count() == 0 {
+                chats.remove(chat);
+            }
+        }
+    }
+
+    /// A viewer of `chat`; [`Live::unsubscribe`] when it leaves.
+    pub fn subscribe(&self, chat: &str) -> broadcast::Receiver<Arc<Message>> {
+        let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
+        sweep(&mut chats);
+        chats
+            .entry(Arc::from(chat))
+            .or_insert_with(|| Channel {
+                tx: broadcast::channel(CAPACITY).0,
+                answers: 0,
+            })
+            .tx
+            .subscribe()
+    }
+
+    pub fn unsubscribe(&self, chat: &str, receiver: broadcast::Receiver<Arc<Message>>) {
+        drop(receiver);
+        let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(channel) = chats.get(chat)
+            && channel.answers == 0
+            && channel.tx.receiver_count() == 0
+        {
+            chats.remove(chat);
+        }
+    }
+}
+
+/// Drops channels nobody needs (a viewer that left without unsubscribing).
+fn sweep(chats: &mut HashMap<Arc<str>, Channel>) {
+    chats.retain(|_, c| c.answers > 0 || c.tx.receiver_count() > 0);
+}

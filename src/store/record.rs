@@ -1,0 +1,154 @@
+//! What the store writes and reads: plain data, and the ids toolgate makes
+//! (time-ordered, so replicas writing one database never conflict).
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// The kinds of seed 004's `messages` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Text,
+    Reasoning,
+    ToolsCall,
+    ToolResult,
+    ToolsAggregate,
+    Usage,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Text => "text",
+            Kind::Reasoning => "reasoning",
+            Kind::ToolsCall => "tools_call",
+            Kind::ToolResult => "tool_result",
+            Kind::ToolsAggregate => "tools_aggregate",
+            Kind::Usage => "usage",
+        }
+    }
+}
+
+/// One row of `messages`.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub id: String,
+    pub chat_id: Arc<str>,
+    pub role: &'static str,
+    pub kind: Kind,
+    pub created_at: i64,
+    pub sequence: i64,
+    /// The seed's message DTO (`id`, `chatId`, `role`, `kind`, … and the
+    /// kind's own fields).
+    pub json: Value,
+}
+
+/// A chat's row, upserted: counts are added to the stored ones.
+#[derive(Debug, Clone)]
+pub struct ChatUpdate {
+    pub id: Arc<str>,
+    pub at: i64,
+    pub provider: String,
+    pub model: String,
+    pub title: String,
+    pub tool_calls: i64,
+    pub messages: i64,
+}
+
+/// A conversation state that a later request may continue.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub hash: String,
+    pub chat_id: Arc<str>,
+    pub len: i64,
+    pub at: i64,
+}
+
+/// A Responses API answer kept for `previous_response_id`.
+#[derive(Debug, Clone)]
+pub struct StoredResponse {
+    pub id: String,
+    pub at: i64,
+    /// The chat messages the answer ended (request and reply).
+    pub conversation: Value,
+    pub response: Value,
+}
+
+#[derive(Debug, Clone)]
+pub enum Write {
+    Message(Message),
+    Chat(ChatUpdate),
+    Head(Head),
+    Response(StoredResponse),
+}
+
+/// A chat as listed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatSummary {
+    pub id: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub provider: String,
+    pub model: String,
+    pub title: String,
+    pub tool_calls: i64,
+    pub messages: i64,
+}
+
+/// A message as read back.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredMessage {
+    pub id: String,
+    pub role: String,
+    pub kind: String,
+    pub created_at: i64,
+    pub sequence: i64,
+    pub message: Value,
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The last (microsecond, random) pair handed out, so ids and sequence
+/// numbers from one process strictly increase.
+static LAST: Mutex<(i64, u64)> = Mutex::new((0, 0));
+
+/// A new id and sequence number: 48 bits of milliseconds then 80 random
+/// bits (as 32 hex digits), sorting by creation time; the sequence is the
+/// creation time in microseconds, strictly increasing in this process.
+pub fn next_id() -> (String, i64) {
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    let sequence = micros.max(last.0 + 1);
+    let random: u64 = rand::random();
+    *last = (sequence, random);
+    drop(last);
+    let millis = (sequence / 1000) as u64 & 0xFFFF_FFFF_FFFF;
+    let extra: u16 = rand::random();
+    let id = format!("{millis:012x}{:016x}{extra:04x}", random);
+    (id, sequence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_sort_by_creation_and_sequences_increase() {
+        let made: Vec<(String, i64)> = (0..1000).map(|_| next_id()).collect();
+        for pair in made.windows(2) {
+            assert!(pair[0].1 < pair[1].1);
+            assert!(pair[0].0[..12] <= pair[1].0[..12]);
+            assert_ne!(pair[0].0, pair[1].0);
+        }
+        assert_eq!(made[0].0.len(), 32);
+    }
+}

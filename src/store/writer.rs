@@ -1,0 +1,102 @@
+//! The writer: the only task that writes to the database. It connects and
+//! migrates (retrying while the database is down), then writes the queue in
+//! batches, one transaction each. A batch that fails is dropped, counted and
+//! logged (at most once per [`LOG_EVERY`]); traffic never waits for it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics as m;
+use crate::store::Shared;
+use crate::store::db::Db;
+use crate::store::record::{Write, now_ms};
+
+/// Rows written in one transaction at most.
+const BATCH: usize = 256;
+/// How often a failing store is logged.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+/// How often old transcripts are purged.
+const PURGE_EVERY: Duration = Duration::from_secs(3600);
+
+pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Write>, stop: CancellationToken) {
+    let db = match connect(&shared, &stop).await {
+        Some(db) => db,
+        None => return,
+    };
+    let db = shared.db.get_or_init(|| db);
+    let mut buffer = Vec::with_capacity(BATCH);
+    let mut last_log: Option<Instant> = None;
+    let mut next_purge = Instant::now();
+    let mut stopping = false;
+    loop {
+        if Instant::now() >= next_purge {
+            next_purge = Instant::now() + PURGE_EVERY;
+            let cutoff = now_ms() - shared.config.retention.as_millis() as i64;
+            match db.purge(cutoff).await {
+                Ok(0) => {}
+                Ok(rows) => tracing::info!(rows, "store: purged transcripts past retention"),
+                Err(e) => tracing::warn!(error = %e, "store: purge failed"),
+            }
+        }
+        let received = if stopping {
+            rx.recv_many(&mut buffer, BATCH).await
+        } else {
+            tokio::select! {
+                n = rx.recv_many(&mut buffer, BATCH) => n,
+                () = stop.cancelled() => {
+                    // No new rows; what is queued is still written.
+                    rx.close();
+                    stopping = true;
+                    continue;
+                }
+            }
+        };
+        if received == 0 {
+            break;
+        }
+        metrics::gauge!(m::STORE_QUEUE_DEPTH).set(rx.len() as f64);
+        let started = Instant::now();
+        match db.write(&buffer).await {
+            Ok(()) => {
+                metrics::histogram!(m::STORE_WRITE_SECONDS).record(started.elapsed().as_secs_f64());
+                shared.set_health(None);
+            }
+            Err(e) => {
+                metrics::counter!(m::STORE_DROPPED).increment(buffer.len() as u64);
+                let error = e.to_string();
+                if last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+                    last_log = Some(Instant::now());
+                    tracing::warn!(rows = buffer.len(), error = %error, "store: a batch could not be written and was dropped");
+                }
+                shared.set_health(Some(error));
+            }
+        }
+        buffer.clear();
+    }
+    db.close().await;
+}
+
+/// Opens and migrates, retrying with backoff; `None` when stopped first.
+async fn connect(shared: &Shared, stop: &CancellationToken) -> Option<Db> {
+    let mut backoff = Duration::from_millis(250);
+    loop {
+        let opened = Db::open(&shared.config.backend);
+        let result = match opened {
+            Ok(db) => match db.migrate().await {
+                Ok(()) => return Some(db),
+                Err(e) => e,
+            },
+            Err(e) => e,
+        };
+        tracing::warn!(error = %result, retry_in_ms = backoff.as_millis() as u64, "store: cannot open the database");
+        shared.set_health(Some(result));
+        tokio::select! {
+            () = stop.cancelled() => return None,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(10));
+    }
+}
