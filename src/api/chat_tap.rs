@@ -104,6 +104,13 @@ impl Tap {
     }
 }
 
+impl Drop for Tap {
+    /// A client that left: what was read is recorded.
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
 impl HttpBody for Tap {
     type Data = Bytes;
     type Error = BoxError;
@@ -118,6 +125,10 @@ impl HttpBody for Tap {
                 if let Some(data) = frame.data_ref() {
                     let data = data.clone();
                     self.observe(&data);
+                }
+                // hyper stops polling a body that says it has ended.
+                if self.inner.is_end_stream() {
+                    self.end();
                 }
             }
             Poll::Ready(None) => self.end(),

@@ -1,0 +1,331 @@
+//! Transcripts in SQLite: what an exchange records (request, text, gateway
+//! calls as they happen, results, aggregates, usage), chat linking without
+//! a header, redaction, `record`, the events endpoint live and replayed,
+//! and the API without a store.
+
+mod common;
+mod conformance;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::agent::{calls_sse, last_role, sse, text_sse};
+use common::{Mock, Reply, TestGateway, fast_server, get, post};
+use serde_json::{Value, json};
+
+fn demo_agent(store: &str) -> String {
+    format!(
+        "{}{store}\n[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]\n",
+        fast_server()
+    )
+}
+
+fn sqlite_file(name: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("toolgate-store-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    format!("sqlite://{}/t.db", dir.display())
+}
+
+/// The chat's messages once at least `count` are written (the writer is
+/// asynchronous).
+async fn messages(gw: &TestGateway, chat: &str, count: usize) -> Vec<Value> {
+    for _ in 0..100 {
+        let r = get(&gw.url(&format!("/toolgate/api/chats/{chat}"))).await;
+        if r.status == 200 {
+            let v = r.json();
+            let m = v["messages"].as_array().unwrap().clone();
+            if m.len() >= count {
+                return m;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = get(&gw.url(&format!("/toolgate/api/chats/{chat}"))).await;
+    panic!("chat {chat} never had {count} messages: {}", r.text());
+}
+
+async fn chats(gw: &TestGateway) -> Vec<Value> {
+    let r = get(&gw.url("/toolgate/api/chats")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["data"].as_array().unwrap().clone()
+}
+
+fn kinds(messages: &[Value]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_owned(),
+                m["kind"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_gateway_tool_exchange_is_recorded_in_order() {
+    let store = format!("[store]\nurl = \"{}\"\n", sqlite_file("order"));
+    let gw = TestGateway::start(&demo_agent(&store)).await;
+    let body = json!({"model": "demo", "stream": true,
+        "messages": [{"role": "user", "content": "Ask the calculator: what is `6 * 7`?"}]});
+    let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+    assert_eq!(r.status, 200);
+    let chat = r.headers["x-toolgate-chat-id"].to_str().unwrap().to_owned();
+    let _ = r.text();
+    let m = messages(&gw, &chat, 7).await;
+    let want = [
+        ("user", "text"),
+        ("assistant", "text"),
+        ("assistant", "tools_call"),
+        ("tool", "tool_result"),
+        ("assistant", "tools_aggregate"),
+        ("assistant", "text"),
+        ("assistant", "usage"),
+    ];
+    assert_eq!(
+        kinds(&m),
+        want.map(|(a, b)| (a.to_owned(), b.to_owned())),
+        "{m:#?}"
+    );
+    assert_eq!(m[0]["text"], "Ask the calculator: what is `6 * 7`?");
+    assert_eq!(m[2]["toolCalls"][0]["name"], "calculator");
+    assert_eq!(m[2]["toolCalls"][0]["server"], "builtin");
+    assert_eq!(m[3]["result"], "42");
+    assert_eq!(m[3]["toolCallId"], m[2]["toolCalls"][0]["id"]);
+    assert_eq!(m[4]["toolResults"][0]["result"], "42");
+    assert_eq!(m[5]["text"], "calculator returned: 42");
+    assert!(m[6]["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    let sequences: Vec<i64> = m
+        .iter()
+        .map(|m| m["sequenceNumber"].as_i64().unwrap())
+        .collect();
+    assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{sequences:?}");
+
+    let list = chats(&gw).await;
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["id"], chat);
+    assert_eq!(list[0]["tool_calls"], 1);
+    assert_eq!(list[0]["provider"], "demo");
+    assert_eq!(list[0]["title"], "Ask the calculator: what is `6 * 7`?");
+    assert!(get(&gw.url("/readyz")).await.text().contains("store: up"));
+}
+
+/// A client tool loop sent without the header: the second and third turns
+/// continue the first one's chat, and nothing is recorded twice.
+#[tokio::test]
+async fn turns_without_the_header_land_in_one_chat() {
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("It is sunny."))
+        } else {
+            sse(calls_sse(&[("GetWeather", r#"{"location":"Paris"}"#)]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}[store]\nurl = \"sqlite::memory:\"\n[[providers]]\nname = \"up\"\nbase_url = \"{}\"\nmodels = [\"m\"]\n",
+        fast_server(),
+        upstream.url()
+    );
+    let gw = TestGateway::start(&config).await;
+    let tools = json!([{"type": "function", "function": {"name": "GetWeather", "parameters": {"type": "object"}}}]);
+    let mut history = vec![json!({"role": "user", "content": "Weather in Paris?"})];
+    let mut ids = Vec::new();
+    for turn in 0..3 {
+        let body = json!({"model": "m", "stream": true, "messages": history, "tools": tools});
+        let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+        ids.push(r.headers["x-toolgate-chat-id"].to_str().unwrap().to_owned());
+        let s = conformance::check_stream(&r.body, &conformance::Expect::usage())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let choice = s.choice();
+        // The client sends back what it assembled, with its own spacing.
+        if choice.calls.is_empty() {
+            history.push(json!({"role": "assistant", "content": choice.content}));
+            history.push(json!({"role": "user", "content": format!("And turn {turn}?")}));
+        } else {
+            let call = &choice.calls[0];
+            history.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": "{ \"location\": \"Paris\" }"}}]}));
+            history.push(json!({"role": "tool", "tool_call_id": call.id, "content": "21 C"}));
+        }
+        // Let the writer catch up, as a person between turns would.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    let list = chats(&gw).await;
+    assert_eq!(list.len(), 1, "{list:#?}");
+    let m = messages(&gw, &ids[0], 9).await;
+    let users = m
+        .iter()
+        .filter(|m| m["role"] == "user" && m["kind"] == "text")
+        .count();
+    assert_eq!(users, 2, "each user message once: {m:#?}");
+    let results = m.iter().filter(|m| m["kind"] == "tool_result").count();
+    assert_eq!(results, 1, "{m:#?}");
+}
+
+#[tokio::test]
+async fn redaction_record_and_the_header() {
+    let config = format!(
+        "{}[store]\nurl = \"sqlite::memory:\"\nredact = [\"$.messages[*].content\", \"$.messages[*].tool_calls[*].function.arguments\"]\n[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\n",
+        fast_server()
+    );
+    let gw = TestGateway::start(&config).await;
+    // No tools: `record = "tools"` leaves it out.
+    let plain = json!({"model": "demo", "messages": [{"role": "user", "content": "hello"}]});
+    let r = post(&gw.url("/v1/chat/completions"), &plain.to_string()).await;
+    assert!(r.headers.get("x-toolgate-chat-id").is_none());
+    // With tools and the client's own chat id.
+    let body = json!({"model": "demo", "messages": [{"role": "user", "content": "my secret: weather in Paris?"}],
+        "tools": [common::seed_get_weather()]});
+    let request = http::Request::post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("x-toolgate-chat-id", "support-ticket-7")
+        .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let r = common::send(request).await;
+    assert_eq!(r.headers["x-toolgate-chat-id"], "support-ticket-7");
+    let m = messages(&gw, "support-ticket-7", 3).await;
+    let text = serde_json::to_string(&m).unwrap();
+    assert!(
+        !text.contains("secret") && !text.contains("Paris"),
+        "{text}"
+    );
+    assert_eq!(m[0]["text"], "[redacted]");
+    let call = m.iter().find(|m| m["kind"] == "tools_call").unwrap();
+    assert_eq!(call["toolCalls"][0]["name"], "GetWeather");
+    assert_eq!(call["toolCalls"][0]["arguments"], "[redacted]");
+    assert_eq!(chats(&gw).await.len(), 1);
+}
+
+#[tokio::test]
+async fn the_events_endpoint_replays_then_streams_a_call_as_it_runs() {
+    let tool = Mock::start(|_| Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "text/plain".into())],
+        pieces: vec![(
+            Duration::from_millis(800),
+            Bytes::from_static(b"<script>alert(1)</script> 21 C"),
+        )],
+    })
+    .await;
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("Done."))
+        } else {
+            sse(calls_sse(&[("Slow", "{}")]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}[store]\nurl = \"sqlite::memory:\"\n[[http_tools]]\nname = \"Slow\"\nurl = \"http://{}/\"\n[[providers]]\nname = \"up\"\nbase_url = \"{}\"\nmodels = [\"m\"]\n[providers.tools]\ngateway_tools = [\"Slow\"]\n",
+        fast_server(),
+        tool.addr,
+        upstream.url()
+    );
+    let gw = TestGateway::start(&config).await;
+    let chat = "live-chat";
+    // The viewer is there before the answer starts.
+    let events_url = gw.url(&format!("/toolgate/api/chats/{chat}/events"));
+    let request = http::Request::get(events_url)
+        .body(http_body_util::Full::new(Bytes::new()))
+        .unwrap();
+    let response = common::client().request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let answer = {
+        let url = gw.url("/v1/chat/completions");
+        tokio::spawn(async move {
+            let body = json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "slow one"}]});
+            let request = http::Request::post(url)
+                .header("content-type", "application/json")
+                .header("x-toolgate-chat-id", "live-chat")
+                .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+                .unwrap();
+            common::send(request).await
+        })
+    };
+    let mut seen = String::new();
+    let mut result_at = None;
+    let mut call_at = None;
+    let started = std::time::Instant::now();
+    while !seen.contains("event: usage") {
+        let frame = tokio::time::timeout(
+            Duration::from_secs(10),
+            http_body_util::BodyExt::frame(&mut body),
+        )
+        .await
+        .expect("events keep coming")
+        .unwrap()
+        .unwrap();
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+        if call_at.is_none() && seen.contains("event: tools_call_update") {
+            call_at = Some(started.elapsed());
+        }
+        if result_at.is_none() && seen.contains("event: tool_result") {
+            result_at = Some(started.elapsed());
+        }
+    }
+    let answer = answer.await.unwrap();
+    assert_eq!(answer.status, 200);
+    // The call was shown while it ran, its result when it came.
+    assert!(seen.find("tools_call_update").unwrap() < seen.find("tool_result").unwrap());
+    assert!(result_at.unwrap() > call_at.unwrap());
+    assert!(seen.contains("<script>alert(1)</script> 21 C"), "{seen}");
+
+    // A viewer arriving later gets the same, replayed from the store.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let request = http::Request::get(gw.url(&format!("/toolgate/api/chats/{chat}/events")))
+        .body(http_body_util::Full::new(Bytes::new()))
+        .unwrap();
+    let response = common::client().request(request).await.unwrap();
+    let mut body = response.into_body();
+    let mut replay = String::new();
+    while !replay.contains(": replayed") {
+        let frame = tokio::time::timeout(
+            Duration::from_secs(5),
+            http_body_util::BodyExt::frame(&mut body),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+        if let Ok(data) = frame.into_data() {
+            replay.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    for name in [
+        "event: text",
+        "event: tools_call_update",
+        "event: tool_result",
+        "event: tools_aggregate",
+        "event: usage",
+    ] {
+        assert!(replay.contains(name), "{name}: {replay}");
+    }
+}
+
+#[tokio::test]
+async fn without_a_store_the_api_says_so() {
+    let config = format!(
+        "{}[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\n",
+        fast_server()
+    );
+    let gw = TestGateway::start(&config).await;
+    let r = get(&gw.url("/toolgate/api/chats")).await;
+    assert_eq!(r.status, 404);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("[store]")
+    );
+    let r = get(&gw.url("/v1/responses/resp_1")).await;
+    assert_eq!(r.status, 404);
+    let page = get(&gw.url("/toolgate/ui/")).await;
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("toolgate transcripts"));
+}
