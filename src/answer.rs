@@ -174,6 +174,9 @@ impl<O: Output> Sink for Recording<'_, O> {
         self.out.fail(error);
     }
     fn end(&mut self) {
+        // Recorded before the client sees the end, so a follow-up request
+        // finds the state it continues.
+        self.recorder.close();
         self.out.end();
     }
     fn keep_alive(&mut self) {

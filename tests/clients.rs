@@ -575,6 +575,26 @@ async fn python_reads_gateway_tools_as_mcp_call_items() {
     );
 }
 
+/// Seed 004's linking: three turns from the Python SDK, no chat header, are
+/// one chat in the transcript (the embedded config records tool exchanges).
+#[tokio::test]
+async fn python_three_turns_are_one_recorded_chat() {
+    let gw = demo_gateway().await;
+    let run = python_run("three_turns", &base_url(&gw), "demo").await;
+    let r = run.success();
+    let chats: Vec<&str> = r["chats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().expect("every answer names its chat"))
+        .collect();
+    assert_eq!(chats.len(), 3);
+    assert!(chats.iter().all(|c| *c == chats[0]), "{chats:?}");
+    let list = get(&gw.url("/toolgate/api/chats")).await.json();
+    assert_eq!(list["data"].as_array().unwrap().len(), 1, "{list:#}");
+    assert_eq!(list["data"][0]["id"], chats[0]);
+}
+
 /// The OpenAI Agents SDK runs an agent with a function tool, over the
 /// Responses API, through the natural-mode demo provider, to the end of its
 /// loop (once with `Runner.run`, once streamed).

@@ -43,6 +43,23 @@ echo "   openai (node) $(node -p 'require("./'"$modules"'/openai/package.json").
 export CLIENT_TESTS_PYTHON="$PWD/$venv/bin/python"
 export CLIENT_TESTS_NODE_DIR="$PWD/$clients/node"
 
+# The transcript tests run a throwaway PostgreSQL cluster (tests/common/postgres.rs)
+# and drive the transcript page in headless Chromium: both from the
+# distribution's packages, installed once when missing.
+echo "== system packages (PostgreSQL server, Chromium)"
+need=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
+  start=$SECONDS
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  echo "   installed ${need[*]} in $((SECONDS - start)) s"
+fi
+echo "   $(ls -d /usr/lib/postgresql/*/bin | tail -1), $(chromium --version 2>/dev/null || chromium-browser --version)"
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -149,8 +149,6 @@ async fn turns_without_the_header_land_in_one_chat() {
                 {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": "{ \"location\": \"Paris\" }"}}]}));
             history.push(json!({"role": "tool", "tool_call_id": call.id, "content": "21 C"}));
         }
-        // Let the writer catch up, as a person between turns would.
-        tokio::time::sleep(Duration::from_millis(150)).await;
     }
     assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
     let list = chats(&gw).await;

@@ -72,6 +72,11 @@ impl Tap {
                 for event in self.events.drain(..) {
                     recorder.event(&event);
                 }
+                if chat.is_done() {
+                    // Before the client sees `[DONE]`: a follow-up request
+                    // finds the state it continues.
+                    self.end();
+                }
             }
             Shape::Whole(buffer) => {
                 if buffer.len() + data.len() > MAX_WHOLE {

@@ -200,6 +200,9 @@ impl Recorder {
     }
 
     pub fn event(&mut self, event: &Event) {
+        if self.closed {
+            return;
+        }
         match event {
             Event::Start(_) => {}
             Event::Text(text) => {
@@ -246,7 +249,8 @@ impl Recorder {
         self.close();
     }
 
-    fn close(&mut self) {
+    /// [`Recorder::finish`] in place: later events are ignored.
+    pub fn close(&mut self) {
         if std::mem::replace(&mut self.closed, true) {
             return;
         }

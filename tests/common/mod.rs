@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod installed;
+pub mod postgres;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -267,9 +267,29 @@ def agents_loop() -> dict:
     return out
 
 
+def three_turns() -> dict:
+    """Three turns of a tool conversation, the SDK's own message objects sent
+    back each time and no chat header: the gateway's transcript links them."""
+    c = client()
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    chats = []
+    for turn in range(3):
+        raw = c.chat.completions.with_raw_response.create(model=model(), messages=messages, tools=[GET_WEATHER])
+        chats.append(raw.headers.get("x-toolgate-chat-id"))
+        choice = raw.parse().choices[0]
+        messages.append(choice.message)
+        if choice.message.tool_calls:
+            call = choice.message.tool_calls[0]
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": get_weather(**json.loads(call.function.arguments))})
+        else:
+            messages.append({"role": "user", "content": f"Thanks. And turn {turn}?"})
+    return {"chats": chats, "turns": len(messages)}
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
+        three_turns,
         create_stream,
         stream_helper,
         tool_loop,

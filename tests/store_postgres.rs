@@ -1,0 +1,201 @@
+//! Transcripts in a real PostgreSQL (a throwaway cluster, see
+//! `common::postgres`): two toolgate processes writing one chat, and the
+//! database stopped while requests stream.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::postgres::Postgres;
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_toolgate");
+
+/// A `toolgate` process serving the demo model with a gateway tool and a
+/// store at `store_url`.
+struct Gateway {
+    child: Child,
+    port: u16,
+}
+
+impl Gateway {
+    fn start(store_url: &str) -> Gateway {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("toolgate-pgtest-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("toolgate.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:{port}\"\n[store]\nurl = \"{store_url}\"\n[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 1\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]\n"
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(BIN)
+            .arg("--config")
+            .arg(&config)
+            .env("TOOLGATE_LOG", "warn")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                eprintln!("[toolgate:{port}] {line}");
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "toolgate did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Gateway { child, port }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ask(port: u16, chat: &str, n: usize) -> common::Collected {
+    let body = json!({"model": "demo", "stream": true,
+        "messages": [{"role": "user", "content": format!("Ask the calculator: what is `{n} * 2`?")}]});
+    let request = http::Request::post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("x-toolgate-chat-id", chat)
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_string(),
+        )))
+        .unwrap();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(common::send(request))
+}
+
+fn get(url: &str) -> common::Collected {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(common::get(url))
+}
+
+fn messages(gw: &Gateway, chat: &str, count: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = get(&gw.url(&format!("/toolgate/api/chats/{chat}")));
+        if r.status == 200 {
+            let m = r.json()["messages"].as_array().unwrap().clone();
+            if m.len() >= count || Instant::now() > deadline {
+                return m;
+            }
+        }
+        assert!(Instant::now() < deadline, "{}", r.text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Rows one exchange records: user text, assistant text, call, result,
+/// aggregate, final text, usage.
+const ROWS: usize = 7;
+
+#[test]
+fn two_processes_write_one_chat_without_losing_or_reordering() {
+    let pg = Postgres::start();
+    let a = Gateway::start(&pg.url());
+    let b = Gateway::start(&pg.url());
+    let answers: Vec<_> = (0..16)
+        .map(|n| {
+            let port = if n % 2 == 0 { a.port } else { b.port };
+            std::thread::spawn(move || ask(port, "shared", n))
+        })
+        .collect();
+    for answer in answers {
+        let r = answer.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.text().contains("data: [DONE]"));
+    }
+    // Read through the other process: both wrote to one database.
+    let m = messages(&b, "shared", 16 * ROWS);
+    assert_eq!(m.len(), 16 * ROWS, "nothing lost");
+    for n in 0..16 {
+        let question = format!("Ask the calculator: what is `{n} * 2`?");
+        let asked = m.iter().position(|m| m["text"] == question).unwrap();
+        let answered = m
+            .iter()
+            .position(|m| m["kind"] == "tool_result" && m["result"] == (n * 2).to_string())
+            .unwrap();
+        assert!(asked < answered, "request {n} is before its result");
+    }
+    let chats = get(&a.url("/toolgate/api/chats")).json();
+    assert_eq!(chats["data"].as_array().unwrap().len(), 1);
+    assert_eq!(chats["data"][0]["tool_calls"], 16);
+    assert_eq!(chats["data"][0]["messages"], 16 * ROWS);
+}
+
+#[test]
+fn a_stopped_database_costs_rows_not_traffic_and_writes_resume() {
+    let pg = Postgres::start();
+    let gw = Gateway::start(&pg.url());
+    assert_eq!(ask(gw.port, "before", 1).status, 200);
+    assert_eq!(messages(&gw, "before", ROWS).len(), ROWS);
+
+    pg.stop_server();
+    for n in 0..5 {
+        let r = ask(gw.port, "during", n);
+        assert_eq!(r.status, 200, "traffic is unaffected");
+        assert!(r.text().contains("\"status\":\"completed\"") && r.text().contains("[DONE]"));
+    }
+    // The failed writes are counted and the store shows down in /readyz.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = get(&gw.url("/metrics")).text();
+        let dropped = metrics
+            .lines()
+            .find(|l| l.starts_with("toolgate_store_dropped_total"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let ready = get(&gw.url("/readyz"));
+        if dropped > 0.0 && ready.text().contains("store: down") {
+            assert_eq!(ready.status, 200, "readiness does not depend on the store");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no drop counted: {metrics}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    pg.start_server();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert_eq!(ask(gw.port, "after", 7).status, 200);
+        let r = get(&gw.url("/toolgate/api/chats/after"));
+        if r.status == 200 && r.json()["messages"].as_array().unwrap().len() >= ROWS {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "writes never resumed: {}",
+            r.text()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(get(&gw.url("/readyz")).text().contains("store: up"));
+}
