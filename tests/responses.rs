@@ -321,3 +321,70 @@ async fn a_responses_provider_with_gateway_tools_continues_after_the_tool() {
     assert_eq!(items[2]["type"], "function_call_output");
     assert_eq!(items[2]["output"], "35");
 }
+
+#[tokio::test]
+async fn previous_response_id_continues_a_stored_conversation() {
+    let mock = Mock::start(|r| {
+        let messages = r.json()["messages"].as_array().unwrap().clone();
+        if messages.last().unwrap()["role"] == "tool" {
+            sse(text_sse("Sunny in Paris."))
+        } else {
+            sse(calls_sse(&[("GetWeather", r#"{"location":"Paris"}"#)]))
+        }
+    })
+    .await;
+    let config = upstream(&mock.url(), "passthrough", "").replace(
+        "[[providers]]",
+        "[store]\nurl = \"sqlite::memory:\"\n[[providers]]",
+    );
+    let gw = TestGateway::start(&config).await;
+    let first = json!({"model": "m", "input": "Weather in Paris?", "instructions": "Be brief.", "tools": [weather()]});
+    let r = post(&gw.url("/v1/responses"), &first.to_string()).await;
+    let first = r.json();
+    assert_eq!(first["store"], true);
+    let call = first["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .unwrap()
+        .clone();
+    let id = first["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // Only the new item is sent; the gateway restores the rest.
+    let second = json!({"model": "m", "previous_response_id": id, "tools": [weather()],
+        "input": [{"type": "function_call_output", "call_id": call["call_id"], "output": "21 C"}]});
+    let r = post(&gw.url("/v1/responses"), &second.to_string()).await;
+    let v = r.json();
+    assert_eq!(v["previous_response_id"], id, "{v}");
+    assert_eq!(v["output"][0]["content"][0]["text"], "Sunny in Paris.");
+    let sent = mock.last().json();
+    let roles: Vec<&str> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    // New instructions are not carried over: none were sent this time.
+    assert_eq!(roles, ["user", "assistant", "tool"], "{sent}");
+    assert_eq!(sent["messages"][1]["tool_calls"][0]["id"], call["call_id"]);
+
+    // Stored responses can be read and deleted.
+    let got = common::get(&gw.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(got.json()["id"], id);
+    let request = http::Request::delete(gw.url(&format!("/v1/responses/{id}")))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    assert_eq!(common::send(request).await.json()["deleted"], true);
+    assert_eq!(
+        common::get(&gw.url(&format!("/v1/responses/{id}")))
+            .await
+            .status,
+        404
+    );
+    let unknown = json!({"model": "m", "previous_response_id": "resp_nope", "input": "x"});
+    let r = post(&gw.url("/v1/responses"), &unknown.to_string()).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["param"], "previous_response_id");
+}

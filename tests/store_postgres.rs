@@ -140,7 +140,9 @@ fn two_processes_write_one_chat_without_losing_or_reordering() {
         let asked = m.iter().position(|m| m["text"] == question).unwrap();
         let answered = m
             .iter()
-            .position(|m| m["kind"] == "tool_result" && m["result"] == (n * 2).to_string())
+            .position(|m| {
+                m["kind"] == "tool_result" && m["result"].as_str() == Some(&*(n * 2).to_string())
+            })
             .unwrap();
         assert!(asked < answered, "request {n} is before its result");
     }

@@ -40,7 +40,53 @@ pub async fn handle(
             ));
         }
     };
-    let translated = responses_request::translate(request)?;
+    let mut request = request;
+    let store = runtime.store.clone();
+    // With a store, answers are kept (unless `store: false`) as the
+    // conversation they end, which `previous_response_id` continues.
+    let keep = store.is_some() && request.get("store").and_then(Value::as_bool) != Some(false);
+    let mut conversation = Vec::new();
+    let mut previous = None;
+    if let Some(store) = &store {
+        previous = match request.remove("previous_response_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) => Some(id),
+            Some(_) => {
+                return Err(GatewayError::bad_request(
+                    "`previous_response_id` must be a string",
+                    Some("previous_response_id"),
+                ));
+            }
+        };
+        if let Some(id) = &previous {
+            let (stored, _) = store
+                .response(id)
+                .await
+                .map_err(|e| GatewayError::StoreUnavailable(e.to_string()))?
+                .ok_or_else(|| {
+                    GatewayError::bad_request(
+                        format!("Previous response with id `{id}` not found"),
+                        Some("previous_response_id"),
+                    )
+                })?;
+            conversation = stored.as_array().cloned().unwrap_or_default();
+        }
+        match request.get("input") {
+            Some(Value::String(text)) => {
+                conversation.push(serde_json::json!({"role": "user", "content": text}))
+            }
+            Some(Value::Array(items)) => conversation.extend(items.iter().cloned()),
+            _ => {}
+        }
+        if previous.is_some() {
+            request.insert("input".into(), Value::Array(conversation.clone()));
+        }
+    }
+    let mut translated = responses_request::translate(request)?;
+    translated.echo.store = keep;
+    if let Some(id) = &previous {
+        translated.echo.previous_response_id = Value::String(id.clone());
+    }
     let model = translated
         .chat
         .get("model")
@@ -74,6 +120,16 @@ pub async fn handle(
         translated.stream,
         show,
     );
+    if let Some(store) = store.filter(|_| keep) {
+        encoder.on_complete(Box::new(move |response: &Value| {
+            let mut items = conversation;
+            if let Some(output) = response["output"].as_array() {
+                items.extend(output.iter().cloned());
+            }
+            let id = response["id"].as_str().unwrap_or_default().to_owned();
+            store.save_response(id, Value::Array(items), response.clone());
+        }));
+    }
     if translated.stream {
         let body = drive::spawn(encoder, move |mut out| {
             Box::pin(async move { running.drive(&mut out).await })

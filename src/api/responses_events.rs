@@ -23,6 +23,9 @@ struct Open {
     text: String,
 }
 
+/// Called once with the finished response object (to store it).
+pub type OnComplete = Box<dyn FnOnce(&Value) + Send>;
+
 /// Writes one Responses answer; streams its events when `stream`.
 pub struct ResponsesEvents {
     response: Value,
@@ -39,6 +42,8 @@ pub struct ResponsesEvents {
     error: Option<GatewayError>,
     /// The response object holds its end state.
     completed: bool,
+    /// Called with the finished response object (to store it).
+    on_complete: Option<OnComplete>,
     ended: bool,
     out: BytesMut,
 }
@@ -75,9 +80,9 @@ impl ResponsesEvents {
             "model": model,
             "output": [],
             "parallel_tool_calls": echo.parallel_tool_calls,
-            "previous_response_id": null,
+            "previous_response_id": echo.previous_response_id,
             "reasoning": echo.reasoning,
-            "store": false,
+            "store": echo.store,
             "temperature": echo.temperature,
             "text": echo.text,
             "tool_choice": echo.tool_choice,
@@ -100,6 +105,7 @@ impl ResponsesEvents {
             usage: None,
             error: None,
             completed: false,
+            on_complete: None,
             ended: false,
             out: BytesMut::new(),
         };
@@ -111,6 +117,11 @@ impl ResponsesEvents {
             this.list_tools(offer);
         }
         this
+    }
+
+    /// `f` gets the finished response object (not a failed one).
+    pub fn on_complete(&mut self, f: OnComplete) {
+        self.on_complete = Some(f);
     }
 
     /// The response object as it stands (the whole answer once ended).
@@ -358,6 +369,9 @@ impl ResponsesEvents {
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": u.total_tokens,
             });
+        }
+        if let Some(f) = self.on_complete.take() {
+            f(&self.response);
         }
     }
 }

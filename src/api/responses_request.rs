@@ -23,6 +23,10 @@ pub struct Echo {
     pub top_p: Value,
     pub truncation: Value,
     pub user: Value,
+    /// Set by the door when it continues a stored response.
+    pub previous_response_id: Value,
+    /// Whether the answer is kept (only with a store).
+    pub store: bool,
 }
 
 /// A translated request.
