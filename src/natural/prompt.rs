@@ -234,14 +234,12 @@ mod tests {
 
     #[test]
     fn template_without_placeholder_still_gets_the_contracts() {
-        let tools = ToolSet {
-            tools: vec![crate::natural::tools::Tool {
-                name: "T".into(),
-                description: None,
-                parameters: None,
-                strict: false,
-            }],
-        };
+        let tools = ToolSet::from_tools(vec![crate::natural::tools::Tool {
+            name: "T".into(),
+            description: None,
+            parameters: None,
+            strict: false,
+        }]);
         let block = render_block(
             &tools,
             &Policy::default(),
@@ -256,8 +254,8 @@ mod tests {
     fn a_block_over_the_cap_is_refused_naming_the_tool() {
         // Each contract shows its 1 MiB description: the fifth crosses 4 MiB.
         let description = "d".repeat(1024 * 1024);
-        let tools = ToolSet {
-            tools: (0..8)
+        let tools = ToolSet::from_tools(
+            (0..8)
                 .map(|i| crate::natural::tools::Tool {
                     name: format!("T{i}"),
                     description: Some(description.clone()),
@@ -265,7 +263,7 @@ mod tests {
                     strict: false,
                 })
                 .collect(),
-        };
+        );
         let err = render_block(&tools, &Policy::default(), Syntax::Tag, None).unwrap_err();
         assert_eq!(
             err,
