@@ -545,3 +545,16 @@ fn contracts_past_the_block_cap_are_a_400_naming_the_tool() {
     assert!((16..24).contains(&index), "{name}");
     assert!(err.to_string().contains(&format!("'{name}'")), "{err}");
 }
+
+#[test]
+fn names_the_parser_cannot_read_are_a_400_naming_the_tool() {
+    for name in ["it's", "back`tick", "arr[0]", "close]"] {
+        let err = run_with(
+            json!({"model": "m", "messages": [user("hi")], "tools": [weather(), {"type": "function", "function": {"name": name}}]}),
+            &NaturalOptions::default(),
+        )
+        .expect_err(name);
+        assert_eq!(err.param(), Some("tools[1].function.name"), "{name}");
+        assert!(err.to_string().contains(name), "{err}");
+    }
+}

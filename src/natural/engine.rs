@@ -159,11 +159,14 @@ impl Engine {
         let (mut parts, upstream_body) = response.into_parts();
         if let Shape::Stream = reply::prepare(&mut parts)? {
             let rewriter = StreamRewriter::new(settings, plan.include_usage);
-            return Ok(Response::from_parts(
-                parts,
-                TransformBody::new(upstream_body, Repairing::new(rewriter, repairer))
-                    .boxed_unsync(),
-            ));
+            let body = match repairer {
+                Some(repairer) => {
+                    TransformBody::new(upstream_body, Repairing::new(rewriter, repairer))
+                        .boxed_unsync()
+                }
+                None => TransformBody::new(upstream_body, rewriter).boxed_unsync(),
+            };
+            return Ok(Response::from_parts(parts, body));
         }
         let collected = reply::read(upstream_body).await?;
         let rewritten =

@@ -397,6 +397,23 @@ impl<'a> PlainChunk<'a> {
     }
 }
 
+/// Without a fallback model the rewriter is the whole transform: it asks for
+/// no repairs, so nothing runs beside reading the upstream.
+impl crate::sse::transform::Transform for StreamRewriter {
+    fn on_event(&mut self, data: &[u8], out: &mut BytesMut) {
+        StreamRewriter::on_event(self, data, out);
+    }
+    fn finish(&mut self, out: &mut BytesMut) {
+        StreamRewriter::finish(self, out);
+    }
+    fn fail(&mut self, out: &mut BytesMut, error: &GatewayError) {
+        StreamRewriter::fail(self, out, error);
+    }
+    fn is_ended(&self) -> bool {
+        StreamRewriter::is_ended(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -189,8 +189,13 @@ fn check_name(name: &str, param: &str) -> Result<(), RequestError> {
             "a tool name must not be empty",
         ));
     }
-    let bad =
-        |c: char| c.is_whitespace() || c.is_control() || matches!(c, '<' | '>' | '"' | '/' | '\\');
+    // The parser cannot read these inside an opener (quotes, brackets of
+    // the bracket syntax): a call to such a tool would never be parsed.
+    let bad = |c: char| {
+        c.is_whitespace()
+            || c.is_control()
+            || matches!(c, '<' | '>' | '"' | '\'' | '`' | '[' | ']' | '/' | '\\')
+    };
     if let Some(c) = name.chars().find(|c| bad(*c)) {
         return Err(RequestError::invalid(
             param,
