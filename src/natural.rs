@@ -10,7 +10,7 @@ pub mod complete;
 pub mod content;
 pub mod contract;
 pub mod emit;
-mod engine;
+pub(crate) mod engine;
 pub mod error;
 pub mod example;
 pub mod fields;

@@ -75,7 +75,14 @@ pub async fn handle(
         syntax: tools.syntax,
         max_tool_result_chars: tools.max_tool_result_chars,
     };
-    let bytes = match history::rewrite(&bytes, &history)? {
+    let rewritten = {
+        let body = bytes.clone();
+        crate::natural::engine::rewrite_off_worker(bytes.len(), move || {
+            history::rewrite(&body, &history)
+        })
+        .await??
+    };
+    let bytes = match rewritten {
         Some(rewritten) => Bytes::from(rewritten),
         None => bytes,
     };

@@ -262,3 +262,31 @@ fn tool_calls_with_object_arguments_and_custom_tools() {
     assert!(calls.starts_with(A_CALL));
     assert!(calls.ends_with("<Shell>\n```json\nls -l\n```\n</Shell>"));
 }
+
+#[test]
+fn each_call_takes_the_earliest_result_by_id_or_by_name() {
+    // Results with ids answer only the call with that id; results without an
+    // id answer the first call of their name that is still unanswered.
+    let messages = history(json!([
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            call("c1", "A", "{}"), call("c2", "A", "{}"), call("c3", "B", "{}")
+        ]},
+        {"role": "tool", "name": "A", "content": "by name"},
+        tool("c3", json!("three")),
+        tool("c1", json!("one")),
+        tool("zz", json!("stray")),
+    ]));
+    let blocks: Vec<&str> = text(&messages[2]).split("\n---\n").collect();
+    assert_eq!(
+        blocks,
+        [
+            // c1 is answered by the earlier name-only result, c2 by none
+            // (its id never comes), so "one" goes with the leftovers.
+            "<tool_response name=\"A\">\nby name\n</tool_response>",
+            "<tool_response name=\"B\">\nthree\n</tool_response>",
+            "<tool_response name=\"A\">\none\n</tool_response>",
+            "<tool_response name=\"zz\">\nstray\n</tool_response>",
+        ]
+    );
+}

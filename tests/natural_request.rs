@@ -487,3 +487,74 @@ fn tag_syntax_is_the_default_and_others_render_their_own_examples() {
     let (out, _) = run(json!({"messages": [user("hi")], "tools": [clock()]}));
     assert!(system_text(&out).ends_with("Example:\n<GetTime>\n```json\n{}\n```\n</GetTime>"));
 }
+
+// ---- hostile schemas (issue 15) -------------------------------------------
+
+/// A tool whose object refers to itself from each of `n` required properties:
+/// 1.5 KB of JSON whose unbounded example has n^8 nodes.
+fn self_referencing_tool(name: &str, n: usize) -> Value {
+    let names: Vec<String> = (0..n).map(|i| format!("p{i}")).collect();
+    let properties: serde_json::Map<String, Value> = names
+        .iter()
+        .map(|name| (name.clone(), json!({"$ref": "#"})))
+        .collect();
+    json!({"type": "function", "function": {
+        "name": name,
+        "parameters": {"type": "object", "properties": properties, "required": names}
+    }})
+}
+
+#[test]
+fn a_self_referencing_schema_gets_a_bounded_prompt() {
+    let tool = self_referencing_tool("Tree", 20);
+    let request_bytes = tool.to_string().len();
+    let (body, _) = run(json!({"model": "m", "messages": [user("hi")], "tools": [tool]}));
+    let system = system_text(&body);
+    // The instructions, the schema shown as JSON (a few times its size) and
+    // an example cut off at 256 KiB, marked as abridged.
+    assert!(
+        system.len() <= 256 * 1024 + 16 * request_bytes + 16 * 1024,
+        "{} bytes",
+        system.len()
+    );
+    assert!(system.contains("The example below is abridged"));
+}
+
+#[test]
+fn contracts_past_the_block_cap_are_a_400_naming_the_tool() {
+    // Each abridged example is up to 256 KiB: some contract after the 16th
+    // crosses 4 MiB.
+    let tools: Vec<Value> = (0..24)
+        .map(|i| self_referencing_tool(&format!("Tree{i}"), 20))
+        .collect();
+    let err = run_with(
+        json!({"model": "m", "messages": [user("hi")], "tools": tools}),
+        &NaturalOptions::default(),
+    )
+    .expect_err("too large");
+    assert_eq!(err.status(), 400);
+    assert_eq!(err.error_type(), "invalid_request_error");
+    assert_eq!(err.param(), Some("tools"));
+    let RequestError::ContractTooLarge { name, .. } = &err else {
+        panic!("{err:?}");
+    };
+    let index: usize = name
+        .strip_prefix("Tree")
+        .and_then(|i| i.parse().ok())
+        .unwrap();
+    assert!((16..24).contains(&index), "{name}");
+    assert!(err.to_string().contains(&format!("'{name}'")), "{err}");
+}
+
+#[test]
+fn names_the_parser_cannot_read_are_a_400_naming_the_tool() {
+    for name in ["it's", "back`tick", "arr[0]", "close]"] {
+        let err = run_with(
+            json!({"model": "m", "messages": [user("hi")], "tools": [weather(), {"type": "function", "function": {"name": name}}]}),
+            &NaturalOptions::default(),
+        )
+        .expect_err(name);
+        assert_eq!(err.param(), Some("tools[1].function.name"), "{name}");
+        assert!(err.to_string().contains(name), "{err}");
+    }
+}

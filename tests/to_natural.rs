@@ -515,3 +515,64 @@ proptest! {
         prop_assert_eq!(parsed, calls);
     }
 }
+
+// ---- upstream-driven buffers (issue 15) ------------------------------------
+
+/// The payloads of a client body, in order.
+fn payloads(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
+}
+
+fn assert_ends_with_too_large(body: &str) {
+    let events = payloads(body);
+    let [.., error, done] = events.as_slice() else {
+        panic!("{body}");
+    };
+    assert_eq!(done, "[DONE]");
+    let error: Value = serde_json::from_str(error).unwrap();
+    assert_eq!(
+        error["error"]["code"], "upstream_stream_too_large",
+        "{error}"
+    );
+}
+
+#[test]
+fn too_many_choice_indexes_end_the_stream_with_an_error() {
+    let events: Vec<String> = (0..1_000)
+        .map(|i| {
+            upstream_chunk(json!([{"index": i, "delta": {"content": "x"}, "finish_reason": null}]))
+                .to_string()
+        })
+        .collect();
+    let mut r = StreamRenderer::new(options(Syntax::ToolCall));
+    let mut out = BytesMut::new();
+    for e in &events {
+        r.on_event(e.as_bytes(), &mut out);
+    }
+    assert!(r.is_ended());
+    let body = String::from_utf8(out.to_vec()).unwrap();
+    // Choices up to the cap were served; the next one ended the stream.
+    assert_eq!(body.matches("\"content\":\"x\"").count(), 128);
+    assert_ends_with_too_large(&body);
+}
+
+#[test]
+fn arguments_held_past_the_cap_end_the_stream_with_an_error() {
+    // A call whose name never completes can't be written: its arguments wait.
+    let fragment = "a".repeat(1024 * 1024);
+    let mut events = vec![chunk(
+        json!({"tool_calls": [{"index": 1, "function": {"arguments": ""}}]}),
+        None,
+    )];
+    events.extend((0..20).map(|_| chunk(call_args(1, &fragment), None)));
+    let mut r = StreamRenderer::new(options(Syntax::ToolCall));
+    let mut out = BytesMut::new();
+    for e in &events {
+        r.on_event(e.as_bytes(), &mut out);
+    }
+    assert!(r.is_ended());
+    assert_ends_with_too_large(std::str::from_utf8(&out).unwrap());
+}

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::natural::policy::Policy;
@@ -18,6 +19,10 @@ use crate::natural::tools::ToolSet;
 
 /// How many distinct tool sets a cache holds by default.
 pub const DEFAULT_CAPACITY: usize = 256;
+
+/// How many bytes (keys and rendered blocks) a cache holds by default. The
+/// entry count alone does not bound memory: one entry can be megabytes.
+pub const DEFAULT_MAX_BYTES: usize = 64 * 1024 * 1024;
 
 /// What a request needs from the rendering: the tools offered and the block.
 #[derive(Debug, Clone)]
@@ -54,6 +59,13 @@ struct Key {
 }
 
 impl Key {
+    /// What the entry costs to keep: its texts twice (the key and the parsed
+    /// tool set, which holds the same schemas) plus the block.
+    fn weight(key: &KeyRef<'_>, prepared: &Prepared) -> usize {
+        let texts = key.tools.len() + key.functions.len() + key.template.map_or(0, str::len);
+        2 * texts + prepared.block.len() + 256
+    }
+
     fn matches(&self, key: &KeyRef<'_>) -> bool {
         self.syntax == key.syntax
             && self.policy == *key.policy
@@ -67,10 +79,29 @@ impl Key {
 /// requests of one provider.
 #[derive(Debug)]
 pub struct ContractCache {
-    entries: RwLock<HashMap<u64, (Key, Prepared)>>,
+    entries: RwLock<Entries>,
     /// Random per cache, so collisions cannot be planned in advance.
     hasher: RandomState,
     capacity: usize,
+    max_bytes: usize,
+    /// A clock for least-recently-used eviction, ticked by every hit.
+    clock: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Entries {
+    map: HashMap<u64, Entry>,
+    /// The sum of the entries' weights.
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    key: Key,
+    prepared: Prepared,
+    weight: usize,
+    /// When it was last used; updated under the read lock.
+    used: AtomicU64,
 }
 
 impl Default for ContractCache {
@@ -80,13 +111,34 @@ impl Default for ContractCache {
 }
 
 impl ContractCache {
-    /// A cache holding at most `capacity` tool sets (at least one).
+    /// A cache holding at most `capacity` tool sets (at least one) and
+    /// [`DEFAULT_MAX_BYTES`].
     pub fn new(capacity: usize) -> Self {
+        ContractCache::with_limits(capacity, DEFAULT_MAX_BYTES)
+    }
+
+    /// A cache holding at most `capacity` tool sets and `max_bytes` of keys
+    /// and blocks; a rendering larger than `max_bytes` is not kept.
+    pub fn with_limits(capacity: usize, max_bytes: usize) -> Self {
         ContractCache {
-            entries: RwLock::new(HashMap::new()),
+            entries: RwLock::new(Entries::default()),
             hasher: RandomState::new(),
             capacity: capacity.max(1),
+            max_bytes,
+            clock: AtomicU64::new(0),
         }
+    }
+
+    /// How many bytes the cached entries weigh.
+    pub fn bytes(&self) -> usize {
+        self.entries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bytes
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
     }
 
     /// How many tool sets are cached.
@@ -94,6 +146,7 @@ impl ContractCache {
         self.entries
             .read()
             .unwrap_or_else(PoisonError::into_inner)
+            .map
             .len()
     }
 
@@ -113,27 +166,45 @@ impl ContractCache {
         let hash = self.hash(&key);
         {
             let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some((stored, prepared)) = entries.get(&hash)
-                && stored.matches(&key)
+            if let Some(entry) = entries.map.get(&hash)
+                && entry.key.matches(&key)
             {
-                return Ok(prepared.clone());
+                entry.used.store(self.tick(), Ordering::Relaxed);
+                return Ok(entry.prepared.clone());
             }
         }
         // Rendered outside the lock: concurrent misses of the same set may
         // both render, which is cheaper than serializing all misses.
         let prepared = render()?;
+        let weight = Key::weight(&key, &prepared);
         let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some((stored, existing)) = entries.get(&hash)
-            && stored.matches(&key)
+        if let Some(entry) = entries.map.get(&hash)
+            && entry.key.matches(&key)
         {
             // Another request won the race; share its Arcs.
-            return Ok(existing.clone());
+            return Ok(entry.prepared.clone());
         }
-        if entries.len() >= self.capacity && !entries.contains_key(&hash) {
-            // Evict simply: an arbitrary entry. Hot tool sets come back at the
-            // cost of one rendering.
-            if let Some(victim) = entries.keys().next().copied() {
-                entries.remove(&victim);
+        if weight > self.max_bytes {
+            // Served, never kept: it would evict everything else.
+            return Ok(prepared);
+        }
+        if let Some(old) = entries.map.remove(&hash) {
+            // A colliding entry for other tools: replaced.
+            entries.bytes -= old.weight;
+        }
+        while entries.map.len() >= self.capacity || entries.bytes + weight > self.max_bytes {
+            // Least recently used first: hot tool sets stay. A scan over at
+            // most `capacity` entries, only on a miss that evicts.
+            let Some(victim) = entries
+                .map
+                .iter()
+                .min_by_key(|(_, entry)| entry.used.load(Ordering::Relaxed))
+                .map(|(hash, _)| *hash)
+            else {
+                break;
+            };
+            if let Some(old) = entries.map.remove(&victim) {
+                entries.bytes -= old.weight;
             }
         }
         let owned = Key {
@@ -143,7 +214,16 @@ impl ContractCache {
             syntax: key.syntax,
             template: key.template.map(str::to_string),
         };
-        entries.insert(hash, (owned, prepared.clone()));
+        entries.bytes += weight;
+        entries.map.insert(
+            hash,
+            Entry {
+                key: owned,
+                prepared: prepared.clone(),
+                weight,
+                used: AtomicU64::new(self.tick()),
+            },
+        );
         Ok(prepared)
     }
 
@@ -229,6 +309,40 @@ mod tests {
         let failed = cache.get_or_render(key(tools, &policy), || Err::<Prepared, _>("bad"));
         assert_eq!(failed.unwrap_err(), "bad");
         assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn bytes_are_bounded_and_the_least_recently_used_goes_first() {
+        let policy = Policy::default();
+        let block = "b".repeat(1000);
+        // Room for about three entries of ~1.3 KB.
+        let cache = ContractCache::with_limits(100, 4_500);
+        for tools in ["[1]", "[2]", "[3]"] {
+            let _ = cache.get_or_render(key(tools, &policy), || Ok::<_, ()>(prepared(&block)));
+        }
+        // Touch [1]: [2] is now the oldest.
+        let _ = cache.get_or_render(key("[1]", &policy), || Err::<Prepared, _>(()));
+        let _ = cache.get_or_render(key("[4]", &policy), || Ok::<_, ()>(prepared(&block)));
+        assert!(cache.bytes() <= 4_500, "{}", cache.bytes());
+        assert_eq!(cache.len(), 3);
+        let hit = |tools| {
+            cache
+                .get_or_render(key(tools, &policy), || Err::<Prepared, _>(()))
+                .is_ok()
+        };
+        assert!(hit("[1]") && hit("[3]") && hit("[4]"));
+        assert!(!hit("[2]"));
+    }
+
+    #[test]
+    fn an_entry_larger_than_the_byte_bound_is_served_but_not_kept() {
+        let policy = Policy::default();
+        let cache = ContractCache::with_limits(100, 4_000);
+        let big = "b".repeat(10_000);
+        let served = cache.get_or_render(key("[1]", &policy), || Ok::<_, ()>(prepared(&big)));
+        assert_eq!(served.map(|p| p.block.len()), Ok(10_000));
+        assert!(cache.is_empty());
+        assert_eq!(cache.bytes(), 0);
     }
 
     #[test]

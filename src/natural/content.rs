@@ -32,6 +32,19 @@ impl Content {
         }
     }
 
+    /// Like [`Content::from_value`], taking the value: text is moved, not
+    /// copied, so appending to a merged message stays linear.
+    pub fn from_owned(value: Option<Value>) -> Content {
+        match value {
+            Some(Value::String(text)) => Content::Text(text),
+            Some(Value::Array(parts)) => match parts_text(&parts) {
+                Some(text) => Content::Text(text),
+                None => Content::Parts(parts),
+            },
+            other => Content::from_value(other.as_ref()),
+        }
+    }
+
     /// Whether there is nothing in it.
     pub fn is_empty(&self) -> bool {
         match self {

@@ -7,6 +7,8 @@
 //! and ends the section. To keep those rules true whatever the client writes,
 //! descriptions never produce a line that starts a section or an example.
 
+use std::collections::HashSet;
+
 use serde_json::{Map, Value};
 
 use crate::natural::example;
@@ -51,9 +53,15 @@ pub fn render(tool: &Tool, syntax: Syntax, out: &mut String) {
             "The arguments must match the parameters exactly: no other properties, no missing required ones.\n",
         );
     }
+    let example = example::bounded(tool.parameters.as_ref());
+    if example.truncated {
+        // Said before the example, which must end the section.
+        out.push_str(
+            "The example below is abridged (the schema is too large to show in full): fill in every required property.\n",
+        );
+    }
     out.push_str("\nExample:\n");
-    let arguments = example::arguments(tool.parameters.as_ref());
-    syntax.render_call(&tool.name, &arguments, out);
+    syntax.render_call(&tool.name, &example.value, out);
 }
 
 /// Writes a multi-line text so that every line after the first is indented:
@@ -102,13 +110,14 @@ fn render_properties(
     depth: usize,
     out: &mut String,
 ) {
-    let required: Vec<&str> = parent
+    // A set: a long `required` list must not make each property a scan.
+    let required: HashSet<&str> = parent
         .get("required")
         .and_then(Value::as_array)
         .map(|names| names.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     for (name, property) in properties {
-        let is_required = required.contains(&name.as_str());
+        let is_required = required.contains(name.as_str());
         render_property(name, property, is_required, depth, out);
     }
 }

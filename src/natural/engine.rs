@@ -32,7 +32,31 @@ pub struct Engine {
 struct ProviderState {
     options: NaturalOptions,
     parser: ParserOptions,
-    contracts: ContractCache,
+    contracts: Arc<ContractCache>,
+}
+
+/// Request bodies larger than this are rewritten on tokio's blocking pool:
+/// every step is linear, but a rewrite of megabytes still takes milliseconds
+/// that would stall every other connection on a `current_thread` worker.
+pub const BLOCKING_REWRITE_BYTES: usize = 256 * 1024;
+
+/// Runs `work` (a rewrite of `len` bytes) inline when small, else on the
+/// blocking pool. A panic in it is resumed here, as if it had run inline.
+pub(crate) async fn rewrite_off_worker<T: Send + 'static>(
+    len: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, GatewayError> {
+    if len <= BLOCKING_REWRITE_BYTES {
+        return Ok(work());
+    }
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => Ok(done),
+        Err(err) => match err.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // Cancelled: only when the runtime shuts down.
+            Err(_) => Err(GatewayError::Overloaded),
+        },
+    }
 }
 
 impl Engine {
@@ -55,7 +79,7 @@ impl Engine {
                         skip_think: t.skip_think,
                         max_block_bytes: t.max_block_bytes,
                     },
-                    contracts: ContractCache::default(),
+                    contracts: Arc::new(ContractCache::default()),
                 };
                 (p.name.clone(), state)
             })
@@ -93,7 +117,17 @@ impl Engine {
                 .send(provider, Request::from_parts(parts, Full::new(bytes)))
                 .await;
         };
-        let rewrite = request::rewrite(&bytes, &state.options, &state.contracts)?;
+        let rewrite = {
+            let (body, options, contracts) = (
+                bytes.clone(),
+                state.options.clone(),
+                state.contracts.clone(),
+            );
+            rewrite_off_worker(bytes.len(), move || {
+                request::rewrite(&body, &options, &contracts)
+            })
+            .await??
+        };
         let (body, plan) = match rewrite {
             Rewrite::Unchanged => (bytes, None),
             Rewrite::Rewritten { body, plan } => (Bytes::from(body), plan),
@@ -125,11 +159,14 @@ impl Engine {
         let (mut parts, upstream_body) = response.into_parts();
         if let Shape::Stream = reply::prepare(&mut parts)? {
             let rewriter = StreamRewriter::new(settings, plan.include_usage);
-            return Ok(Response::from_parts(
-                parts,
-                TransformBody::new(upstream_body, Repairing::new(rewriter, repairer))
-                    .boxed_unsync(),
-            ));
+            let body = match repairer {
+                Some(repairer) => {
+                    TransformBody::new(upstream_body, Repairing::new(rewriter, repairer))
+                        .boxed_unsync()
+                }
+                None => TransformBody::new(upstream_body, rewriter).boxed_unsync(),
+            };
+            return Ok(Response::from_parts(parts, body));
         }
         let collected = reply::read(upstream_body).await?;
         let rewritten =
@@ -165,5 +202,20 @@ impl Engine {
             authorization: client_auth,
             for_provider: provider.name.as_str().into(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn large_rewrites_leave_the_worker_thread() {
+        let worker = std::thread::current().id();
+        let small = rewrite_off_worker(BLOCKING_REWRITE_BYTES, || std::thread::current().id());
+        assert_eq!(small.await.ok(), Some(worker));
+        let large = rewrite_off_worker(BLOCKING_REWRITE_BYTES + 1, || std::thread::current().id());
+        let ran_on = large.await.ok();
+        assert!(ran_on.is_some() && ran_on != Some(worker));
     }
 }

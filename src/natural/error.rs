@@ -42,6 +42,14 @@ pub enum RequestError {
         /// The repeated name.
         name: String,
     },
+    /// The contracts rendered for the declared tools would exceed the size
+    /// limit of the system block; `name` is the tool that crossed it.
+    ContractTooLarge {
+        /// The tool whose contract crossed the limit.
+        name: String,
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// `tool_choice` (or `function_call`) names a tool that was not declared.
     UndeclaredTool {
         /// The field holding the name.
@@ -66,6 +74,7 @@ impl RequestError {
     pub fn param(&self) -> Option<&str> {
         match self {
             RequestError::InvalidJson { .. } | RequestError::NotAnObject => None,
+            RequestError::ContractTooLarge { .. } => Some("tools"),
             RequestError::Missing { param }
             | RequestError::WrongType { param, .. }
             | RequestError::InvalidValue { param, .. }
@@ -113,6 +122,10 @@ impl fmt::Display for RequestError {
                     "'{param}': the tool name '{name}' is declared more than once"
                 )
             }
+            RequestError::ContractTooLarge { name, limit } => write!(
+                f,
+                "'tools': the schema of tool '{name}' makes the tool instructions larger than {limit} bytes; simplify its parameters"
+            ),
             RequestError::UndeclaredTool { param, name } => {
                 write!(f, "'{param}': '{name}' is not one of the declared tools")
             }

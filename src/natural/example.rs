@@ -1,11 +1,4 @@
-//! Synthesizes plausible example arguments from a tool's JSON Schema.
-//!
-//! Every contract ends with an example call, and models copy examples far more
-//! faithfully than they follow schemas, so the example must validate: every
-//! required property is present and every value has the right type, format or
-//! enum member. Hints in the schema (`examples`, `default`, "e.g." in the
-//! description) are preferred over generic values so the example also shows
-//! what a realistic value looks like.
+use std::collections::HashSet;
 
 use serde_json::{Map, Value, json};
 
@@ -13,64 +6,196 @@ use serde_json::{Map, Value, json};
 /// becomes `null`, which keeps recursive schemas finite.
 const MAX_DEPTH: usize = 8;
 
+/// How many schema nodes one example may visit. Depth alone does not bound
+/// the work: an object whose 20 required properties each refer back to it
+/// has 20^8 nodes within [`MAX_DEPTH`].
+pub const MAX_EXAMPLE_NODES: usize = 100_000;
+
+/// How many bytes of JSON one example may hold; past it the example is cut
+/// off (see [`Example::truncated`]).
+pub const MAX_EXAMPLE_BYTES: usize = 256 * 1024;
+
+/// A synthesized example and whether a budget cut it short.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Example {
+    /// The example arguments (always an object).
+    pub value: Value,
+    /// A node or byte budget ran out: some values are left out, so the
+    /// example may lack required properties.
+    pub truncated: bool,
+}
+
 /// Example arguments for a tool whose parameters are `schema` (`None`: `{}`).
 ///
 /// Top-level optional properties are included too, so the example shows the
 /// whole surface of the tool; nested objects only get their required ones, to
 /// keep examples short.
 pub fn arguments(schema: Option<&Value>) -> Value {
-    match schema {
-        Some(schema) => match value_for(schema, schema, 0, true) {
+    bounded(schema).value
+}
+
+/// Like [`arguments`], within [`MAX_EXAMPLE_NODES`] and [`MAX_EXAMPLE_BYTES`].
+pub fn bounded(schema: Option<&Value>) -> Example {
+    bounded_within(schema, MAX_EXAMPLE_NODES, MAX_EXAMPLE_BYTES)
+}
+
+/// Like [`bounded`] with explicit budgets (tests use small ones).
+pub fn bounded_within(schema: Option<&Value>, nodes: usize, bytes: usize) -> Example {
+    let mut budget = Budget {
+        nodes,
+        bytes,
+        truncated: false,
+    };
+    let value = match schema {
+        Some(schema) => match value_for(schema, schema, 0, true, &mut budget) {
             Value::Null => Value::Object(Map::new()),
             value => value,
         },
         None => Value::Object(Map::new()),
+    };
+    Example {
+        value,
+        truncated: budget.truncated,
     }
 }
 
-/// An example value for `schema`; `root` resolves local `$ref`s.
-fn value_for(schema: &Value, root: &Value, depth: usize, top: bool) -> Value {
+/// What is left of one example's budgets. The byte count is of the JSON
+/// text the example will be written as, pretty-printed (each member on its
+/// own line, indented by at most two spaces per level of `depth`), so a
+/// cut-off example is never larger than [`MAX_EXAMPLE_BYTES`] as written.
+struct Budget {
+    nodes: usize,
+    bytes: usize,
+    truncated: bool,
+}
+
+impl Budget {
+    /// Takes `nodes` steps and `bytes` of output; `false` (and marks the
+    /// example truncated) when either is exhausted.
+    fn take(&mut self, nodes: usize, bytes: usize) -> bool {
+        if self.truncated || nodes > self.nodes || bytes > self.bytes {
+            self.truncated = true;
+            return false;
+        }
+        self.nodes -= nodes;
+        self.bytes -= bytes;
+        true
+    }
+
+    /// Takes the bytes of `value` written as JSON, measuring it no further
+    /// than the budget left, so a huge value costs at most that much work.
+    fn take_value(&mut self, value: &Value) -> bool {
+        match json_size_within(value, self.bytes) {
+            Some(size) => self.take(1, size),
+            None => {
+                self.truncated = true;
+                false
+            }
+        }
+    }
+}
+
+/// The size of `value` as compact JSON (strings counted unescaped), or `None`
+/// when it exceeds `limit`; stops walking as soon as it does.
+fn json_size_within(value: &Value, limit: usize) -> Option<usize> {
+    fn walk(value: &Value, left: &mut usize) -> bool {
+        let own = match value {
+            Value::Null | Value::Bool(_) => 5,
+            Value::Number(_) => 24,
+            Value::String(s) => s.len() + 2,
+            Value::Array(items) => items.len() + 2,
+            Value::Object(fields) => fields.len() * 2 + 2,
+        };
+        if own > *left {
+            return false;
+        }
+        *left -= own;
+        match value {
+            Value::Array(items) => items.iter().all(|item| walk(item, left)),
+            Value::Object(fields) => fields.iter().all(|(key, item)| {
+                if key.len() + 2 > *left {
+                    return false;
+                }
+                *left -= key.len() + 2;
+                walk(item, left)
+            }),
+            _ => true,
+        }
+    }
+    let mut left = limit;
+    walk(value, &mut left).then(|| limit - left)
+}
+
+/// An example value for `schema`; `root` resolves local `$ref`s. `Null` when
+/// the depth or the budget ran out.
+fn value_for(schema: &Value, root: &Value, depth: usize, top: bool, budget: &mut Budget) -> Value {
     if depth > MAX_DEPTH {
         return Value::Null;
     }
     let Some(schema) = schema.as_object() else {
         // `true` or a malformed schema: anything goes.
-        return json!("example");
+        return leaf(json!("example"), budget);
     };
     if let Some(hint) = given_example(schema) {
-        return hint;
+        return if budget.take_value(hint) {
+            hint.clone()
+        } else {
+            Value::Null
+        };
     }
     if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
+        // Resolving walks the pointer: charge its length as work.
+        if !budget.take(1 + target.len() / 16, 0) {
+            return Value::Null;
+        }
         return match resolve(root, target) {
-            Some(target) => value_for(target, root, depth + 1, top),
+            Some(target) => value_for(target, root, depth + 1, top, budget),
             None => Value::Null,
         };
+    }
+    if !budget.take(1, 0) {
+        return Value::Null;
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(options) = schema.get(key).and_then(Value::as_array) {
             let option = options.iter().find(|option| !is_null_schema(option));
             if let Some(option) = option.or(options.first()) {
-                return value_for(option, root, depth + 1, top);
+                return value_for(option, root, depth + 1, top, budget);
             }
         }
     }
     if let Some(parts) = schema.get("allOf").and_then(Value::as_array) {
-        return merge_all(parts, root, depth, top);
+        return merge_all(parts, root, depth, top, budget);
     }
     match schema_type(schema) {
-        Some("object") => object_value(schema, root, depth, top),
-        Some("array") => array_value(schema, root, depth),
-        Some("string") => string_value(schema),
-        Some("integer") => integer_value(schema),
-        Some("number") => number_value(schema),
-        Some("boolean") => Value::Bool(true),
+        Some("object") => object_value(schema, root, depth, top, budget),
+        Some("array") => array_value(schema, root, depth, budget),
+        Some("string") => leaf(string_value(schema), budget),
+        Some("integer") => leaf(integer_value(schema), budget),
+        Some("number") => leaf(number_value(schema), budget),
+        Some("boolean") => leaf(Value::Bool(true), budget),
         Some("null") => Value::Null,
-        _ => json!("example"),
+        _ => leaf(json!("example"), budget),
+    }
+}
+
+/// The most indentation a pretty-printed line at `depth` can have: a level
+/// of nesting takes at least one level of schema depth.
+fn indent(depth: usize) -> usize {
+    2 * (depth + 1)
+}
+
+/// A small synthesized value, if the byte budget has room for it.
+fn leaf(value: Value, budget: &mut Budget) -> Value {
+    if budget.take_value(&value) {
+        value
+    } else {
+        Value::Null
     }
 }
 
 /// The schema's own example, default, const or first enum member.
-fn given_example(schema: &Map<String, Value>) -> Option<Value> {
+fn given_example(schema: &Map<String, Value>) -> Option<&Value> {
     let first_example = schema
         .get("examples")
         .and_then(Value::as_array)
@@ -85,7 +210,6 @@ fn given_example(schema: &Map<String, Value>) -> Option<Value> {
                 .and_then(Value::as_array)
                 .and_then(|values| values.first())
         })
-        .cloned()
 }
 
 /// The schema's type: the first non-null entry of a type list, or inferred
@@ -115,10 +239,10 @@ fn resolve<'a>(root: &'a Value, target: &str) -> Option<&'a Value> {
         .and_then(|pointer| root.pointer(pointer))
 }
 
-fn merge_all(parts: &[Value], root: &Value, depth: usize, top: bool) -> Value {
+fn merge_all(parts: &[Value], root: &Value, depth: usize, top: bool, budget: &mut Budget) -> Value {
     let mut merged = Map::new();
     for part in parts {
-        match value_for(part, root, depth + 1, top) {
+        match value_for(part, root, depth + 1, top, budget) {
             Value::Object(fields) => merged.extend(fields),
             // A non-object part decides the whole value (e.g. allOf of a
             // single string schema).
@@ -129,42 +253,87 @@ fn merge_all(parts: &[Value], root: &Value, depth: usize, top: bool) -> Value {
     Value::Object(merged)
 }
 
-fn object_value(schema: &Map<String, Value>, root: &Value, depth: usize, top: bool) -> Value {
-    let required: Vec<&str> = schema
+fn object_value(
+    schema: &Map<String, Value>,
+    root: &Value,
+    depth: usize,
+    top: bool,
+    budget: &mut Budget,
+) -> Value {
+    // A set: a long `required` list must not make each property a scan.
+    let required: HashSet<&str> = schema
         .get("required")
         .and_then(Value::as_array)
         .map(|names| names.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     let mut fields = Map::new();
+    // The braces, the closing one indented on its own line.
+    if !budget.take(0, 3 + indent(depth)) {
+        return Value::Null;
+    }
     if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
         for (name, property) in properties {
-            if top || required.contains(&name.as_str()) {
-                fields.insert(name.clone(), value_for(property, root, depth + 1, false));
+            if top || required.contains(name.as_str()) {
+                // An indented line: the key, its quotes, ": " and a comma.
+                if !budget.take(1, name.len() + 6 + indent(depth)) {
+                    return Value::Object(fields);
+                }
+                let value = value_for(property, root, depth + 1, false, budget);
+                if budget.truncated && value.is_null() {
+                    return Value::Object(fields);
+                }
+                fields.insert(name.clone(), value);
             }
         }
     }
     // Required names without a property schema still have to be present.
-    for name in required {
+    // `required` keeps the schema's order only for iteration below.
+    let names = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str);
+    for name in names {
         if !fields.contains_key(name) {
+            if !budget.take(1, name.len() + 16 + indent(depth)) {
+                return Value::Object(fields);
+            }
             fields.insert(name.to_string(), json!("example"));
         }
     }
     Value::Object(fields)
 }
 
-fn array_value(schema: &Map<String, Value>, root: &Value, depth: usize) -> Value {
+fn array_value(
+    schema: &Map<String, Value>,
+    root: &Value,
+    depth: usize,
+    budget: &mut Budget,
+) -> Value {
     let max_items = schema.get("maxItems").and_then(Value::as_u64);
     match schema.get("items") {
         Some(items) if max_items != Some(0) => {
             let min_items = schema.get("minItems").and_then(Value::as_u64).unwrap_or(1);
-            let item = value_for(items, root, depth + 1, false);
+            // The brackets, and each item on an indented line.
+            let before = budget.bytes;
+            if !budget.take(0, 3 + 2 * indent(depth)) {
+                return Value::Null;
+            }
+            let item = value_for(items, root, depth + 1, false, budget);
+            let item_bytes = before - budget.bytes;
             // Never more than a few items: the example illustrates, it does
             // not need to be long. Unique items stay valid with one entry.
-            let count = min_items.clamp(1, 3);
+            let count = min_items.clamp(1, 3) as usize;
             if count > 1 && schema.get("uniqueItems") == Some(&Value::Bool(true)) {
                 return Value::Array(vec![item]);
             }
-            Value::Array((0..count).map(|_| item.clone()).collect())
+            // Each copy costs its bytes again; as many as fit.
+            let mut values = vec![item];
+            while values.len() < count && budget.take(1, item_bytes) {
+                values.push(values[0].clone());
+            }
+            Value::Array(values)
         }
         _ => Value::Array(Vec::new()),
     }
@@ -345,5 +514,67 @@ mod tests {
     fn no_schema_gives_empty_object() {
         assert_eq!(arguments(None), json!({}));
         assert_eq!(arguments(Some(&json!({"type": "object"}))), json!({}));
+    }
+
+    /// The schema of issue 15: an object whose ~20 required properties each
+    /// refer back to the object. Unbounded, its example has 20^8 nodes.
+    pub(crate) fn self_referencing_schema(properties: usize) -> Value {
+        let names: Vec<String> = (0..properties).map(|i| format!("p{i}")).collect();
+        let props: Map<String, Value> = names
+            .iter()
+            .map(|name| (name.clone(), json!({"$ref": "#"})))
+            .collect();
+        json!({"type": "object", "properties": props, "required": names})
+    }
+
+    #[test]
+    fn self_referencing_required_properties_stay_within_the_byte_budget() {
+        let schema = self_referencing_schema(20);
+        let example = bounded(Some(&schema));
+        assert!(example.truncated);
+        let written = serde_json::to_string_pretty(&example.value).unwrap().len();
+        assert!(written <= MAX_EXAMPLE_BYTES, "{written} bytes");
+        // Cut off cleanly: still an object, with the first properties filled.
+        assert!(example.value["p0"]["p0"].is_object());
+    }
+
+    #[test]
+    fn the_node_budget_bounds_work_even_when_values_are_tiny() {
+        // No byte limit: only the node budget stops the walk.
+        let schema = self_referencing_schema(20);
+        let example = bounded_within(Some(&schema), 1_000, usize::MAX);
+        assert!(example.truncated);
+        assert!(count_nodes(&example.value) <= 1_000);
+    }
+
+    #[test]
+    fn array_copies_and_large_hints_are_charged() {
+        let big = "x".repeat(10_000);
+        let schema = json!({
+            "type": "object",
+            "properties": {"list": {"type": "array", "minItems": 3, "items": {"type": "string", "default": big}}}
+        });
+        // Room for one copy only.
+        let example = bounded_within(Some(&schema), 1_000, 15_000);
+        assert!(example.truncated);
+        assert_eq!(example.value["list"].as_array().map(Vec::len), Some(1));
+        let whole = bounded_within(Some(&schema), 1_000, 40_000);
+        assert!(!whole.truncated);
+        assert_eq!(whole.value["list"].as_array().map(Vec::len), Some(3));
+    }
+
+    #[test]
+    fn ordinary_schemas_are_not_truncated() {
+        let schema =
+            json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]});
+        assert!(!bounded(Some(&schema)).truncated);
+    }
+
+    fn count_nodes(value: &Value) -> usize {
+        1 + match value {
+            Value::Array(items) => items.iter().map(count_nodes).sum(),
+            Value::Object(fields) => fields.values().map(count_nodes).sum(),
+            _ => 0,
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! above all, often the largest part of an agent's request) are neither
 //! parsed into a tree nor serialized again: their bytes are copied.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::Serialize;
@@ -19,6 +20,9 @@ use crate::natural::error::RequestError;
 #[derive(Debug)]
 pub struct Fields<'a> {
     entries: Vec<(String, &'a RawValue)>,
+    /// Each name's position in `entries`: a body of 40k keys is split in
+    /// linear time.
+    index: HashMap<String, usize>,
 }
 
 impl<'a> Fields<'a> {
@@ -35,10 +39,7 @@ impl<'a> Fields<'a> {
 
     /// The raw value of the field `name`.
     pub fn get(&self, name: &str) -> Option<&'a RawValue> {
-        self.entries
-            .iter()
-            .find(|(field, _)| field == name)
-            .map(|(_, raw)| *raw)
+        self.index.get(name).map(|&i| self.entries[i].1)
     }
 
     /// The field `name` parsed into a tree (`None` when absent).
@@ -110,14 +111,18 @@ impl<'de> Visitor<'de> for BodyVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut entries: Vec<(String, &'de RawValue)> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
         while let Some(name) = map.next_key::<String>()? {
             let raw: &'de RawValue = map.next_value()?;
-            match entries.iter_mut().find(|(field, _)| *field == name) {
-                Some(entry) => entry.1 = raw,
-                None => entries.push((name, raw)),
+            match index.get(&name) {
+                Some(&i) => entries[i].1 = raw,
+                None => {
+                    index.insert(name.clone(), entries.len());
+                    entries.push((name, raw));
+                }
             }
         }
-        Ok(Parsed::Object(Fields { entries }))
+        Ok(Parsed::Object(Fields { entries, index }))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {

@@ -7,7 +7,7 @@
 //! messages of the same role are merged, because many chat templates of
 //! models without tool support demand alternating roles.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use serde_json::{Map, Value};
 
@@ -223,18 +223,50 @@ fn results_message(
             })
         })
         .collect();
-    let mut ordered: Vec<(String, ToolResult)> = Vec::with_capacity(results.len());
-    for call in calls {
-        let answers = |result: &ToolResult| match (&result.id, &call.id) {
-            (Some(id), Some(call_id)) => id == call_id,
-            (None, _) => result.name.as_deref() == Some(call.name.as_str()),
-            (Some(_), None) => false,
+    // Each call takes the earliest result that answers it: one with its id,
+    // or one without an id that names its tool. Results are indexed by id
+    // and by name (queues in order), so matching is linear, not calls x results.
+    let mut by_id: HashMap<&str, VecDeque<usize>> = HashMap::new();
+    let mut by_name: HashMap<&str, VecDeque<usize>> = HashMap::new();
+    for (i, result) in results.iter().enumerate() {
+        let Some(result) = result else { continue };
+        match (&result.id, &result.name) {
+            (Some(id), _) => by_id.entry(id.as_str()).or_default().push_back(i),
+            (None, Some(name)) => by_name.entry(name.as_str()).or_default().push_back(i),
+            (None, None) => {}
+        }
+    }
+    let mut matches: Vec<(usize, usize)> = Vec::with_capacity(calls.len());
+    for (c, call) in calls.iter().enumerate() {
+        let with_id = call
+            .id
+            .as_deref()
+            .and_then(|id| by_id.get(id))
+            .and_then(|queue| queue.front().copied());
+        let with_name = by_name
+            .get(call.name.as_str())
+            .and_then(|queue| queue.front().copied());
+        let pick = match (with_id, with_name) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
-        let slot = results
-            .iter_mut()
-            .find(|slot| slot.as_ref().is_some_and(answers));
-        if let Some(result) = slot.and_then(Option::take) {
-            ordered.push((call.name.clone(), result));
+        if let Some(i) = pick {
+            let queue = if Some(i) == with_id {
+                call.id.as_deref().and_then(|id| by_id.get_mut(id))
+            } else {
+                by_name.get_mut(call.name.as_str())
+            };
+            if let Some(queue) = queue {
+                queue.pop_front();
+            }
+            matches.push((c, i));
+        }
+    }
+    drop((by_id, by_name));
+    let mut ordered: Vec<(String, ToolResult)> = Vec::with_capacity(results.len());
+    for (c, i) in matches {
+        if let Some(result) = results[i].take() {
+            ordered.push((calls[c].name.clone(), result));
         }
     }
     for result in results.into_iter().flatten() {
@@ -347,11 +379,13 @@ fn same_speaker(left: &Map<String, Value>, right: &Map<String, Value>) -> bool {
 }
 
 /// Appends `next`'s content to `last`; keys only `next` has are kept too.
+///
+/// The accumulated content is moved out and back, never copied: a run of
+/// many messages is merged in time linear in its total size.
 fn merge_into(last: &mut Map<String, Value>, mut next: Map<String, Value>) {
-    let left = Content::from_value(last.get("content"));
-    let right = Content::from_value(next.get("content"));
+    let left = Content::from_owned(last.get_mut("content").map(Value::take));
+    let right = Content::from_owned(next.shift_remove("content"));
     last.insert("content".to_string(), left.append(right).into_value());
-    next.shift_remove("content");
     for (key, value) in next {
         last.entry(key).or_insert(value);
     }

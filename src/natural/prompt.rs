@@ -7,12 +7,16 @@
 use serde_json::{Value, json};
 
 use crate::natural::contract;
+use crate::natural::error::RequestError;
 use crate::natural::policy::{Choice, Policy};
 use crate::natural::syntax::Syntax;
 use crate::natural::tools::ToolSet;
 
 /// The placeholder a user instruction template must contain.
 pub const CONTRACTS_PLACEHOLDER: &str = "{contracts}";
+
+/// The largest system block (instructions and contracts) a request may need.
+pub const MAX_BLOCK_BYTES: usize = 4 * 1024 * 1024;
 
 /// Renders the whole block for the tools `offered` under `policy`.
 ///
@@ -21,14 +25,18 @@ pub const CONTRACTS_PLACEHOLDER: &str = "{contracts}";
 /// default are appended after it, because a static template cannot know them.
 /// A template without the placeholder (rejected by `NaturalOptions::validate`,
 /// but possible if that was skipped) gets the contracts appended.
+///
+/// A block over [`MAX_BLOCK_BYTES`] is refused, naming the tool whose contract
+/// crossed the limit: it would cost every request that carries it (and the
+/// upstream's context) far more than any real tool set does.
 pub fn render_block(
     offered: &ToolSet,
     policy: &Policy,
     syntax: Syntax,
     template: Option<&str>,
-) -> String {
-    let contracts = render_contracts(offered, syntax);
-    match template {
+) -> Result<String, RequestError> {
+    let contracts = render_contracts(offered, syntax)?;
+    let block = match template {
         None => {
             let mut block = instructions(syntax, policy);
             block.push_str("\n\n# Available tools\n\n");
@@ -48,19 +56,36 @@ pub fn render_block(
             }
             block
         }
+    };
+    if block.len() > MAX_BLOCK_BYTES {
+        // Only a template repeating the placeholder gets here.
+        let name = offered.names().last().unwrap_or_default();
+        return Err(RequestError::ContractTooLarge {
+            name: name.to_string(),
+            limit: MAX_BLOCK_BYTES,
+        });
     }
+    Ok(block)
 }
 
-/// All contracts, separated by a blank line.
-pub fn render_contracts(tools: &ToolSet, syntax: Syntax) -> String {
+/// All contracts, separated by a blank line; refused as soon as they pass
+/// [`MAX_BLOCK_BYTES`], so the work done is bounded by the limit plus one
+/// contract.
+pub fn render_contracts(tools: &ToolSet, syntax: Syntax) -> Result<String, RequestError> {
     let mut out = String::new();
     for (i, tool) in tools.tools.iter().enumerate() {
         if i > 0 {
             out.push_str("\n\n");
         }
         contract::render(tool, syntax, &mut out);
+        if out.len() > MAX_BLOCK_BYTES {
+            return Err(RequestError::ContractTooLarge {
+                name: tool.name.clone(),
+                limit: MAX_BLOCK_BYTES,
+            });
+        }
     }
-    out
+    Ok(out)
 }
 
 /// The built-in instructions for `syntax` and `policy`.
@@ -209,20 +234,45 @@ mod tests {
 
     #[test]
     fn template_without_placeholder_still_gets_the_contracts() {
-        let tools = ToolSet {
-            tools: vec![crate::natural::tools::Tool {
-                name: "T".into(),
-                description: None,
-                parameters: None,
-                strict: false,
-            }],
-        };
+        let tools = ToolSet::from_tools(vec![crate::natural::tools::Tool {
+            name: "T".into(),
+            description: None,
+            parameters: None,
+            strict: false,
+        }]);
         let block = render_block(
             &tools,
             &Policy::default(),
             Syntax::Tag,
             Some("Use tools.\n"),
-        );
+        )
+        .unwrap();
         assert!(block.starts_with("Use tools.\n\n## T\n"));
+    }
+
+    #[test]
+    fn a_block_over_the_cap_is_refused_naming_the_tool() {
+        // Each contract shows its 1 MiB description: the fifth crosses 4 MiB.
+        let description = "d".repeat(1024 * 1024);
+        let tools = ToolSet::from_tools(
+            (0..8)
+                .map(|i| crate::natural::tools::Tool {
+                    name: format!("T{i}"),
+                    description: Some(description.clone()),
+                    parameters: None,
+                    strict: false,
+                })
+                .collect(),
+        );
+        let err = render_block(&tools, &Policy::default(), Syntax::Tag, None).unwrap_err();
+        assert_eq!(
+            err,
+            RequestError::ContractTooLarge {
+                name: "T3".into(),
+                limit: MAX_BLOCK_BYTES
+            }
+        );
+        assert_eq!(err.param(), Some("tools"));
+        assert!(err.to_string().contains("'T3'"));
     }
 }

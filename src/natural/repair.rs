@@ -168,7 +168,7 @@ impl Repairer {
         );
         let user = format!(
             "The model wrote:\n\n{}\n\nWhat was wrong: {complaint}\n\nWrite the corrected call.",
-            request.original
+            transcript(&request.original)
         );
         let mut body = json!({
             "model": self.model,
@@ -263,6 +263,28 @@ fn as_object(value: Value) -> Result<Arguments, String> {
 }
 
 /// Small models wrap JSON in a code fence even when told not to.
+/// How much of the model's text a repair request carries: the fallback is a
+/// paid call, and a block of megabytes is not a call worth repairing.
+pub const MAX_REPAIR_TRANSCRIPT_BYTES: usize = 64 * 1024;
+
+/// `original`, cut at [`MAX_REPAIR_TRANSCRIPT_BYTES`] (at a char boundary)
+/// with a visible marker.
+fn transcript(original: &str) -> std::borrow::Cow<'_, str> {
+    if original.len() <= MAX_REPAIR_TRANSCRIPT_BYTES {
+        return original.into();
+    }
+    let mut cut = MAX_REPAIR_TRANSCRIPT_BYTES;
+    while !original.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(
+        "{}\n[... {} more bytes cut]",
+        &original[..cut],
+        original.len() - cut
+    )
+    .into()
+}
+
 fn strip_fence(text: &str) -> &str {
     let t = text.trim();
     let Some(rest) = t.strip_prefix("```") else {
@@ -274,11 +296,23 @@ fn strip_fence(text: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use super::strip_fence;
+    use super::{MAX_REPAIR_TRANSCRIPT_BYTES, strip_fence, transcript};
 
     #[test]
     fn fences_are_stripped() {
         assert_eq!(strip_fence("```json\n{\"a\":1}\n```"), "{\"a\":1}");
         assert_eq!(strip_fence(" {\"a\":1} "), "{\"a\":1}");
+    }
+
+    #[test]
+    fn the_transcript_is_cut_at_a_char_boundary_with_a_marker() {
+        assert_eq!(transcript("short"), "short");
+        let long = "é".repeat(MAX_REPAIR_TRANSCRIPT_BYTES);
+        let cut = transcript(&long);
+        assert!(cut.len() <= MAX_REPAIR_TRANSCRIPT_BYTES + 64);
+        assert!(cut.ends_with(&format!(
+            "[... {} more bytes cut]",
+            long.len() - MAX_REPAIR_TRANSCRIPT_BYTES
+        )));
     }
 }

@@ -25,15 +25,17 @@ const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(3);
 
 type RepairOutcome = (u64, u32, Result<(String, Map<String, Value>), InvalidCall>);
 
+/// Used only with a fallback model: without one the rewriter never asks for
+/// repairs (`ReplySettings::repair`) and runs as a transform on its own.
 pub struct Repairing {
     rewriter: StreamRewriter,
-    repairer: Option<Arc<Repairer>>,
+    repairer: Arc<Repairer>,
     repairs: JoinSet<RepairOutcome>,
     keep_alive: Option<Pin<Box<Sleep>>>,
 }
 
 impl Repairing {
-    pub fn new(rewriter: StreamRewriter, repairer: Option<Arc<Repairer>>) -> Self {
+    pub fn new(rewriter: StreamRewriter, repairer: Arc<Repairer>) -> Self {
         Repairing {
             rewriter,
             repairer,
@@ -63,23 +65,11 @@ impl Transform for Repairing {
     fn poll_side(&mut self, cx: &mut Context<'_>, out: &mut BytesMut) -> Poll<bool> {
         // Start the repairs the rewriter asked for.
         for (choice, request) in self.rewriter.take_repairs() {
-            match &self.repairer {
-                Some(repairer) => {
-                    let repairer = repairer.clone();
-                    self.repairs.spawn(async move {
-                        let result = repairer.repair(&request).await;
-                        (choice, request.id, result)
-                    });
-                }
-                None => {
-                    let err = InvalidCall {
-                        tool: request.tool,
-                        reason: request.error,
-                    };
-                    self.rewriter.resolve(choice, request.id, Err(err), out);
-                    return Poll::Ready(true);
-                }
-            }
+            let repairer = self.repairer.clone();
+            self.repairs.spawn(async move {
+                let result = repairer.repair(&request).await;
+                (choice, request.id, result)
+            });
         }
         if !self.repairs.is_empty()
             && let Poll::Ready(Some(joined)) = self.repairs.poll_join_next(cx)

@@ -32,8 +32,14 @@ pub struct ReplySettings {
     pub call_required: bool,
     /// Invalid blocks become repair requests (`on_invalid = "fallback"` with a fallback configured).
     pub repair: bool,
+    /// Repairs one reply may ask for; later invalid blocks are rejected as
+    /// if no fallback were configured. Each repair is a paid call.
+    pub max_repairs: usize,
     pub schemas: Arc<SchemaCache>,
 }
+
+/// Default for [`ReplySettings::max_repairs`].
+pub const DEFAULT_MAX_REPAIRS: usize = 3;
 
 impl ReplySettings {
     pub fn new(
@@ -52,6 +58,7 @@ impl ReplySettings {
             max_calls: (!plan.parallel_tool_calls).then_some(1),
             call_required: matches!(plan.choice, Choice::Required | Choice::Named(_)),
             repair: repair && on_invalid == OnInvalid::Fallback,
+            max_repairs: DEFAULT_MAX_REPAIRS,
             schemas,
         }
     }
@@ -313,6 +320,7 @@ impl ReplyParser {
         out: &mut String,
     ) -> Result<(), InvalidCall> {
         if self.settings.repair
+            && (self.next_repair as usize) < self.settings.max_repairs
             && self
                 .settings
                 .max_calls
@@ -369,4 +377,44 @@ pub fn call_id() -> String {
             .map(char::from),
     );
     id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::natural::tools::Tool;
+
+    #[test]
+    fn repairs_stop_at_the_cap_and_later_blocks_take_on_invalid() {
+        let tools = ToolSet::from_tools(vec![Tool {
+            name: "T".into(),
+            description: None,
+            parameters: None,
+            strict: false,
+        }]);
+        let plan = ResponsePlan {
+            tools: Arc::new(tools),
+            choice: Choice::Auto,
+            parallel_tool_calls: true,
+            include_usage: false,
+        };
+        let settings = ReplySettings::new(
+            "p",
+            &plan,
+            ParserOptions::default(),
+            OnInvalid::Fallback,
+            true,
+            Arc::new(SchemaCache::new()),
+        );
+        let mut reply = ReplyParser::new(settings);
+        let mut out = String::new();
+        // Ten broken blocks (not JSON): only the first three are repairs.
+        let mut result = Ok(());
+        for _ in 0..10 {
+            result = result.and(reply.feed("<T>\n```json\nnot json\n```\n</T>\n\n", &mut out));
+        }
+        let _ = reply.finish_text(&mut out);
+        assert_eq!(reply.take_repairs().len(), DEFAULT_MAX_REPAIRS);
+        assert!(result.is_err(), "the fourth block is rejected");
+    }
 }

@@ -224,7 +224,7 @@ fn prepare(
                 policy,
                 options.syntax,
                 options.instructions.as_deref(),
-            )
+            )?
         };
         Ok(Prepared {
             tools: Arc::new(offered),

@@ -9,6 +9,7 @@
 
 use bytes::BytesMut;
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -21,10 +22,15 @@ use crate::natural::reply::{InvalidCall, RepairRequest, ReplyParser, ReplySettin
 use crate::sse::encoder;
 use crate::sse::transform::{self, Incoming};
 
+/// Distinct choice `index`es one stream may use; each holds a parser.
+pub const MAX_CHOICES: usize = 128;
+
 pub struct StreamRewriter {
     settings: ReplySettings,
     header: Option<ChunkHeader>,
     choices: Vec<ChoiceState>,
+    /// Each choice index's position in `choices`.
+    positions: HashMap<u64, usize>,
     /// Latest usage seen; written once, last, when the client asked for it (rule 14).
     usage: Option<Value>,
     include_usage: bool,
@@ -52,6 +58,7 @@ impl StreamRewriter {
             settings,
             header: None,
             choices: Vec::new(),
+            positions: HashMap::new(),
             usage: None,
             include_usage,
             ended: false,
@@ -87,7 +94,7 @@ impl StreamRewriter {
         if self.ended {
             return;
         }
-        let Some(pos) = self.choices.iter().position(|c| c.index == choice) else {
+        let Some(&pos) = self.positions.get(&choice) else {
             return;
         };
         let state = &mut self.choices[pos];
@@ -167,7 +174,10 @@ impl StreamRewriter {
         data: &[u8],
         out: &mut BytesMut,
     ) -> bool {
-        let pos = self.state(index);
+        let Some(pos) = self.state(index, out) else {
+            // Failed: the event is handled.
+            return true;
+        };
         let state = &mut self.choices[pos];
         // Rule 4: the role in the first delta only; otherwise the general path fixes it.
         if state.finished || state.started == has_role {
@@ -206,7 +216,9 @@ impl StreamRewriter {
         out: &mut BytesMut,
     ) {
         let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
-        let pos = self.state(index);
+        let Some(pos) = self.state(index, out) else {
+            return;
+        };
         let mut delta = match choice.remove("delta") {
             Some(Value::Object(d)) => d,
             _ => Map::new(),
@@ -260,10 +272,23 @@ impl StreamRewriter {
         }
     }
 
-    fn state(&mut self, index: u64) -> usize {
-        if let Some(pos) = self.choices.iter().position(|c| c.index == index) {
-            return pos;
+    /// The position of choice `index`'s state; past [`MAX_CHOICES`] distinct
+    /// indexes the stream ends with an error event and `None` is returned.
+    fn state(&mut self, index: u64, out: &mut BytesMut) -> Option<usize> {
+        if let Some(&pos) = self.positions.get(&index) {
+            return Some(pos);
         }
+        if self.choices.len() >= MAX_CHOICES {
+            self.fail(
+                out,
+                &GatewayError::UpstreamInvalid {
+                    message: format!("The upstream stream uses more than {MAX_CHOICES} choices"),
+                    code: "upstream_stream_too_large",
+                },
+            );
+            return None;
+        }
+        self.positions.insert(index, self.choices.len());
         self.choices.push(ChoiceState {
             index,
             reply: ReplyParser::new(self.settings.clone()),
@@ -271,7 +296,7 @@ impl StreamRewriter {
             finished: false,
             waiting: None,
         });
-        self.choices.len() - 1
+        Some(self.choices.len() - 1)
     }
 
     /// Ends a choice: the remaining text, then (once repairs are done) the
@@ -397,6 +422,23 @@ impl<'a> PlainChunk<'a> {
     }
 }
 
+/// Without a fallback model the rewriter is the whole transform: it asks for
+/// no repairs, so nothing runs beside reading the upstream.
+impl crate::sse::transform::Transform for StreamRewriter {
+    fn on_event(&mut self, data: &[u8], out: &mut BytesMut) {
+        StreamRewriter::on_event(self, data, out);
+    }
+    fn finish(&mut self, out: &mut BytesMut) {
+        StreamRewriter::finish(self, out);
+    }
+    fn fail(&mut self, out: &mut BytesMut, error: &GatewayError) {
+        StreamRewriter::fail(self, out, error);
+    }
+    fn is_ended(&self) -> bool {
+        StreamRewriter::is_ended(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,5 +484,21 @@ mod tests {
         r.on_event(br#"{"id": "x", "choices": [{"index": 0, "delta": {"content": "a <Get"}, "finish_reason": null}]}"#, &mut out);
         let text = String::from_utf8(out.to_vec()).unwrap();
         assert!(text.contains("\"content\":\"a \""), "{text}");
+    }
+
+    #[test]
+    fn too_many_choice_indexes_end_the_stream_with_an_error() {
+        let mut r = rewriter();
+        let mut out = BytesMut::new();
+        for i in 0..1_000 {
+            let chunk = format!(
+                r#"{{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":{i},"delta":{{"content":"x"}},"finish_reason":null}}]}}"#
+            );
+            r.on_event(chunk.as_bytes(), &mut out);
+        }
+        assert!(r.is_ended());
+        assert_eq!(r.choices.len(), MAX_CHOICES);
+        let body = String::from_utf8(out.to_vec()).unwrap();
+        assert!(body.contains("upstream_stream_too_large"), "{body}");
     }
 }

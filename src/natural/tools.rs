@@ -4,6 +4,8 @@
 //! per tool) and lenient about the rest, because an upstream without native
 //! tools never sees the declarations themselves, only our rendering of them.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::Value;
 
 use crate::natural::error::RequestError;
@@ -27,9 +29,21 @@ pub struct Tool {
 pub struct ToolSet {
     /// The tools; names are unique.
     pub tools: Vec<Tool>,
+    /// Each name's position in `tools`: lookups are O(1), so checking 40k
+    /// declarations for duplicates is linear.
+    index: HashMap<String, usize>,
 }
 
 impl ToolSet {
+    /// A set of `tools`; of repeated names, the first is found by name.
+    pub fn from_tools(tools: Vec<Tool>) -> ToolSet {
+        let mut index = HashMap::with_capacity(tools.len());
+        for (i, tool) in tools.iter().enumerate() {
+            index.entry(tool.name.clone()).or_insert(i);
+        }
+        ToolSet { tools, index }
+    }
+
     /// Reads `tools` (the current shape) and `functions` (the legacy one).
     ///
     /// Both may be present; their tools are merged, `tools` first. `null`
@@ -79,7 +93,7 @@ impl ToolSet {
 
     /// The tool called `name`, if declared.
     pub fn get(&self, name: &str) -> Option<&Tool> {
-        self.tools.iter().find(|tool| tool.name == name)
+        self.index.get(name).map(|&i| &self.tools[i])
     }
 
     /// Whether a tool called `name` is declared.
@@ -99,14 +113,14 @@ impl ToolSet {
 
     /// The tools whose names are in `names`, keeping declaration order.
     pub fn subset(&self, names: &[String]) -> ToolSet {
-        ToolSet {
-            tools: self
-                .tools
+        let names: HashSet<&str> = names.iter().map(String::as_str).collect();
+        ToolSet::from_tools(
+            self.tools
                 .iter()
-                .filter(|tool| names.contains(&tool.name))
+                .filter(|tool| names.contains(tool.name.as_str()))
                 .cloned()
                 .collect(),
-        }
+        )
     }
 
     /// Adds a tool, rejecting a second tool of the same name; `param` is where
@@ -118,6 +132,7 @@ impl ToolSet {
                 name: tool.name,
             });
         }
+        self.index.insert(tool.name.clone(), self.tools.len());
         self.tools.push(tool);
         Ok(())
     }
@@ -174,8 +189,13 @@ fn check_name(name: &str, param: &str) -> Result<(), RequestError> {
             "a tool name must not be empty",
         ));
     }
-    let bad =
-        |c: char| c.is_whitespace() || c.is_control() || matches!(c, '<' | '>' | '"' | '/' | '\\');
+    // The parser cannot read these inside an opener (quotes, brackets of
+    // the bracket syntax): a call to such a tool would never be parsed.
+    let bad = |c: char| {
+        c.is_whitespace()
+            || c.is_control()
+            || matches!(c, '<' | '>' | '"' | '\'' | '`' | '[' | ']' | '/' | '\\')
+    };
     if let Some(c) = name.chars().find(|c| bad(*c)) {
         return Err(RequestError::invalid(
             param,

@@ -13,9 +13,20 @@ use crate::natural::tools::Tool;
 
 const MAX_SCHEMAS: usize = 1024;
 
+/// The schema text the cache may hold in all; a compiled validator is of the
+/// order of its schema's size, so this bounds the cache's memory too.
+pub const MAX_SCHEMA_CACHE_BYTES: usize = 16 * 1024 * 1024;
+
 #[derive(Default)]
 pub struct SchemaCache {
-    compiled: RwLock<HashMap<String, Arc<Compiled>>>,
+    compiled: RwLock<Store>,
+}
+
+/// The compiled schemas by canonical text, and the total length of the texts.
+#[derive(Default)]
+struct Store {
+    map: HashMap<String, Arc<Compiled>>,
+    bytes: usize,
 }
 
 /// A compiled validator, or why the schema itself could not be compiled.
@@ -64,7 +75,12 @@ impl SchemaCache {
 
     fn compiled(&self, schema: &Value) -> Arc<Compiled> {
         let key = schema.to_string();
-        if let Some(c) = self.compiled.read().ok().and_then(|m| m.get(&key).cloned()) {
+        if let Some(c) = self
+            .compiled
+            .read()
+            .ok()
+            .and_then(|m| m.map.get(&key).cloned())
+        {
             return c;
         }
         let compiled = Arc::new(match jsonschema::validator_for(schema) {
@@ -74,17 +90,33 @@ impl SchemaCache {
                 Compiled::Unusable
             }
         });
-        if let Ok(mut map) = self.compiled.write() {
-            if map.len() >= MAX_SCHEMAS {
-                map.clear();
+        if key.len() > MAX_SCHEMA_CACHE_BYTES {
+            // Compiled for this call only.
+            return compiled;
+        }
+        if let Ok(mut cache) = self.compiled.write() {
+            if cache.map.len() >= MAX_SCHEMAS || cache.bytes + key.len() > MAX_SCHEMA_CACHE_BYTES {
+                // Start over: recompiling the hot schemas is cheap next to
+                // tracking recency on every check.
+                cache.map.clear();
+                cache.bytes = 0;
             }
-            map.insert(key, compiled.clone());
+            let len = key.len();
+            if cache.map.insert(key, compiled.clone()).is_none() {
+                // A concurrent miss may have inserted it already.
+                cache.bytes += len;
+            }
         }
         compiled
     }
 
     pub fn len(&self) -> usize {
-        self.compiled.read().map_or(0, |m| m.len())
+        self.compiled.read().map_or(0, |m| m.map.len())
+    }
+
+    /// The total length of the cached schemas' texts.
+    pub fn bytes(&self) -> usize {
+        self.compiled.read().map_or(0, |m| m.bytes)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -144,11 +176,32 @@ mod tests {
             let _ = cache.check(&tool, &args(json!({"location": "x"})));
         }
         assert_eq!(cache.len(), 1);
+        assert_eq!(
+            cache.bytes(),
+            weather().parameters.unwrap().to_string().len()
+        );
         let no_params = Tool {
             parameters: None,
             ..weather()
         };
         assert!(cache.check(&no_params, &Map::new()).is_ok());
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn cached_schema_text_is_bounded_in_bytes() {
+        let cache = SchemaCache::new();
+        let filler = "x".repeat(1024 * 1024);
+        for i in 0..20 {
+            let tool = Tool {
+                name: "T".into(),
+                description: None,
+                parameters: Some(json!({"type": "object", "description": format!("{i}{filler}")})),
+                strict: false,
+            };
+            let _ = cache.check(&tool, &args(json!({})));
+            assert!(cache.bytes() <= MAX_SCHEMA_CACHE_BYTES, "{}", cache.bytes());
+        }
+        assert!(cache.len() < 20);
     }
 }

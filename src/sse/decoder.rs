@@ -22,9 +22,28 @@ pub struct Event {
 /// make the gateway buffer without limit.
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
+/// Upper bound on one event's `data`, all its lines together: an upstream
+/// that sends `data:` lines and never a blank line must not either.
+pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why decoding stopped; the stream cannot continue after either.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("SSE line longer than {MAX_LINE_BYTES} bytes")]
-pub struct LineTooLong;
+pub enum DecodeError {
+    #[error("SSE line longer than {MAX_LINE_BYTES} bytes")]
+    LineTooLong,
+    #[error("SSE event larger than {MAX_EVENT_BYTES} bytes")]
+    EventTooLarge,
+}
+
+impl DecodeError {
+    /// The error `code` the client sees in the stream's error event.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DecodeError::LineTooLong => "upstream_invalid_event",
+            DecodeError::EventTooLarge => "upstream_stream_too_large",
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct Decoder {
@@ -42,7 +61,7 @@ impl Decoder {
     }
 
     /// Consumes `input`, appending every completed event to `out`.
-    pub fn feed(&mut self, mut input: &[u8], out: &mut Vec<Event>) -> Result<(), LineTooLong> {
+    pub fn feed(&mut self, mut input: &[u8], out: &mut Vec<Event>) -> Result<(), DecodeError> {
         if self.after_cr && input.first() == Some(&b'\n') {
             input = &input[1..];
         }
@@ -50,13 +69,14 @@ impl Decoder {
         while let Some(end) = memchr2(b'\n', b'\r', input) {
             let line_end = input[end];
             if self.line.is_empty() {
-                self.process_line(&input[..end], out);
+                self.process_line(&input[..end], out)?;
             } else {
                 self.line.extend_from_slice(&input[..end]);
                 let line = std::mem::take(&mut self.line);
-                self.process_line(&line, out);
+                let processed = self.process_line(&line, out);
                 self.line = line;
                 self.line.clear();
+                processed?;
             }
             input = &input[end + 1..];
             if line_end == b'\r' {
@@ -68,7 +88,7 @@ impl Decoder {
             }
         }
         if self.line.len() + input.len() > MAX_LINE_BYTES {
-            return Err(LineTooLong);
+            return Err(DecodeError::LineTooLong);
         }
         self.line.extend_from_slice(input);
         Ok(())
@@ -82,7 +102,7 @@ impl Decoder {
         incomplete
     }
 
-    fn process_line(&mut self, line: &[u8], out: &mut Vec<Event>) {
+    fn process_line(&mut self, line: &[u8], out: &mut Vec<Event>) -> Result<(), DecodeError> {
         if line.is_empty() {
             if self.has_data {
                 out.push(std::mem::take(&mut self.event));
@@ -90,10 +110,10 @@ impl Decoder {
             } else {
                 self.event.name = None;
             }
-            return;
+            return Ok(());
         }
         if line[0] == b':' {
-            return;
+            return Ok(());
         }
         let (field, value) = match memchr::memchr(b':', line) {
             Some(i) => {
@@ -104,6 +124,12 @@ impl Decoder {
         };
         match field {
             b"data" => {
+                if self.event.data.len() + 1 + value.len() > MAX_EVENT_BYTES {
+                    // Nothing of the event will be used: free it now.
+                    self.event = Event::default();
+                    self.has_data = false;
+                    return Err(DecodeError::EventTooLarge);
+                }
                 if self.has_data {
                     self.event.data.push(b'\n');
                 }
@@ -113,6 +139,7 @@ impl Decoder {
             b"event" => self.event.name = Some(String::from_utf8_lossy(value).into_owned()),
             _ => {}
         }
+        Ok(())
     }
 }
 
@@ -196,6 +223,28 @@ mod tests {
                 break;
             }
         }
-        assert_eq!(result, Err(LineTooLong));
+        assert_eq!(result, Err(DecodeError::LineTooLong));
+    }
+
+    #[test]
+    fn endless_event_is_an_error_and_its_data_is_freed() {
+        // Short lines, but never the blank line that ends the event.
+        let mut d = Decoder::new();
+        let mut chunk = b"data: ".to_vec();
+        chunk.extend(std::iter::repeat_n(b'x', 64 * 1024));
+        chunk.push(b'\n');
+        let mut out = Vec::new();
+        let mut fed = 0;
+        let result = loop {
+            if let Err(e) = d.feed(&chunk, &mut out) {
+                break e;
+            }
+            fed += chunk.len();
+            assert!(fed <= MAX_EVENT_BYTES + chunk.len(), "never stopped");
+        };
+        assert_eq!(result, DecodeError::EventTooLarge);
+        assert_eq!(result.code(), "upstream_stream_too_large");
+        assert!(out.is_empty());
+        assert!(d.event.data.is_empty() && d.event.data.capacity() == 0);
     }
 }

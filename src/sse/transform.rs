@@ -157,7 +157,7 @@ where
                             this.out,
                             &GatewayError::UpstreamInvalid {
                                 message,
-                                code: "upstream_invalid_event",
+                                code: e.code(),
                             },
                         );
                     }

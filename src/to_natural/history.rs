@@ -9,7 +9,7 @@
 //! same name through a synthesized id. Text that looks like a call but names
 //! no declared tool, and responses that answer no call, stay text.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use serde_json::{Map, Value, json};
 
@@ -43,7 +43,7 @@ pub fn rewrite(body: &[u8], options: &HistoryOptions) -> Result<Option<Vec<u8>>,
     let mut rewriter = Rewriter {
         tools: &tools,
         options,
-        pending: VecDeque::new(),
+        pending: HashMap::new(),
         next_id: 0,
         changed: false,
     };
@@ -74,8 +74,8 @@ enum Piece {
 struct Rewriter<'a> {
     tools: &'a ToolSet,
     options: &'a HistoryOptions,
-    /// Calls waiting for their response: (name, id).
-    pending: VecDeque<(String, String)>,
+    /// Calls waiting for their response: their ids by name, oldest first.
+    pending: HashMap<String, VecDeque<String>>,
     next_id: u32,
     changed: bool,
 }
@@ -149,7 +149,10 @@ impl Rewriter<'_> {
                 Piece::Call { name, arguments } => {
                     let id = format!("call_tg{:04}", self.next_id);
                     self.next_id += 1;
-                    self.pending.push_back((name.clone(), id.clone()));
+                    self.pending
+                        .entry(name.clone())
+                        .or_default()
+                        .push_back(id.clone());
                     turn.calls.push(json!({
                         "id": id,
                         "type": "function",
@@ -195,14 +198,17 @@ impl Rewriter<'_> {
 
     fn any_answerable(&self, pieces: &[Piece]) -> bool {
         pieces.iter().any(|p| match p {
-            Piece::Response { name, .. } => self.pending.iter().any(|(n, _)| n == name),
+            Piece::Response { name, .. } => {
+                self.pending.get(name).is_some_and(|ids| !ids.is_empty())
+            }
             _ => false,
         }) || pieces.iter().any(|p| matches!(p, Piece::Call { .. }))
     }
 
     fn take_pending(&mut self, name: &str) -> Option<String> {
-        let pos = self.pending.iter().position(|(n, _)| n == name)?;
-        self.pending.remove(pos).map(|(_, id)| id)
+        // Per name, the earliest call first; a map, so a history of 20k
+        // calls is matched in linear time.
+        self.pending.get_mut(name)?.pop_front()
     }
 
     fn tool_message(&self, id: &str, body: &str) -> Value {

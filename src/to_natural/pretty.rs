@@ -8,6 +8,17 @@
 //! after an opening bracket, until the next character tells whether the
 //! container is empty. Sans-IO; never panics; invalid JSON passes through as
 //! best it can (the text is the model's, and must not be lost).
+//!
+//! Indentation stops growing at [`MAX_INDENT_LEVELS`]: otherwise 50k `[`
+//! followed by 50k `,` would print 50k lines of up to 100k spaces each. With
+//! the cap every input byte yields at most `2 + 2 * MAX_INDENT_LEVELS` bytes
+//! of output. Deeper values print like `to_string_pretty` but flatter.
+
+/// Nesting levels that are indented; deeper ones keep this indentation.
+pub const MAX_INDENT_LEVELS: usize = 16;
+
+/// The most output bytes one input byte can produce.
+pub const MAX_BYTES_PER_INPUT_BYTE: usize = 2 + 2 * MAX_INDENT_LEVELS;
 
 #[derive(Debug, Default)]
 pub struct PrettyPrinter {
@@ -108,7 +119,7 @@ impl PrettyPrinter {
 
     fn newline(&self, out: &mut String) {
         out.push('\n');
-        for _ in 0..self.depth {
+        for _ in 0..self.depth.min(MAX_INDENT_LEVELS) {
             out.push_str("  ");
         }
     }
@@ -180,5 +191,33 @@ mod tests {
             cuts.sort_unstable();
             prop_assert_eq!(pretty_in_pieces(&raw, &cuts), serde_json::to_string_pretty(&v).unwrap());
         }
+    }
+
+    #[test]
+    fn deep_nesting_then_commas_stays_linear() {
+        let n = 50_000;
+        let input = format!("{}{}", "[".repeat(n), ",".repeat(n));
+        let mut p = PrettyPrinter::new();
+        let mut out = String::new();
+        p.feed(&input, &mut out);
+        p.finish(&mut out);
+        assert!(
+            out.len() <= input.len() * MAX_BYTES_PER_INPUT_BYTE,
+            "{}",
+            out.len()
+        );
+        // Without the cap: about n^2 = 2.5e9 bytes of indentation.
+        assert!(out.len() < 4 * 1024 * 1024);
+    }
+
+    #[test]
+    fn indentation_is_exact_up_to_the_cap() {
+        let value =
+            (0..MAX_INDENT_LEVELS).fold(serde_json::json!(1), |v, _| serde_json::json!([v]));
+        let mut p = PrettyPrinter::new();
+        let mut out = String::new();
+        p.feed(&value.to_string(), &mut out);
+        p.finish(&mut out);
+        assert_eq!(out, serde_json::to_string_pretty(&value).unwrap());
     }
 }

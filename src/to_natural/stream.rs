@@ -30,12 +30,24 @@ use crate::sse::transform::{self, Incoming, Transform};
 use crate::to_natural::RenderOptions;
 use crate::to_natural::pretty::PrettyPrinter;
 
+/// Distinct choice `index`es one stream may use; each holds state.
+pub const MAX_CHOICES: usize = 128;
+
+/// Distinct tool-call `index`es one choice may use.
+pub const MAX_CALLS_PER_CHOICE: usize = 256;
+
+/// Bytes one choice may hold back (text waiting for an open call, call
+/// names and arguments not yet written).
+pub const MAX_HELD_BYTES: usize = 16 * 1024 * 1024;
+
 pub struct StreamRenderer {
     options: RenderOptions,
     header: Option<ChunkHeader>,
     choices: BTreeMap<u64, ChoiceState>,
     ended: bool,
     text: String,
+    /// A limit the upstream crossed while handling the current event.
+    overflow: Option<String>,
 }
 
 #[derive(Default)]
@@ -67,6 +79,21 @@ impl StreamRenderer {
             choices: BTreeMap::new(),
             ended: false,
             text: String::new(),
+            overflow: None,
+        }
+    }
+
+    /// Ends the stream with an error event when the last event crossed a
+    /// limit (conformance rule 15).
+    fn check_overflow(&mut self, out: &mut BytesMut) {
+        if let Some(message) = self.overflow.take() {
+            self.fail(
+                out,
+                &GatewayError::UpstreamInvalid {
+                    message,
+                    code: "upstream_stream_too_large",
+                },
+            );
         }
     }
 
@@ -75,6 +102,11 @@ impl StreamRenderer {
     }
 
     pub fn on_event(&mut self, data: &[u8], out: &mut BytesMut) {
+        self.on_event_unchecked(data, out);
+        self.check_overflow(out);
+    }
+
+    fn on_event_unchecked(&mut self, data: &[u8], out: &mut BytesMut) {
         if self.ended {
             return;
         }
@@ -140,7 +172,9 @@ impl StreamRenderer {
         if !plain {
             return false;
         }
-        let state = self.choices.entry(choice.index).or_default();
+        let Some(state) = choice_state(&mut self.choices, &mut self.overflow, choice.index) else {
+            return true;
+        };
         if state.finished {
             return true;
         }
@@ -156,7 +190,12 @@ impl StreamRenderer {
                 function.and_then(|f| f.arguments.as_deref()),
             );
         }
+        let held = state.held();
         advance(state, &self.options, &mut self.text, false);
+        if let Some(message) = held {
+            self.overflow = Some(message);
+            return true;
+        }
         if !self.text.is_empty() {
             let choices = emit::text_choices(choice.index, &self.text);
             encoder::write_raw(out, &fields.write(&[], "choices", &choices));
@@ -167,7 +206,7 @@ impl StreamRenderer {
     /// Rewrites one choice of a chunk; `None` when nothing is left to send.
     fn on_choice(&mut self, mut choice: Map<String, Value>) -> Option<Map<String, Value>> {
         let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
-        let state = self.choices.entry(index).or_default();
+        let state = choice_state(&mut self.choices, &mut self.overflow, index)?;
         if state.finished {
             return None;
         }
@@ -197,6 +236,10 @@ impl StreamRenderer {
             );
         }
         let finish = choice.remove("finish_reason").filter(|f| !f.is_null());
+        if let Some(message) = state.held() {
+            self.overflow = Some(message);
+            return None;
+        }
         advance(state, &self.options, &mut self.text, finish.is_some());
         let finish = finish.map(|f| {
             state.finished = true;
@@ -266,7 +309,41 @@ impl Transform for StreamRenderer {
     }
 }
 
+/// The state of choice `index`; `None` (and `overflow` says why) past
+/// [`MAX_CHOICES`].
+fn choice_state<'a>(
+    choices: &'a mut BTreeMap<u64, ChoiceState>,
+    overflow: &mut Option<String>,
+    index: u64,
+) -> Option<&'a mut ChoiceState> {
+    if !choices.contains_key(&index) && choices.len() >= MAX_CHOICES {
+        *overflow = Some(format!(
+            "The upstream stream uses more than {MAX_CHOICES} choices"
+        ));
+        return None;
+    }
+    Some(choices.entry(index).or_default())
+}
+
 impl ChoiceState {
+    /// Why this choice holds more than the limits allow, if it does. Costs
+    /// a pass over at most [`MAX_CALLS_PER_CHOICE`] calls.
+    fn held(&self) -> Option<String> {
+        if self.calls.len() > MAX_CALLS_PER_CHOICE {
+            return Some(format!(
+                "The upstream stream uses more than {MAX_CALLS_PER_CHOICE} tool calls in one choice"
+            ));
+        }
+        let calls: usize = self
+            .calls
+            .values()
+            .map(|call| call.name.len() + call.pending.len())
+            .sum();
+        (self.waiting_text.len() + calls > MAX_HELD_BYTES).then(|| {
+            format!("The upstream stream made toolgate hold more than {MAX_HELD_BYTES} bytes of one choice")
+        })
+    }
+
     /// Content: written now, or after the call that is open.
     fn content(&mut self, content: &str, text: &mut String) {
         if self.current.is_some() {

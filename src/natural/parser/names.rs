@@ -9,6 +9,8 @@
 pub(crate) struct ToolNames {
     names: Vec<String>,
     first: [bool; 256],
+    /// The length of the longest name.
+    longest: usize,
 }
 
 /// How a byte string relates to the declared names.
@@ -51,7 +53,12 @@ impl ToolNames {
                 first[usize::from(b)] = true;
             }
         }
-        ToolNames { names: list, first }
+        let longest = list.iter().map(String::len).max().unwrap_or(0);
+        ToolNames {
+            names: list,
+            first,
+            longest,
+        }
     }
 
     pub(crate) fn get(&self, index: usize) -> Option<&str> {
@@ -65,7 +72,7 @@ impl ToolNames {
     }
 
     pub(crate) fn longest(&self) -> usize {
-        self.names.iter().map(String::len).max().unwrap_or(0)
+        self.longest
     }
 
     /// Matches `bytes` against `name + terminator` for every declared name.
@@ -80,24 +87,27 @@ impl ToolNames {
         if !self.first[usize::from(b0)] {
             return NameMatch::No;
         }
-        let mut partial = false;
-        for (index, name) in self.names.iter().enumerate() {
-            let n = name.as_bytes();
-            if bytes.len() > n.len() {
-                if bytes.starts_with(n) && bytes[n.len()] == terminator {
-                    return NameMatch::Full {
-                        index,
-                        len: n.len(),
-                    };
-                }
-            } else if n.starts_with(bytes) {
-                partial = true;
-            }
+        // Names never contain a terminator (see `new`), so `bytes` can only
+        // fully match the one name before its first terminator; otherwise it
+        // matches partially when some name starts with it. Both are binary
+        // searches in the sorted list: O(log n) however many tools there are.
+        // Only the first `longest + 1` bytes can matter: look no further, or
+        // prose without a terminator would be scanned to its end on every `<`.
+        let window = &bytes[..bytes.len().min(self.longest + 1)];
+        if let Some(end) = window.iter().position(|&b| b == terminator) {
+            let candidate = &bytes[..end];
+            return match self.names.binary_search_by(|n| n.as_bytes().cmp(candidate)) {
+                Ok(index) => NameMatch::Full { index, len: end },
+                Err(_) => NameMatch::No,
+            };
         }
-        if partial {
-            NameMatch::Partial
-        } else {
-            NameMatch::No
+        if bytes.len() > self.longest {
+            return NameMatch::No;
+        }
+        let at = self.names.partition_point(|n| n.as_bytes() < bytes);
+        match self.names.get(at) {
+            Some(name) if name.as_bytes().starts_with(bytes) => NameMatch::Partial,
+            _ => NameMatch::No,
         }
     }
 }
