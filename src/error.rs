@@ -41,6 +41,10 @@ pub enum GatewayError {
     Unauthorized,
     #[error("The gateway is at its limit of concurrent requests; retry shortly")]
     Overloaded,
+    #[error("The request body was not received within {secs:.0}s")]
+    BodyTimeout { secs: f64 },
+    #[error("The gateway is holding too many request bytes at once; retry shortly")]
+    BufferFull,
     /// A tool server this provider's gateway tools need is not available.
     #[error("The tool server `{server}` {reason}; this provider's requests wait until it is back")]
     ToolServerUnavailable { server: String, reason: String },
@@ -76,8 +80,10 @@ impl GatewayError {
             | GatewayError::UpstreamInvalid { .. }
             | GatewayError::InvalidToolCall { .. } => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            GatewayError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             GatewayError::Draining
             | GatewayError::Overloaded
+            | GatewayError::BufferFull
             | GatewayError::ToolServerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
         }
@@ -89,9 +95,10 @@ impl GatewayError {
             GatewayError::BadRequest { .. }
             | GatewayError::UnknownModel(_)
             | GatewayError::UnknownRoute { .. }
-            | GatewayError::PayloadTooLarge { .. } => "invalid_request_error",
+            | GatewayError::PayloadTooLarge { .. }
+            | GatewayError::BodyTimeout { .. } => "invalid_request_error",
             GatewayError::Unauthorized => "authentication_error",
-            GatewayError::Overloaded => "rate_limit_error",
+            GatewayError::Overloaded | GatewayError::BufferFull => "rate_limit_error",
             GatewayError::ToolServerUnavailable { .. } => "server_error",
             _ => "upstream_error",
         }
@@ -110,6 +117,8 @@ impl GatewayError {
             GatewayError::Draining => "shutting_down",
             GatewayError::Unauthorized => "invalid_api_key",
             GatewayError::Overloaded => "overloaded",
+            GatewayError::BodyTimeout { .. } => "request_timeout",
+            GatewayError::BufferFull => "buffer_full",
             GatewayError::ToolServerUnavailable { .. } => "tool_server_unavailable",
         }
     }
@@ -144,7 +153,9 @@ impl GatewayError {
         );
         if matches!(
             self,
-            GatewayError::Overloaded | GatewayError::ToolServerUnavailable { .. }
+            GatewayError::Overloaded
+                | GatewayError::BufferFull
+                | GatewayError::ToolServerUnavailable { .. }
         ) {
             response
                 .headers_mut()

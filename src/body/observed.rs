@@ -31,6 +31,8 @@ pub struct RequestLog {
     pub failed: Option<String>,
     /// The request's place under `max_concurrent_requests`, held until the body ends.
     pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The request body's bytes counted under `max_buffered_request_bytes`.
+    pub held: Option<crate::inbound::Reservation>,
     finished: bool,
 }
 
@@ -48,6 +50,7 @@ impl RequestLog {
             bytes_out: 0,
             failed: None,
             permit: None,
+            held: None,
             finished: false,
         }
     }
