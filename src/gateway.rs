@@ -145,6 +145,7 @@ pub struct Runtime {
 
 impl Runtime {
     fn new(config: Arc<Config>, tools: Arc<Tools>, steps: Arc<StepStore>) -> Self {
+        crate::metrics::declare_tools(&config);
         Runtime {
             upstreams: Upstreams::new(&config.server),
             natural: natural::Engine::new(&config),
