@@ -207,6 +207,12 @@ async fn gateway_errors_are_openai_shaped() {
         assert!(v["error"]["type"].is_string());
         assert!(v["error"].get("param").is_some());
     }
+    // A 502 names the provider, never its address.
+    let r = post(&url, r#"{"model":"dead"}"#).await;
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("dead"), "{message}");
+    assert!(!message.contains("127.0.0.1"), "{message}");
+    assert!(!message.contains(&dead.port().to_string()), "{message}");
     let r = post(&url, r#"{"model":"nope-1"}"#).await;
     assert!(
         r.json()["error"]["message"]

@@ -83,7 +83,7 @@ impl Drop for RequestLog {
         tracing::info!(
             target: crate::log_writer::REQUEST_TARGET,
             provider = &*provider.name,
-            model = %self.model,
+            model = %crate::log_writer::Untrusted(&self.model),
             route = ROUTES[self.route],
             status = self.status,
             stream = self.streaming,
@@ -91,7 +91,7 @@ impl Drop for RequestLog {
             duration_ms = elapsed.as_micros() as f64 / 1e3,
             bytes_out = self.bytes_out,
             complete = self.finished && self.failed.is_none(),
-            error = self.failed.as_deref(),
+            error = self.failed.as_deref().map(|e| tracing::field::display(crate::log_writer::Untrusted(e))),
             "request"
         );
     }
