@@ -759,3 +759,45 @@ async fn upstream_closing_an_idle_connection_is_noticed_before_the_next_request(
     }
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
+
+/// The client's `Authorization` was meant for the provider it addressed: a
+/// fallback provider without a key of its own never receives it.
+#[tokio::test]
+async fn the_clients_credential_never_reaches_a_second_provider() {
+    let broken = "<GetWeather>\n{\"city\": \"Paris\",}\n</GetWeather>";
+    let model = Mock::start(move |_| Reply::json(&upstream_completion(broken))).await;
+    let fallback =
+        Mock::start(|_| Reply::json(&upstream_completion("{\"city\": \"Paris\"}"))).await;
+    let toml = format!(
+        "{}{}{}",
+        fast_server(),
+        provider_toml(
+            "up",
+            &model.url(),
+            "[\"*\"]",
+            "[providers.tools]\nmode = \"natural\"\non_invalid = \"fallback\"\nfallback = \"fb/small\"\nfallback_timeout_secs = 2\n",
+        ),
+        provider_toml("fb", &fallback.url(), "[]", ""),
+    );
+    let gw = TestGateway::start(&toml).await;
+    let body = serde_json::json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "Weather?"}],
+        "tools": [{"type": "function", "function": {"name": "GetWeather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+    });
+    send(
+        Request::post(gw.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .header("authorization", "Bearer key-for-up")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        model.last().headers.get("authorization").unwrap(),
+        "Bearer key-for-up"
+    );
+    assert!(fallback.count() > 0, "the fallback was asked");
+    assert!(fallback.last().headers.get("authorization").is_none());
+}
