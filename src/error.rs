@@ -35,8 +35,6 @@ pub enum GatewayError {
     /// A model's tool call that could not be turned into a valid call.
     #[error("{message}")]
     InvalidToolCall { message: String },
-    #[error("The gateway is shutting down")]
-    Draining,
     #[error("Missing or invalid API key: send `Authorization: Bearer <key>`")]
     Unauthorized,
     #[error("The gateway is at its limit of concurrent requests; retry shortly")]
@@ -81,8 +79,7 @@ impl GatewayError {
             | GatewayError::InvalidToolCall { .. } => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             GatewayError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            GatewayError::Draining
-            | GatewayError::Overloaded
+            GatewayError::Overloaded
             | GatewayError::BufferFull
             | GatewayError::ToolServerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -114,7 +111,6 @@ impl GatewayError {
             GatewayError::UpstreamTimeout { .. } => "upstream_timeout",
             GatewayError::UpstreamInvalid { code, .. } => code,
             GatewayError::InvalidToolCall { .. } => "invalid_tool_call",
-            GatewayError::Draining => "shutting_down",
             GatewayError::Unauthorized => "invalid_api_key",
             GatewayError::Overloaded => "overloaded",
             GatewayError::BodyTimeout { .. } => "request_timeout",
@@ -165,12 +161,6 @@ impl GatewayError {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static("Bearer"),
-            );
-        }
-        if matches!(self, GatewayError::Draining) {
-            response.headers_mut().insert(
-                header::CONNECTION,
-                header::HeaderValue::from_static("close"),
             );
         }
         response

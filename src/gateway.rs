@@ -301,7 +301,7 @@ impl Gateway {
                 let mut log = RequestLog::start(route_of(path));
                 let response = match admit(&runtime, &req) {
                     Err(e) => e.into_response(),
-                    Ok(()) if req.method() == Method::GET && path == "/v1/models" => {
+                    Ok(()) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
                         list_models(&runtime.config)
                     }
                     Ok(()) => match proxy(&runtime, &self.limits, req, &mut log).await {
@@ -332,13 +332,21 @@ fn admit<B>(runtime: &Runtime, req: &Request<B>) -> Result<(), GatewayError> {
         let presented = req
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-            .map(<[u8]>::trim_ascii);
+            .and_then(|v| bearer_token(v.as_bytes()));
         if !presented.is_some_and(|k| keys.accepts(k)) {
             return Err(GatewayError::Unauthorized);
         }
     }
     Ok(())
+}
+
+/// The token of an `Authorization: Bearer <token>` header. The scheme is
+/// case-insensitive (RFC 9110 §11.1), so `bearer` and `BEARER` are accepted.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, token) = value.split_at_checked(7)?;
+    scheme
+        .eq_ignore_ascii_case(b"Bearer ")
+        .then(|| token.trim_ascii())
 }
 
 async fn proxy<B>(
@@ -395,7 +403,8 @@ where
         bytes
     };
     // Tool transforms apply to chat completions only; every other path is transparent.
-    let chat = parts.method == Method::POST && parts.uri.path() == "/v1/chat/completions";
+    let chat =
+        parts.method == Method::POST && trim_slash(parts.uri.path()) == "/v1/chat/completions";
     if chat && provider.tools.gateway.is_some() {
         return Box::pin(crate::api::chat::handle(
             runtime.clone(),
@@ -432,6 +441,12 @@ where
             runtime.upstreams.send(provider, request).await
         }
     }
+}
+
+/// `/v1/chat/completions/` is `/v1/chat/completions`: clients that append a
+/// slash get the same handling (tool transforms included), not a passthrough.
+fn trim_slash(path: &str) -> &str {
+    path.strip_suffix('/').unwrap_or(path)
 }
 
 fn list_models(config: &Config) -> Response<Body> {
@@ -584,6 +599,15 @@ models = ["*"]
         assert_eq!(gw.limits.buffered.used(), 0);
         let r = gw.handle(post(HELLO)).await;
         assert_eq!(r.status(), StatusCode::OK);
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token(b"Bearer k1"), Some(&b"k1"[..]));
+        assert_eq!(bearer_token(b"bearer k1 "), Some(&b"k1"[..]));
+        assert_eq!(bearer_token(b"BEARER k1"), Some(&b"k1"[..]));
+        assert_eq!(bearer_token(b"Basic k1"), None);
+        assert_eq!(bearer_token(b"Bear"), None);
     }
 
     #[tokio::test]

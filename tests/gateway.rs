@@ -801,3 +801,35 @@ async fn the_clients_credential_never_reaches_a_second_provider() {
     assert!(fallback.count() > 0, "the fallback was asked");
     assert!(fallback.last().headers.get("authorization").is_none());
 }
+
+/// A trailing slash gets the same handling: the natural-mode rewrite applies.
+#[tokio::test]
+async fn chat_completions_with_a_trailing_slash_is_transformed() {
+    let model = Mock::start(|_| Reply::json(&upstream_completion("Sunny."))).await;
+    let toml = format!(
+        "{}{}",
+        fast_server(),
+        provider_toml(
+            "up",
+            &model.url(),
+            "[\"*\"]",
+            "[providers.tools]\nmode = \"natural\"\n"
+        ),
+    );
+    let gw = TestGateway::start(&toml).await;
+    let body = serde_json::json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "Weather?"}],
+        "tools": [{"type": "function", "function": {"name": "GetWeather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+    });
+    for path in ["/v1/chat/completions", "/v1/chat/completions/"] {
+        let r = post(&gw.url(path), &body.to_string()).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        let sent = model.last().json();
+        assert!(
+            sent["messages"].to_string().contains("## GetWeather"),
+            "{path}: the contract is in the prompt: {sent}"
+        );
+    }
+}
