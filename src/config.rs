@@ -97,6 +97,13 @@ pub struct ServerConfig {
     pub stream_idle_timeout: Duration,
     pub shutdown_grace: Duration,
     pub max_concurrent_requests: Option<usize>,
+    pub request_head_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub h2_keepalive: Duration,
+    pub write_stall_timeout: Duration,
+    /// `None`: no bound.
+    pub max_buffered_request_bytes: Option<usize>,
     /// Worker threads (`workers`, or one per available core when 0).
     pub workers: NonZeroUsize,
     /// Extra roots for https upstreams, from `upstream_ca_bundle`.
@@ -239,6 +246,13 @@ impl Config {
         let server = server(&raw.server)?;
         let mcp_servers = gateway_tools::mcp_servers(&raw.mcp_servers)?;
         let http_tools = gateway_tools::http_tools(&raw.http_tools, &mcp_servers)?;
+        if raw.providers.is_empty() {
+            // An empty or truncated file would otherwise serve 404 for every model.
+            return Err(ConfigError::new(
+                "providers",
+                "at least one [[providers]] entry is required",
+            ));
+        }
         let store = raw.store.as_ref().map(store::store).transpose()?;
         let mut providers = Vec::with_capacity(raw.providers.len());
         for (i, p) in raw.providers.iter().enumerate() {
@@ -387,6 +401,20 @@ fn server(raw: &raw::RawServer) -> Result<ServerConfig, ConfigError> {
         shutdown_grace: secs("server.shutdown_grace_secs", raw.shutdown_grace_secs)?,
         max_concurrent_requests: (raw.max_concurrent_requests > 0)
             .then_some(raw.max_concurrent_requests),
+        request_head_timeout: secs(
+            "server.request_head_timeout_secs",
+            raw.request_head_timeout_secs,
+        )?,
+        body_read_timeout: secs("server.body_read_timeout_secs", raw.body_read_timeout_secs)?,
+        idle_timeout: secs("server.idle_timeout_secs", raw.idle_timeout_secs)?,
+        h2_keepalive: secs("server.h2_keepalive_secs", raw.h2_keepalive_secs)?,
+        write_stall_timeout: secs(
+            "server.write_stall_timeout_secs",
+            raw.write_stall_timeout_secs,
+        )?,
+        max_buffered_request_bytes: usize::try_from(raw.max_buffered_request_bytes)
+            .ok()
+            .filter(|&n| n > 0),
         workers: workers(raw.workers)?,
         upstream_ca: match &raw.upstream_ca_bundle {
             Some(path) => certs("server.upstream_ca_bundle", path)?,

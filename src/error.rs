@@ -35,8 +35,6 @@ pub enum GatewayError {
     /// A model's tool call that could not be turned into a valid call.
     #[error("{message}")]
     InvalidToolCall { message: String },
-    #[error("The gateway is shutting down")]
-    Draining,
     #[error("Missing or invalid API key: send `Authorization: Bearer <key>`")]
     Unauthorized,
     #[error("The gateway is at its limit of concurrent requests; retry shortly")]
@@ -47,6 +45,10 @@ pub enum GatewayError {
     /// The transcript store cannot answer.
     #[error("{0}")]
     StoreUnavailable(String),
+    #[error("The request body was not received within {secs:.0}s")]
+    BodyTimeout { secs: f64 },
+    #[error("The gateway is holding too many request bytes at once; retry shortly")]
+    BufferFull,
     /// A tool server this provider's gateway tools need is not available.
     #[error("The tool server `{server}` {reason}; this provider's requests wait until it is back")]
     ToolServerUnavailable { server: String, reason: String },
@@ -82,8 +84,9 @@ impl GatewayError {
             | GatewayError::UpstreamInvalid { .. }
             | GatewayError::InvalidToolCall { .. } => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            GatewayError::Draining
-            | GatewayError::Overloaded
+            GatewayError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            GatewayError::Overloaded
+            | GatewayError::BufferFull
             | GatewayError::StoreUnavailable(_)
             | GatewayError::ToolServerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -97,9 +100,10 @@ impl GatewayError {
             | GatewayError::UnknownModel(_)
             | GatewayError::UnknownRoute { .. }
             | GatewayError::NotFound(_)
-            | GatewayError::PayloadTooLarge { .. } => "invalid_request_error",
+            | GatewayError::PayloadTooLarge { .. }
+            | GatewayError::BodyTimeout { .. } => "invalid_request_error",
             GatewayError::Unauthorized => "authentication_error",
-            GatewayError::Overloaded => "rate_limit_error",
+            GatewayError::Overloaded | GatewayError::BufferFull => "rate_limit_error",
             GatewayError::ToolServerUnavailable { .. } | GatewayError::StoreUnavailable(_) => {
                 "server_error"
             }
@@ -117,9 +121,10 @@ impl GatewayError {
             GatewayError::UpstreamTimeout { .. } => "upstream_timeout",
             GatewayError::UpstreamInvalid { code, .. } => code,
             GatewayError::InvalidToolCall { .. } => "invalid_tool_call",
-            GatewayError::Draining => "shutting_down",
             GatewayError::Unauthorized => "invalid_api_key",
             GatewayError::Overloaded => "overloaded",
+            GatewayError::BodyTimeout { .. } => "request_timeout",
+            GatewayError::BufferFull => "buffer_full",
             GatewayError::ToolServerUnavailable { .. } => "tool_server_unavailable",
             GatewayError::NotFound(_) => "not_found",
             GatewayError::StoreUnavailable(_) => "store_unavailable",
@@ -156,7 +161,9 @@ impl GatewayError {
         );
         if matches!(
             self,
-            GatewayError::Overloaded | GatewayError::ToolServerUnavailable { .. }
+            GatewayError::Overloaded
+                | GatewayError::BufferFull
+                | GatewayError::ToolServerUnavailable { .. }
         ) {
             response
                 .headers_mut()
@@ -166,12 +173,6 @@ impl GatewayError {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static("Bearer"),
-            );
-        }
-        if matches!(self, GatewayError::Draining) {
-            response.headers_mut().insert(
-                header::CONNECTION,
-                header::HeaderValue::from_static("close"),
             );
         }
         response

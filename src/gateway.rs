@@ -11,7 +11,7 @@
 //! runtime it started with until its response body ends.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -25,7 +25,7 @@ use tokio::sync::{Semaphore, watch};
 use crate::body::drain::DrainGuard;
 use crate::body::observed::{Observed, RequestLog};
 use crate::body::{self, Body, BoxError};
-use crate::config::{Api, Config, Mode, Provider};
+use crate::config::{Api, Config, Mode, Provider, ServerConfig};
 use crate::error::GatewayError;
 use crate::inbound;
 use crate::metrics::request::{ProviderMetrics, route_of};
@@ -50,9 +50,93 @@ pub struct Gateway {
     /// Transcripts, when `[store]` is configured (kept across reloads).
     store: Option<Arc<Store>>,
     metrics: PrometheusHandle,
+    /// The limits shared by every request, kept across reloads.
+    limits: Limits,
     draining: AtomicBool,
     /// Turns true when the shutdown grace period is over: open streams end.
     grace_over: watch::Sender<bool>,
+}
+
+/// A reload that would change what only a restart may change; names the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0} changes need a restart")]
+pub struct ReloadRefused(pub &'static str);
+
+/// Listening elsewhere, or turning TLS or inbound auth on or off, would
+/// silently weaken (or break) a running deployment: those need a restart.
+fn refuse_reload(old: &Config, new: &Config) -> Option<ReloadRefused> {
+    if old.server.listen != new.server.listen {
+        return Some(ReloadRefused("server.listen"));
+    }
+    if old.server.tls.is_some() != new.server.tls.is_some() {
+        return Some(ReloadRefused("server.tls"));
+    }
+    if old.server.auth.is_some() != new.server.auth.is_some() {
+        return Some(ReloadRefused("server.auth"));
+    }
+    if old.raw.store != new.raw.store {
+        // The store's connection and writer are started once, at boot.
+        return Some(ReloadRefused("store"));
+    }
+    None
+}
+
+/// Process-wide bounds: a reload adjusts them, never replaces them, so
+/// requests in flight stay counted.
+pub(crate) struct Limits {
+    /// `max_concurrent_requests`: permits taken once the body is read.
+    concurrency: Arc<Semaphore>,
+    /// The permits `concurrency` was sized with (`Semaphore::MAX_PERMITS`: no limit).
+    concurrency_size: AtomicUsize,
+    /// `max_buffered_request_bytes`.
+    buffered: Arc<inbound::BufferBudget>,
+}
+
+impl Limits {
+    fn new(server: &ServerConfig) -> Self {
+        let size = concurrency_size(server);
+        Limits {
+            concurrency: Arc::new(Semaphore::new(size)),
+            concurrency_size: AtomicUsize::new(size),
+            buffered: Arc::new(inbound::BufferBudget::new(
+                server.max_buffered_request_bytes,
+            )),
+        }
+    }
+
+    /// Resizes in place: permits held by requests in flight stay held.
+    fn resize(&self, server: &ServerConfig) {
+        let new = concurrency_size(server);
+        let old = self.concurrency_size.swap(new, Ordering::SeqCst);
+        if new > old {
+            self.concurrency.add_permits(new - old);
+        } else if old > new {
+            // Permits in use come back later and are then above the new
+            // size: forget them as they become available.
+            let mut owed = old - new;
+            owed -= self.concurrency.forget_permits(owed);
+            if owed > 0 {
+                let semaphore = self.concurrency.clone();
+                tokio::spawn(async move {
+                    while owed > 0 {
+                        let Ok(permit) = semaphore.acquire().await else {
+                            return;
+                        };
+                        permit.forget();
+                        owed -= 1;
+                    }
+                });
+            }
+        }
+        self.buffered.set_max(server.max_buffered_request_bytes);
+    }
+}
+
+fn concurrency_size(server: &ServerConfig) -> usize {
+    server
+        .max_concurrent_requests
+        .unwrap_or(Semaphore::MAX_PERMITS)
+        .min(Semaphore::MAX_PERMITS)
 }
 
 /// Everything built from one config; replaced whole on reload.
@@ -63,7 +147,6 @@ pub struct Runtime {
     pub(crate) tools: Arc<Tools>,
     pub(crate) steps: Arc<StepStore>,
     pub(crate) store: Option<Arc<Store>>,
-    limit: Option<Arc<Semaphore>>,
     /// Per provider, in `config.providers` order.
     provider_metrics: Vec<Arc<ProviderMetrics>>,
 }
@@ -75,16 +158,13 @@ impl Runtime {
         steps: Arc<StepStore>,
         store: Option<Arc<Store>>,
     ) -> Self {
+        crate::metrics::declare_tools(&config);
         Runtime {
             upstreams: Upstreams::new(&config.server),
             natural: natural::Engine::new(&config),
             tools,
             steps,
             store,
-            limit: config
-                .server
-                .max_concurrent_requests
-                .map(|n| Arc::new(Semaphore::new(n))),
             provider_metrics: config
                 .providers
                 .iter()
@@ -122,6 +202,7 @@ impl Gateway {
             }
         });
         Gateway {
+            limits: Limits::new(&config.server),
             runtime: ArcSwap::from_pointee(Runtime::new(
                 config,
                 tools.clone(),
@@ -143,20 +224,23 @@ impl Gateway {
     }
 
     /// Swaps in a new, already validated config. Requests in flight finish
-    /// on the old one. The listen address cannot change without a restart.
-    pub fn reload(&self, config: Config) {
+    /// on the old one; the concurrency and buffer limits are resized in
+    /// place, so requests in flight stay counted. A config that changes
+    /// `server.listen`, or adds or removes `[server.tls]` or `[server.auth]`,
+    /// is refused (a restart is needed) and the old config keeps serving.
+    pub fn reload(&self, config: Config) -> Result<(), ReloadRefused> {
         let old = self.config();
-        if old.server.listen != config.server.listen {
-            tracing::warn!(
-                old = %old.server.listen,
-                new = %config.server.listen,
-                "server.listen changes need a restart; still listening on the old address"
+        if let Some(refused) = refuse_reload(&old, &config) {
+            metrics::counter!(crate::metrics::CONFIG_RELOADS, "outcome" => "refused").increment(1);
+            tracing::error!(
+                key = refused.0,
+                "config reload refused: {} changes need a restart; the previous config keeps serving",
+                refused.0
             );
-        }
-        if old.raw.store != config.raw.store {
-            tracing::warn!("[store] changes need a restart; the store keeps its old settings");
+            return Err(refused);
         }
         self.tools.reload(&config);
+        self.limits.resize(&config.server);
         self.runtime.store(Arc::new(Runtime::new(
             Arc::new(config),
             self.tools.clone(),
@@ -165,6 +249,7 @@ impl Gateway {
         )));
         metrics::counter!(crate::metrics::CONFIG_RELOADS, "outcome" => "success").increment(1);
         tracing::info!("config reloaded");
+        Ok(())
     }
 
     /// Marks the gateway as draining: `/readyz` answers 503 from now on.
@@ -288,9 +373,9 @@ impl Gateway {
             (_, path) if path.starts_with("/v1/") => {
                 let runtime = self.runtime.load_full();
                 let mut log = RequestLog::start(route_of(path));
-                let response = match admit(&runtime, &req, &mut log) {
+                let response = match authorize(&runtime, &req) {
                     Err(e) => e.into_response(),
-                    Ok(()) if req.method() == Method::GET && path == "/v1/models" => {
+                    Ok(()) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
                         list_models(&runtime.config)
                     }
                     Ok(())
@@ -304,7 +389,7 @@ impl Gateway {
                             Err(e) => e.into_response(),
                         }
                     }
-                    Ok(()) => match proxy(&runtime, req, &mut log).await {
+                    Ok(()) => match proxy(&runtime, &self.limits, req, &mut log).await {
                         Ok(r) => r,
                         Err(e) => e.into_response(),
                     },
@@ -326,27 +411,13 @@ impl Gateway {
     }
 }
 
-/// The inbound key (`[server.auth]`) and the concurrency limit.
-fn admit<B>(runtime: &Runtime, req: &Request<B>, log: &mut RequestLog) -> Result<(), GatewayError> {
-    authorize(runtime, req)?;
-    if let Some(limit) = &runtime.limit {
-        let permit = limit
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| GatewayError::Overloaded)?;
-        log.permit = Some(permit);
-    }
-    Ok(())
-}
-
-/// The inbound key, when `[server.auth]` is on.
+/// The inbound key (`[server.auth]`).
 fn authorize<B>(runtime: &Runtime, req: &Request<B>) -> Result<(), GatewayError> {
     if let Some(keys) = &runtime.config.server.auth {
         let presented = req
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-            .map(<[u8]>::trim_ascii);
+            .and_then(|v| bearer_token(v.as_bytes()));
         if !presented.is_some_and(|k| keys.accepts(k)) {
             return Err(GatewayError::Unauthorized);
         }
@@ -354,8 +425,18 @@ fn authorize<B>(runtime: &Runtime, req: &Request<B>) -> Result<(), GatewayError>
     Ok(())
 }
 
+/// The token of an `Authorization: Bearer <token>` header. The scheme is
+/// case-insensitive (RFC 9110 §11.1), so `bearer` and `BEARER` are accepted.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, token) = value.split_at_checked(7)?;
+    scheme
+        .eq_ignore_ascii_case(b"Bearer ")
+        .then(|| token.trim_ascii())
+}
+
 async fn proxy<B>(
     runtime: &Arc<Runtime>,
+    limits: &Limits,
     req: Request<B>,
     log: &mut RequestLog,
 ) -> Result<Response<Body>, GatewayError>
@@ -368,9 +449,26 @@ where
         // The client's key is toolgate's own; it never goes upstream.
         parts.headers.remove(header::AUTHORIZATION);
     }
-    let limit = runtime.config.server.max_body_bytes;
-    let bytes = inbound::read_body(&parts.headers, incoming, limit).await?;
+    let server = &runtime.config.server;
+    let held = log
+        .held
+        .insert(inbound::Reservation::new(limits.buffered.clone()));
+    let bytes = inbound::read_body(
+        &parts.headers,
+        incoming,
+        server.max_body_bytes,
+        server.body_read_timeout,
+        held,
+    )
+    .await?;
     log.bytes_in = bytes.len() as u64;
+    // Taken only now: a client slow to send its body holds no permit meanwhile.
+    let permit = limits
+        .concurrency
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| GatewayError::Overloaded)?;
+    log.permit = Some(permit);
     let field = inbound::find_model(&parts.headers, &bytes)?.ok_or_else(|| {
         GatewayError::bad_request(
             "toolgate routes /v1 requests by their `model`, and this request has none",
@@ -390,8 +488,9 @@ where
         bytes
     };
     // Tool transforms apply to chat completions only; every other path is transparent.
-    let chat = parts.method == Method::POST && parts.uri.path() == "/v1/chat/completions";
-    let responses = parts.method == Method::POST && parts.uri.path() == "/v1/responses";
+    let chat =
+        parts.method == Method::POST && trim_slash(parts.uri.path()) == "/v1/chat/completions";
+    let responses = parts.method == Method::POST && trim_slash(parts.uri.path()) == "/v1/responses";
     // A Responses request goes through the answer path unless the provider
     // speaks Responses itself and nothing changes on the way.
     let translated = provider.api == Api::Chat
@@ -477,6 +576,12 @@ where
     })
 }
 
+/// `/v1/chat/completions/` is `/v1/chat/completions`: clients that append a
+/// slash get the same handling (tool transforms included), not a passthrough.
+fn trim_slash(path: &str) -> &str {
+    path.strip_suffix('/').unwrap_or(path)
+}
+
 fn list_models(config: &Config) -> Response<Body> {
     // Literal patterns are models; globs are not listable, so they are
     // listed as `provider/*` to show the prefix route exists.
@@ -520,4 +625,153 @@ fn is_event_stream(response: &Response<Body>) -> bool {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+    use tokio::sync::mpsc;
+
+    const CONFIG: &str = r#"
+[server]
+max_concurrent_requests = 1
+body_read_timeout_secs = 5
+max_buffered_request_bytes = 1000
+
+[[providers]]
+name = "demo"
+models = ["*"]
+[providers.demo]
+"#;
+
+    /// A request body that arrives only as the test sends it.
+    struct Trickle(mpsc::Receiver<Bytes>);
+
+    impl HttpBody for Trickle {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+            self.0
+                .poll_recv(cx)
+                .map(|b| b.map(|b| Ok(http_body::Frame::data(b))))
+        }
+    }
+
+    fn slow_post() -> (Request<Trickle>, mpsc::Sender<Bytes>) {
+        let (tx, rx) = mpsc::channel(4);
+        let req = Request::post("/v1/chat/completions")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Trickle(rx))
+            .unwrap();
+        (req, tx)
+    }
+
+    fn post(json: &str) -> Request<Full<Bytes>> {
+        Request::post("/v1/chat/completions")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(json.to_owned())))
+            .unwrap()
+    }
+
+    const HELLO: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+
+    fn gateway(text: &str) -> Arc<Gateway> {
+        Arc::new(Gateway::new(Arc::new(Config::from_toml(text).unwrap())))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_body_gets_408_and_holds_no_permit_meanwhile() {
+        let gw = gateway(CONFIG);
+        let (slow, tx) = slow_post();
+        tx.send(Bytes::from_static(b"{\"model\"")).await.unwrap();
+        let slow = gw.handle(slow);
+        tokio::pin!(slow);
+        // The slow upload is under way; the one permit is still free.
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), &mut slow)
+                .await
+                .is_err()
+        );
+        let other = gw.handle(post(HELLO)).await;
+        assert_eq!(other.status(), StatusCode::OK);
+        other.into_body().collect().await.unwrap();
+        let slow = slow.await;
+        assert_eq!(slow.status(), StatusCode::REQUEST_TIMEOUT);
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn bodies_beyond_the_process_buffer_bound_get_503_and_the_bytes_come_back() {
+        let gw = gateway(CONFIG);
+        let (first, tx) = slow_post();
+        tx.send(Bytes::from(vec![b' '; 900])).await.unwrap();
+        let first = tokio::spawn({
+            let gw = gw.clone();
+            async move { gw.handle(first).await.status() }
+        });
+        while gw.limits.buffered.used() < 900 {
+            tokio::task::yield_now().await;
+        }
+        let r = gw
+            .handle(post(&format!("{HELLO}{}", " ".repeat(200))))
+            .await;
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        assert!(String::from_utf8_lossy(&body).contains("buffer_full"));
+        assert_eq!(gw.limits.buffered.used(), 900);
+        drop(tx);
+        // Whitespace only: no model, 400; its bytes are given back.
+        assert_eq!(first.await.unwrap(), StatusCode::BAD_REQUEST);
+        assert_eq!(gw.limits.buffered.used(), 0);
+        let r = gw.handle(post(HELLO)).await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token(b"Bearer k1"), Some(&b"k1"[..]));
+        assert_eq!(bearer_token(b"bearer k1 "), Some(&b"k1"[..]));
+        assert_eq!(bearer_token(b"BEARER k1"), Some(&b"k1"[..]));
+        assert_eq!(bearer_token(b"Basic k1"), None);
+        assert_eq!(bearer_token(b"Bear"), None);
+    }
+
+    #[tokio::test]
+    async fn reload_refuses_listen_tls_and_auth_changes_and_keeps_the_semaphore() {
+        let gw = gateway(CONFIG);
+        let moved = CONFIG.replace("[server]", "[server]\nlisten = \"127.0.0.1:1\"");
+        assert_eq!(
+            gw.reload(Config::from_toml(&moved).unwrap()),
+            Err(ReloadRefused("server.listen"))
+        );
+        // `PATH` is set wherever tests run; its value only needs to be non-empty.
+        let auth = CONFIG.replace(
+            "[[providers]]",
+            "[server.auth]\napi_keys_env = \"PATH\"\n\n[[providers]]",
+        );
+        assert_eq!(
+            gw.reload(Config::from_toml(&auth).unwrap()),
+            Err(ReloadRefused("server.auth"))
+        );
+        assert!(gw.config().server.auth.is_none());
+        // A request in flight holds the one permit across a reload.
+        let permit = gw.limits.concurrency.clone().try_acquire_owned().unwrap();
+        let same = CONFIG.replace("body_read_timeout_secs = 5", "body_read_timeout_secs = 6");
+        gw.reload(Config::from_toml(&same).unwrap()).unwrap();
+        assert_eq!(gw.config().server.body_read_timeout, Duration::from_secs(6));
+        let r = gw.handle(post(HELLO)).await;
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        drop(permit);
+        // A larger limit on reload adds permits to the same semaphore.
+        let two = same.replace("max_concurrent_requests = 1", "max_concurrent_requests = 2");
+        gw.reload(Config::from_toml(&two).unwrap()).unwrap();
+        assert_eq!(gw.limits.concurrency.available_permits(), 2);
+    }
 }

@@ -3,6 +3,9 @@
 //! that no transform touches is forwarded byte for byte.
 
 use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -15,8 +18,81 @@ use serde_json::value::RawValue;
 use crate::body::BoxError;
 use crate::error::GatewayError;
 
-/// Reads the whole body, refusing more than `limit` bytes with 413.
-pub async fn read_body<B>(headers: &HeaderMap, body: B, limit: usize) -> Result<Bytes, GatewayError>
+/// Request body bytes held across every request of the process, with a
+/// bound: a client that opens many slow uploads cannot make the gateway hold
+/// more than `max` bytes of bodies at once.
+#[derive(Debug)]
+pub struct BufferBudget {
+    used: AtomicUsize,
+    max: AtomicUsize,
+}
+
+impl BufferBudget {
+    /// `None`: no bound.
+    pub fn new(max: Option<usize>) -> Self {
+        BufferBudget {
+            used: AtomicUsize::new(0),
+            max: AtomicUsize::new(max.unwrap_or(usize::MAX)),
+        }
+    }
+
+    /// A reload may change the bound; bytes already held stay counted.
+    pub fn set_max(&self, max: Option<usize>) {
+        self.max.store(max.unwrap_or(usize::MAX), Ordering::Relaxed);
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn take(&self, n: usize) -> bool {
+        let max = self.max.load(Ordering::Relaxed);
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&total| total <= max)
+            })
+            .is_ok()
+    }
+}
+
+/// Bytes of one request counted against a [`BufferBudget`], given back on drop.
+#[derive(Debug)]
+pub struct Reservation {
+    budget: Arc<BufferBudget>,
+    bytes: usize,
+}
+
+impl Reservation {
+    pub fn new(budget: Arc<BufferBudget>) -> Self {
+        Reservation { budget, bytes: 0 }
+    }
+
+    fn grow(&mut self, n: usize) -> Result<(), GatewayError> {
+        if !self.budget.take(n) {
+            return Err(GatewayError::BufferFull);
+        }
+        self.bytes += n;
+        Ok(())
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// Reads the whole body, refusing more than `limit` bytes with 413, a body
+/// not received within `deadline` with 408, and bytes beyond what `held`'s
+/// budget has left with 503. The bytes stay counted in `held` until it drops.
+pub async fn read_body<B>(
+    headers: &HeaderMap,
+    body: B,
+    limit: usize,
+    deadline: Duration,
+    held: &mut Reservation,
+) -> Result<Bytes, GatewayError>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
@@ -28,14 +104,33 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(GatewayError::PayloadTooLarge { limit });
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<LengthLimitError>() => Err(GatewayError::PayloadTooLarge { limit }),
-        Err(e) => Err(GatewayError::bad_request(
-            format!("could not read the request body: {e}"),
-            None,
-        )),
-    }
+    let read = async {
+        let mut body = std::pin::pin!(Limited::new(body, limit));
+        let mut parts: Vec<Bytes> = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                if e.is::<LengthLimitError>() {
+                    GatewayError::PayloadTooLarge { limit }
+                } else {
+                    GatewayError::bad_request(format!("could not read the request body: {e}"), None)
+                }
+            })?;
+            if let Ok(data) = frame.into_data() {
+                held.grow(data.len())?;
+                parts.push(data);
+            }
+        }
+        Ok(match parts.len() {
+            0 => Bytes::new(),
+            1 => parts.pop().unwrap_or_default(),
+            _ => Bytes::from(parts.concat()),
+        })
+    };
+    tokio::time::timeout(deadline, read)
+        .await
+        .unwrap_or(Err(GatewayError::BodyTimeout {
+            secs: deadline.as_secs_f64(),
+        }))
 }
 
 /// Where the model name sits in the body, so it can be replaced in place.

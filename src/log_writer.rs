@@ -11,7 +11,7 @@
 //! so the order holds).
 
 use std::io::{self, Write};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use tracing::{Level, Metadata};
 use tracing_subscriber::fmt::MakeWriter;
@@ -26,23 +26,46 @@ static BUFFER: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 
 /// Writes out what is buffered. Called when a worker parks and before exit.
 pub fn flush() {
-    let mut buffer = lock();
+    let buffer = lock();
     if !buffer.is_empty() {
-        write_out(&mut buffer);
+        write_out(buffer, io::stderr().lock());
     }
 }
 
-fn lock() -> std::sync::MutexGuard<'static, Vec<u8>> {
+/// A string from a client, a model or an upstream, for a log field: control
+/// characters are escaped (`\n`, `\u{1b}`), so a model name cannot end the
+/// line and forge another, nor drive the terminal.
+pub struct Untrusted<'a>(pub &'a str);
+
+impl std::fmt::Display for Untrusted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                f.write_fmt(format_args!("{c}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn lock() -> MutexGuard<'static, Vec<u8>> {
     // A panic while holding the lock leaves only log bytes behind; keep going.
     BUFFER
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn write_out(buffer: &mut Vec<u8>) {
+/// Takes the buffered lines and writes them to `sink` (stderr, locked by the
+/// caller) once the buffer's lock is released: a slow or blocked stderr then
+/// holds only the output, and other threads keep buffering their lines.
+/// `sink` is locked before the buffer is released, so the order holds.
+fn write_out<W: Write>(mut buffer: MutexGuard<'_, Vec<u8>>, mut sink: W) {
+    let lines = std::mem::take(&mut *buffer);
+    drop(buffer);
     // Nowhere to report a failed log write; the lines are dropped.
-    let _ = io::stderr().lock().write_all(buffer);
-    buffer.clear();
+    let _ = sink.write_all(&lines);
 }
 
 /// The `MakeWriter` for tracing's formatter.
@@ -59,7 +82,7 @@ impl Write for LineWriter {
         let mut buffer = lock();
         buffer.extend_from_slice(bytes);
         if self.urgent || buffer.len() >= MAX_BUFFER {
-            write_out(&mut buffer);
+            write_out(buffer, io::stderr().lock());
         }
         Ok(bytes.len())
     }
@@ -103,5 +126,28 @@ mod tests {
             lock().is_empty(),
             "an urgent line writes out itself and what came before"
         );
+
+        // The write itself happens with the buffer free for other threads.
+        struct Probe(bool);
+        impl Write for Probe {
+            fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+                self.0 = BUFFER.try_lock().is_ok();
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        LineWriter { urgent: false }.write_all(b"probe\n").unwrap();
+        let mut probe = Probe(false);
+        write_out(lock(), &mut probe);
+        assert!(probe.0, "the buffer's lock is free during the write");
+    }
+
+    #[test]
+    fn untrusted_strings_cannot_forge_lines() {
+        let shown = Untrusted("gpt\nINFO forged line\u{1b}[31m").to_string();
+        assert_eq!(shown, "gpt\\nINFO forged line\\u{1b}[31m");
+        assert_eq!(Untrusted("modèle-1").to_string(), "modèle-1");
     }
 }

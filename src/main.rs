@@ -203,7 +203,8 @@ async fn reload_on_sighup(gateway: Arc<toolgate::gateway::Gateway>, path: Option
                 None => Source::Embedded,
             };
             match Config::load(source) {
-                Ok(config) => gateway.reload(config),
+                // A refused reload is logged and counted by the gateway itself.
+                Ok(config) => drop(gateway.reload(config)),
                 Err(e) => {
                     metrics::counter!(toolgate::metrics::CONFIG_RELOADS, "outcome" => "invalid")
                         .increment(1);

@@ -7,7 +7,8 @@
 
 pub mod request;
 
-use std::sync::OnceLock;
+use std::collections::HashSet;
+use std::sync::{OnceLock, RwLock};
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -205,4 +206,102 @@ fn describe() {
         STORE_UP,
         "1 while the transcript store takes writes, else 0."
     );
+}
+
+/// Tool names that may appear as a `tool` label: the ones the config
+/// declares (`[[http_tools]]` by name, MCP servers by their prefix). Tool
+/// names chosen by clients or models are `other`, so no request can add a
+/// series, and `/metrics` never shows one tenant's tool names to another.
+#[derive(Debug, Default)]
+struct ToolLabels {
+    names: HashSet<String>,
+    /// Non-empty MCP prefixes, each labelled `<prefix>*`.
+    prefixes: Vec<String>,
+}
+
+static TOOL_LABELS: RwLock<Option<ToolLabels>> = RwLock::new(None);
+
+impl ToolLabels {
+    fn of(config: &crate::config::Config) -> Self {
+        ToolLabels {
+            names: config.http_tools.iter().map(|t| t.name.clone()).collect(),
+            prefixes: config
+                .mcp_servers
+                .iter()
+                .map(|s| s.prefix.clone())
+                .filter(|p| !p.is_empty())
+                .collect(),
+        }
+    }
+
+    fn label(&self, name: &str) -> String {
+        if self.names.contains(name) {
+            return name.to_owned();
+        }
+        match self.prefixes.iter().find(|p| name.starts_with(p.as_str())) {
+            Some(prefix) => format!("{prefix}*"),
+            None => "other".to_owned(),
+        }
+    }
+}
+
+/// Sets the declared tool names from a config (at start and on reload).
+pub fn declare_tools(config: &crate::config::Config) {
+    *TOOL_LABELS.write().unwrap_or_else(|e| e.into_inner()) = Some(ToolLabels::of(config));
+}
+
+/// The bounded `tool` label of a called tool's name.
+pub fn tool_label(name: &str) -> String {
+    let labels = TOOL_LABELS.read().unwrap_or_else(|e| e.into_inner());
+    labels
+        .as_ref()
+        .map_or_else(|| "other".to_owned(), |l| l.label(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_labels_are_declared_names_or_other_and_series_stay_bounded() {
+        let handle = install();
+        let config = crate::config::Config::from_toml(
+            r#"
+[[http_tools]]
+name = "weather"
+url = "http://127.0.0.1:9/weather"
+
+[[mcp_servers]]
+name = "files"
+url = "http://127.0.0.1:9/mcp"
+prefix = "fs_"
+
+[[providers]]
+name = "bounded-labels"
+models = ["*"]
+[providers.demo]
+"#,
+        )
+        .unwrap();
+        // The process-wide set is shared with other tests: use this config's own.
+        let labels = ToolLabels::of(&config);
+        let tool_label = |name: &str| labels.label(name);
+        assert_eq!(tool_label("weather"), "weather");
+        assert_eq!(tool_label("fs_read"), "fs_*");
+        assert_eq!(tool_label("secret_tenant_tool"), "other");
+        // Many distinct client tool names: the series count does not grow with them.
+        for i in 0..5000 {
+            metrics::counter!(TOOL_CALLS, "provider" => "bounded-labels", "tool" => tool_label(&format!("t{i}")))
+                .increment(1);
+        }
+        metrics::counter!(TOOL_CALLS, "provider" => "bounded-labels", "tool" => tool_label("weather"))
+            .increment(1);
+        let rendered = handle.render();
+        let series = rendered
+            .lines()
+            .filter(|l| l.starts_with(TOOL_CALLS) && l.contains("bounded-labels"))
+            .count();
+        assert_eq!(series, 2, "{rendered}");
+        assert!(!rendered.contains("t4999"));
+    }
 }

@@ -16,11 +16,12 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::body;
 use crate::gateway::Gateway;
 use crate::workers::Dealer;
 
-/// How long a client may take to send its request head.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+mod conn;
+
 /// After the grace period, how long ended streams get to flush their last event.
 const FINAL_FLUSH: Duration = Duration::from_secs(2);
 /// Largest request head accepted; hyper answers 431 beyond it.
@@ -38,13 +39,19 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    let server = gateway.config().server.clone();
     builder
         .http1()
         // Without a timer the header-read timeout silently does nothing.
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(server.request_head_timeout)
         .max_buf_size(MAX_HEADER_BYTES);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        // A peer that stops answering pings is gone: free its streams.
+        .keep_alive_interval(server.h2_keepalive)
+        .keep_alive_timeout(server.h2_keepalive);
     let graceful = GracefulShutdown::new();
     let upkeep = tokio::spawn(metrics_upkeep(gateway.clone()));
     tokio::pin!(shutdown);
@@ -64,34 +71,55 @@ pub async fn run(
         };
         let _ = stream.set_nodelay(true);
         let gw = gateway.clone();
+        let activity = conn::Activity::new();
+        let tracked = activity.clone();
         let service = service_fn(move |req| {
             let gw = gw.clone();
-            async move { Ok::<_, Infallible>(gw.handle(req).await) }
+            // Held until hyper drops the response body: the connection is busy until then.
+            let in_flight = tracked.begin();
+            async move {
+                let response = gw.handle(req).await;
+                Ok::<_, Infallible>(response.map(|b| {
+                    body::boxed(http_body_util::BodyExt::map_frame(b, move |frame| {
+                        let _busy = &in_flight;
+                        frame
+                    }))
+                }))
+            }
         });
-        // Read per connection, so a reload's new certificate applies to new connections.
-        let tls = gateway.config().server.tls.clone();
+        // Read per connection, so a reload's new certificate and timeouts apply to new connections.
+        let server = gateway.config().server.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
         dealer.spawn(stream, move |stream| async move {
-            let result = match tls {
-                None => {
-                    let conn = builder.serve_connection(TokioIo::new(stream), service);
-                    watcher.watch(conn.into_owned()).await
-                }
-                Some(config) => {
-                    let handshake = TlsAcceptor::from(config).accept(stream);
-                    match tokio::time::timeout(HEADER_READ_TIMEOUT, handshake).await {
-                        Ok(Ok(tls)) => {
-                            let conn = builder.serve_connection(TokioIo::new(tls), service);
+            let (first, idle) = (server.request_head_timeout, server.idle_timeout);
+            let stream = conn::StallIo::new(stream, server.write_stall_timeout);
+            // The first-request deadline covers the TLS handshake and the protocol sniff.
+            let served = conn::serve(
+                async {
+                    match server.tls {
+                        None => {
+                            let conn = builder.serve_connection(TokioIo::new(stream), service);
                             watcher.watch(conn.into_owned()).await
                         }
-                        Ok(Err(e)) => Err(e.into()),
-                        Err(_) => Err("TLS handshake timed out".into()),
+                        Some(config) => match TlsAcceptor::from(config).accept(stream).await {
+                            Ok(tls) => {
+                                let conn = builder.serve_connection(TokioIo::new(tls), service);
+                                watcher.watch(conn.into_owned()).await
+                            }
+                            Err(e) => Err(e.into()),
+                        },
                     }
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+                },
+                &activity,
+                first,
+                idle,
+            )
+            .await;
+            match served {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection ended with an error"),
+                Err(closed) => tracing::debug!(%peer, ?closed, "connection closed by its deadline"),
             }
         });
     }

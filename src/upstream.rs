@@ -106,9 +106,14 @@ impl Upstreams {
                     Ok(Err(Failure::Request(e))) => return Err(e),
                     Ok(Err(Failure::Upstream { kind, reason })) => {
                         count_error(&provider.name, kind);
+                        // The details (addresses, OS errors) are the operator's, not the client's.
+                        tracing::warn!(provider = %provider.name, kind, error = %reason, "upstream request failed");
                         return Err(GatewayError::UpstreamUnreachable {
                             provider: provider.name.clone(),
-                            reason,
+                            reason: match kind {
+                                "connect" => "cannot connect".to_owned(),
+                                _ => "the connection failed or broke the HTTP protocol".to_owned(),
+                            },
                         });
                     }
                     Ok(Ok(response)) => response,

@@ -207,6 +207,12 @@ async fn gateway_errors_are_openai_shaped() {
         assert!(v["error"]["type"].is_string());
         assert!(v["error"].get("param").is_some());
     }
+    // A 502 names the provider, never its address.
+    let r = post(&url, r#"{"model":"dead"}"#).await;
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("dead"), "{message}");
+    assert!(!message.contains("127.0.0.1"), "{message}");
+    assert!(!message.contains(&dead.port().to_string()), "{message}");
     let r = post(&url, r#"{"model":"nope-1"}"#).await;
     assert!(
         r.json()["error"]["message"]
@@ -752,4 +758,78 @@ async fn upstream_closing_an_idle_connection_is_noticed_before_the_next_request(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+/// The client's `Authorization` was meant for the provider it addressed: a
+/// fallback provider without a key of its own never receives it.
+#[tokio::test]
+async fn the_clients_credential_never_reaches_a_second_provider() {
+    let broken = "<GetWeather>\n{\"city\": \"Paris\",}\n</GetWeather>";
+    let model = Mock::start(move |_| Reply::json(&upstream_completion(broken))).await;
+    let fallback =
+        Mock::start(|_| Reply::json(&upstream_completion("{\"city\": \"Paris\"}"))).await;
+    let toml = format!(
+        "{}{}{}",
+        fast_server(),
+        provider_toml(
+            "up",
+            &model.url(),
+            "[\"*\"]",
+            "[providers.tools]\nmode = \"natural\"\non_invalid = \"fallback\"\nfallback = \"fb/small\"\nfallback_timeout_secs = 2\n",
+        ),
+        provider_toml("fb", &fallback.url(), "[]", ""),
+    );
+    let gw = TestGateway::start(&toml).await;
+    let body = serde_json::json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "Weather?"}],
+        "tools": [{"type": "function", "function": {"name": "GetWeather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+    });
+    send(
+        Request::post(gw.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .header("authorization", "Bearer key-for-up")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        model.last().headers.get("authorization").unwrap(),
+        "Bearer key-for-up"
+    );
+    assert!(fallback.count() > 0, "the fallback was asked");
+    assert!(fallback.last().headers.get("authorization").is_none());
+}
+
+/// A trailing slash gets the same handling: the natural-mode rewrite applies.
+#[tokio::test]
+async fn chat_completions_with_a_trailing_slash_is_transformed() {
+    let model = Mock::start(|_| Reply::json(&upstream_completion("Sunny."))).await;
+    let toml = format!(
+        "{}{}",
+        fast_server(),
+        provider_toml(
+            "up",
+            &model.url(),
+            "[\"*\"]",
+            "[providers.tools]\nmode = \"natural\"\n"
+        ),
+    );
+    let gw = TestGateway::start(&toml).await;
+    let body = serde_json::json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "Weather?"}],
+        "tools": [{"type": "function", "function": {"name": "GetWeather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+    });
+    for path in ["/v1/chat/completions", "/v1/chat/completions/"] {
+        let r = post(&gw.url(path), &body.to_string()).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        let sent = model.last().json();
+        assert!(
+            sent["messages"].to_string().contains("## GetWeather"),
+            "{path}: the contract is in the prompt: {sent}"
+        );
+    }
 }

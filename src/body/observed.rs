@@ -31,6 +31,8 @@ pub struct RequestLog {
     pub failed: Option<String>,
     /// The request's place under `max_concurrent_requests`, held until the body ends.
     pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The request body's bytes counted under `max_buffered_request_bytes`.
+    pub held: Option<crate::inbound::Reservation>,
     finished: bool,
 }
 
@@ -48,6 +50,7 @@ impl RequestLog {
             bytes_out: 0,
             failed: None,
             permit: None,
+            held: None,
             finished: false,
         }
     }
@@ -80,7 +83,7 @@ impl Drop for RequestLog {
         tracing::info!(
             target: crate::log_writer::REQUEST_TARGET,
             provider = &*provider.name,
-            model = %self.model,
+            model = %crate::log_writer::Untrusted(&self.model),
             route = ROUTES[self.route],
             status = self.status,
             stream = self.streaming,
@@ -88,7 +91,7 @@ impl Drop for RequestLog {
             duration_ms = elapsed.as_micros() as f64 / 1e3,
             bytes_out = self.bytes_out,
             complete = self.finished && self.failed.is_none(),
-            error = self.failed.as_deref(),
+            error = self.failed.as_deref().map(|e| tracing::field::display(crate::log_writer::Untrusted(e))),
             "request"
         );
     }

@@ -47,6 +47,21 @@ pub struct RawServer {
     pub shutdown_grace_secs: f64,
     /// Requests in flight beyond this get 503 with Retry-After (0: no limit).
     pub max_concurrent_requests: usize,
+    /// How long a new connection may take to send its first request head
+    /// (TLS handshake and protocol detection included); then it is closed.
+    pub request_head_timeout_secs: f64,
+    /// How long a client may take to send a whole request body (408 beyond it).
+    pub body_read_timeout_secs: f64,
+    /// How long a connection with no request in flight stays open (HTTP/1.1 and HTTP/2).
+    pub idle_timeout_secs: f64,
+    /// Interval of HTTP/2 keep-alive pings; a peer that does not answer one
+    /// within the same time is disconnected.
+    pub h2_keepalive_secs: f64,
+    /// How long a write to a client may stay blocked (the client stopped
+    /// reading) before the connection is dropped.
+    pub write_stall_timeout_secs: f64,
+    /// Request body bytes buffered across all requests at once (503 beyond it; 0: no bound).
+    pub max_buffered_request_bytes: u64,
     /// Worker threads, each with its own runtime (0: one per available core).
     pub workers: usize,
     /// PEM file of extra CA certificates trusted for https upstreams (internal providers).
@@ -86,6 +101,12 @@ impl Default for RawServer {
             stream_idle_timeout_secs: 120.0,
             shutdown_grace_secs: 30.0,
             max_concurrent_requests: 4096,
+            request_head_timeout_secs: 30.0,
+            body_read_timeout_secs: 60.0,
+            idle_timeout_secs: 300.0,
+            h2_keepalive_secs: 30.0,
+            write_stall_timeout_secs: 60.0,
+            max_buffered_request_bytes: 1024 * 1024 * 1024,
             workers: 0,
             upstream_ca_bundle: None,
             tls: None,

@@ -42,6 +42,13 @@ fn unknown_key_is_named_with_its_path() {
 fn bad_values_name_their_key() {
     let cases = [
         ("[server]\nlisten = \"nope\"", "server.listen"),
+        // An empty or truncated file: no providers, every model would be 404.
+        ("", "providers"),
+        ("[server]\nlisten = \"127.0.0.1:1\"", "providers"),
+        (
+            "[server]\nbody_read_timeout_secs = 0\n[[providers]]\nname = \"a\"\nbase_url = \"http://x\"",
+            "server.body_read_timeout_secs",
+        ),
         (
             "[[providers]]\nname = \"a\"\nbase_url = \"ftp://x\"",
             "providers[0].base_url",

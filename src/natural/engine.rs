@@ -199,7 +199,9 @@ impl Engine {
             tools: plan.tools.clone(),
             schemas: self.schemas.clone(),
             syntax: provider.tools.syntax,
-            authorization: client_auth,
+            // The client's credential was meant for `provider`: it goes to the
+            // fallback only when that is the same provider.
+            authorization: client_auth.filter(|_| std::ptr::eq(target.as_ref(), provider)),
             for_provider: provider.name.as_str().into(),
         }))
     }

@@ -221,7 +221,7 @@ impl ReplyParser {
             }
         }
         for call in &calls {
-            metrics::counter!(m::TOOL_CALLS, "provider" => self.settings.provider.to_string(), "tool" => call.name.clone())
+            metrics::counter!(m::TOOL_CALLS, "provider" => self.settings.provider.to_string(), "tool" => m::tool_label(&call.name))
                 .increment(1);
         }
         Ok(calls)

@@ -1,0 +1,337 @@
+//! Hostile clients against the real binary: each test starts `toolgate` with
+//! short limits (1 s), sends what an attacker or a broken client would, and
+//! checks that the answer is bounded: connections are closed, permits come
+//! back, metric series and memory stay under stated limits, and well-behaved
+//! requests keep being served meanwhile. Timeouts below are guards against a
+//! hang, never the assertion itself.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Generous: the machine is shared; only a hang should trip it.
+const GUARD: Duration = Duration::from_secs(20);
+
+/// A running `toolgate serve` on a free loopback port, stopped on drop.
+struct Binary {
+    child: Child,
+    port: u16,
+}
+
+impl Binary {
+    async fn start(name: &str, server: &str, providers: &str) -> Binary {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("toolgate-adversarial-{name}-{port}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("toolgate.toml");
+        let mut f = std::fs::File::create(&path).unwrap();
+        write!(
+            f,
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = 2\n{server}\n{providers}"
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .arg("--config")
+            .arg(&path)
+            .stderr(if std::env::var_os("ADV_LOG").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .unwrap();
+        let binary = Binary { child, port };
+        for _ in 0..200 {
+            if TcpStream::connect(binary.addr()).await.is_ok() {
+                return binary;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("toolgate did not start");
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Resident memory of the process, from `/proc/<pid>/status`.
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const DEMO: &str = "[[providers]]\nname = \"demo\"\nmodels = [\"*\"]\n[providers.demo]\n";
+
+const HELLO: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+
+/// Reads until the server closes the connection; what it sent before.
+async fn until_closed(stream: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(GUARD, stream.read_to_end(&mut out)).await;
+    assert!(read.is_ok(), "the connection was not closed");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_partial_and_idle_connections_are_closed() {
+    let gw = Binary::start(
+        "idle",
+        "request_head_timeout_secs = 1\nidle_timeout_secs = 1",
+        DEMO,
+    )
+    .await;
+    // Sends nothing at all: the protocol sniff waits for bytes.
+    let mut silent = TcpStream::connect(gw.addr()).await.unwrap();
+    // Three bytes: too few to tell HTTP/1.1 from h2c.
+    let mut partial = TcpStream::connect(gw.addr()).await.unwrap();
+    partial.write_all(b"POS").await.unwrap();
+    // The h2c preface, then nothing.
+    let mut h2 = TcpStream::connect(gw.addr()).await.unwrap();
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    // One request, then an idle keep-alive connection.
+    let mut kept = TcpStream::connect(gw.addr()).await.unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    until_closed(&mut silent).await;
+    until_closed(&mut partial).await;
+    until_closed(&mut h2).await;
+    let answered = until_closed(&mut kept).await;
+    assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_get_408_without_starving_other_requests() {
+    let gw = Binary::start(
+        "loris",
+        "max_concurrent_requests = 2\nbody_read_timeout_secs = 1",
+        DEMO,
+    )
+    .await;
+    // More slow uploads than permits, each promising a body it never sends.
+    let mut slow = Vec::new();
+    for _ in 0..6 {
+        let mut s = TcpStream::connect(gw.addr()).await.unwrap();
+        s.write_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"model\"",
+        )
+        .await
+        .unwrap();
+        slow.push(s);
+    }
+    // Meanwhile a well-behaved client is served.
+    let r = post(&gw.url("/v1/chat/completions"), HELLO).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    for mut s in slow {
+        let answer = until_closed(&mut s).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("request_timeout"), "{answer}");
+    }
+    assert_eq!(
+        post(&gw.url("/v1/chat/completions"), HELLO).await.status,
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_a_stream_is_released() {
+    // An upstream that streams far more than socket buffers hold.
+    let piece = Bytes::from(format!(
+        "data: {{\"pad\":\"{}\"}}\n\n",
+        "x".repeat(64 * 1024)
+    ));
+    let mock = Mock::start(move |_| Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        pieces: (0..4000)
+            .map(|_| (Duration::from_millis(1), piece.clone()))
+            .collect(),
+    })
+    .await;
+    let gw = Binary::start(
+        "stall",
+        "max_concurrent_requests = 1\nwrite_stall_timeout_secs = 1",
+        &provider_toml("up", &mock.url(), "[\"*\"]", ""),
+    )
+    .await;
+    let mut reader = TcpStream::connect(gw.addr()).await.unwrap();
+    let body = r#"{"model":"m","stream":true}"#;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    reader.write_all(head.as_bytes()).await.unwrap();
+    // It never reads. The gateway drops it and hangs up on the upstream.
+    tokio::time::timeout(GUARD, mock.stream_cancelled.notified())
+        .await
+        .expect("the upstream stream was released");
+    // The one permit came back: the next request gets its head (the mock
+    // streams to it too; the head is enough), not a 503.
+    let req = http::Request::post(gw.url("/v1/chat/completions"))
+        .body(http_body_util::Full::new(Bytes::from_static(
+            b"{\"model\":\"m\"}",
+        )))
+        .unwrap();
+    let head = tokio::time::timeout(GUARD, client().request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(head.status(), 200);
+    drop(reader);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_names_chosen_by_clients_add_no_metric_series() {
+    // The model calls whichever tool the client declared this time.
+    let turn = Arc::new(AtomicUsize::new(0));
+    let seen = turn.clone();
+    let mock = Mock::start(move |_| {
+        let i = seen.load(Ordering::SeqCst);
+        Reply::json(&upstream_completion(&format!("<t{i}>\n{{}}\n</t{i}>")))
+    })
+    .await;
+    let gw = Binary::start(
+        "labels",
+        "",
+        &provider_toml(
+            "up",
+            &mock.url(),
+            "[\"*\"]",
+            "[providers.tools]\nmode = \"natural\"\n",
+        ),
+    )
+    .await;
+    const REQUESTS: usize = 200;
+    for i in 0..REQUESTS {
+        turn.store(i, Ordering::SeqCst);
+        let body = serde_json::json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": "go"}],
+            "tools": [{"type": "function", "function": {"name": format!("t{i}"),
+                "parameters": {"type": "object"}}}],
+        });
+        let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+        assert_eq!(
+            r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+            format!("t{i}"),
+            "{}",
+            r.text()
+        );
+    }
+    let metrics = get(&gw.url("/metrics")).await.text();
+    let series = metrics
+        .lines()
+        .filter(|l| l.starts_with("toolgate_tool_calls_total{"))
+        .count();
+    // Limit: one series (`other`) per provider, whatever the number of names.
+    assert_eq!(series, 1, "{metrics}");
+    assert!(!metrics.contains("t199"), "{metrics}");
+}
+
+/// Limit: 256 MiB resident after hostile requests.
+const RSS_LIMIT_KIB: u64 = 256 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffered_request_bytes_stay_bounded_under_many_large_uploads() {
+    let gw = Binary::start(
+        "buffered",
+        "max_body_bytes = 4194304\nmax_buffered_request_bytes = 16777216\nbody_read_timeout_secs = 2",
+        DEMO,
+    )
+    .await;
+    // 64 clients each upload 4 MiB (256 MiB together) and stall before the end.
+    let chunk = vec![b' '; 4 * 1024 * 1024 - 1];
+    let mut uploads = Vec::new();
+    for _ in 0..64 {
+        let addr = gw.addr();
+        let chunk = chunk.clone();
+        uploads.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let head =
+                "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 4194304\r\n\r\n";
+            s.write_all(head.as_bytes()).await.unwrap();
+            // The gateway may answer 503 and close before all of it is sent.
+            let _ = s.write_all(&chunk).await;
+            until_closed(&mut s).await
+        }));
+    }
+    let mut refused = 0;
+    for u in uploads {
+        let answer = u.await.unwrap();
+        refused += usize::from(answer.contains("buffer_full"));
+    }
+    assert!(refused > 0, "the process-wide bound refused some uploads");
+    let rss = gw.rss_kib();
+    assert!(rss < RSS_LIMIT_KIB, "RSS {rss} KiB");
+    assert_eq!(
+        post(&gw.url("/v1/chat/completions"), HELLO).await.status,
+        200
+    );
+}
+
+// Unbounded example synthesis took about a gigabyte on this request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_referencing_schema_keeps_memory_bounded() {
+    let mock = Mock::start(|_| Reply::json(&upstream_completion("ok"))).await;
+    let gw = Binary::start(
+        "schema",
+        "",
+        &provider_toml(
+            "up",
+            &mock.url(),
+            "[\"*\"]",
+            "[providers.tools]\nmode = \"natural\"\n",
+        ),
+    )
+    .await;
+    let props: serde_json::Map<String, serde_json::Value> = (0..20)
+        .map(|i| (format!("p{i}"), serde_json::json!({"$ref": "#/$defs/node"})))
+        .collect();
+    let required: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"root": {"$ref": "#/$defs/node"}},
+        "required": ["root"],
+        "$defs": {"node": {"type": "object", "properties": props, "required": required}},
+    });
+    let body = serde_json::json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "go"}],
+        "tools": [{"type": "function", "function": {"name": "deep", "parameters": schema}}],
+    });
+    let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+    assert!(r.status == 200 || r.status == 400, "{}", r.text());
+    let rss = gw.rss_kib();
+    assert!(rss < RSS_LIMIT_KIB, "RSS {rss} KiB");
+}
