@@ -110,6 +110,9 @@ pub struct ServerConfig {
     pub upstream_ca: Vec<CertificateDer<'static>>,
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub auth: Option<Arc<ApiKeys>>,
+    /// `[server.auth] admin_keys_env`: the keys of `/toolgate/api/…`
+    /// (`auth`'s when absent).
+    pub admin: Option<Arc<ApiKeys>>,
 }
 
 /// Inbound bearer keys (`[server.auth]`), compared in constant time.
@@ -421,7 +424,17 @@ fn server(raw: &raw::RawServer) -> Result<ServerConfig, ConfigError> {
             None => Vec::new(),
         },
         tls: raw.tls.as_ref().map(tls).transpose()?,
-        auth: raw.auth.as_ref().map(auth).transpose()?,
+        auth: raw
+            .auth
+            .as_ref()
+            .map(|a| keys("server.auth.api_keys_env", &a.api_keys_env))
+            .transpose()?,
+        admin: raw
+            .auth
+            .as_ref()
+            .and_then(|a| a.admin_keys_env.as_deref())
+            .map(|var| keys("server.auth.admin_keys_env", var))
+            .transpose()?,
     })
 }
 
@@ -466,14 +479,10 @@ fn tls(raw: &raw::RawTls) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
     Ok(Arc::new(config))
 }
 
-fn auth(raw: &raw::RawAuth) -> Result<Arc<ApiKeys>, ConfigError> {
-    let path = "server.auth.api_keys_env";
-    let value = std::env::var(&raw.api_keys_env).map_err(|_| {
-        ConfigError::new(
-            path,
-            format!("environment variable {} is not set", raw.api_keys_env),
-        )
-    })?;
+/// Comma-separated bearer keys from the environment variable `var`.
+fn keys(path: &str, var: &str) -> Result<Arc<ApiKeys>, ConfigError> {
+    let value = std::env::var(var)
+        .map_err(|_| ConfigError::new(path, format!("environment variable {var} is not set")))?;
     let keys: Vec<Vec<u8>> = value
         .split(',')
         .map(str::trim)
@@ -481,10 +490,7 @@ fn auth(raw: &raw::RawAuth) -> Result<Arc<ApiKeys>, ConfigError> {
         .map(|k| k.as_bytes().to_vec())
         .collect();
     if keys.is_empty() {
-        return Err(ConfigError::new(
-            path,
-            format!("{} holds no key", raw.api_keys_env),
-        ));
+        return Err(ConfigError::new(path, format!("{var} holds no key")));
     }
     Ok(Arc::new(ApiKeys { keys }))
 }

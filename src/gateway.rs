@@ -25,7 +25,7 @@ use tokio::sync::{Semaphore, watch};
 use crate::body::drain::DrainGuard;
 use crate::body::observed::{Observed, RequestLog};
 use crate::body::{self, Body, BoxError};
-use crate::config::{Api, Config, Mode, Provider, ServerConfig};
+use crate::config::{Api, ApiKeys, Config, Mode, Provider, ServerConfig};
 use crate::error::GatewayError;
 use crate::inbound;
 use crate::metrics::request::{ProviderMetrics, route_of};
@@ -73,6 +73,9 @@ fn refuse_reload(old: &Config, new: &Config) -> Option<ReloadRefused> {
     }
     if old.server.auth.is_some() != new.server.auth.is_some() {
         return Some(ReloadRefused("server.auth"));
+    }
+    if old.server.admin.is_some() != new.server.admin.is_some() {
+        return Some(ReloadRefused("server.auth.admin_keys_env"));
     }
     if old.raw.store != new.raw.store {
         // The store's connection and writer are started once, at boot.
@@ -354,7 +357,7 @@ impl Gateway {
             }
             (_, path) if path.starts_with("/toolgate/api/") => {
                 let runtime = self.runtime.load_full();
-                if let Err(e) = authorize(&runtime, &req) {
+                if let Err(e) = authorize_admin(&runtime, &req) {
                     return e.into_response();
                 }
                 let query = req.uri().query();
@@ -413,7 +416,18 @@ impl Gateway {
 
 /// The inbound key (`[server.auth]`).
 fn authorize<B>(runtime: &Runtime, req: &Request<B>) -> Result<(), GatewayError> {
-    if let Some(keys) = &runtime.config.server.auth {
+    check_key(runtime.config.server.auth.as_deref(), req)
+}
+
+/// The key of the transcript API: an admin key when `admin_keys_env` is
+/// set, else an inbound key.
+fn authorize_admin<B>(runtime: &Runtime, req: &Request<B>) -> Result<(), GatewayError> {
+    let server = &runtime.config.server;
+    check_key(server.admin.as_deref().or(server.auth.as_deref()), req)
+}
+
+fn check_key<B>(keys: Option<&ApiKeys>, req: &Request<B>) -> Result<(), GatewayError> {
+    if let Some(keys) = keys {
         let presented = req
             .headers()
             .get(header::AUTHORIZATION)

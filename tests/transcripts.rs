@@ -327,3 +327,41 @@ async fn without_a_store_the_api_says_so() {
     assert_eq!(page.status, 200);
     assert!(page.text().contains("toolgate transcripts"));
 }
+
+#[tokio::test]
+async fn the_transcript_api_takes_admin_keys_when_they_are_set() {
+    // SAFETY: the variable names are unique to this test.
+    unsafe {
+        std::env::set_var("TOOLGATE_TEST_TRANSCRIPT_CLIENT_KEYS", "client-key");
+        std::env::set_var("TOOLGATE_TEST_TRANSCRIPT_ADMIN_KEYS", "admin-key");
+    }
+    let toml = format!(
+        "[server.auth]\napi_keys_env = \"TOOLGATE_TEST_TRANSCRIPT_CLIENT_KEYS\"\nadmin_keys_env = \"TOOLGATE_TEST_TRANSCRIPT_ADMIN_KEYS\"\n{}",
+        demo_agent("[store]\nurl = \"sqlite::memory:\"\n")
+    );
+    let gw = TestGateway::start(&toml).await;
+    let call = |path: &str, key: &str| {
+        http::Request::get(gw.url(path))
+            .header("authorization", format!("Bearer {key}"))
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap()
+    };
+    // A client's key answers models but opens no transcript.
+    assert_eq!(
+        common::send(call("/v1/models", "client-key")).await.status,
+        200
+    );
+    let r = common::send(call("/toolgate/api/chats", "client-key")).await;
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(
+        common::send(call("/toolgate/api/chats", "admin-key"))
+            .await
+            .status,
+        200
+    );
+    // The admin key is not a client key.
+    assert_eq!(
+        common::send(call("/v1/models", "admin-key")).await.status,
+        401
+    );
+}

@@ -89,6 +89,10 @@ pub struct RawTls {
 pub struct RawAuth {
     /// Name of an env var holding comma-separated keys.
     pub api_keys_env: String,
+    /// Name of an env var holding the keys of the transcript API and page
+    /// (`/toolgate/…`); without it, the `api_keys_env` keys open them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_keys_env: Option<String>,
 }
 
 impl Default for RawServer {
