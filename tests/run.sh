@@ -68,3 +68,5 @@ echo "== deploy/ checks (YAML/JSON, probes and ports, Dockerfile build)"
 TOOLGATE_PYTHON="$CLIENT_TESTS_PYTHON" bash deploy/check.sh
 echo "== cargo test"
 cargo test --locked --all-targets
+echo "== fuzzing (fuzz/run.sh: every target for ${FUZZ_SECONDS:-15} s)"
+bash fuzz/run.sh
