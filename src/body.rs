@@ -37,6 +37,7 @@ pub mod coalesce;
 pub mod drain;
 pub mod idle_timeout;
 pub mod observed;
+pub mod stall;
 
 /// Reads a whole body of our own type, refusing more than `limit` bytes.
 /// (Non-generic on purpose: `Limited`'s generic error bound trips rustc's

@@ -24,6 +24,7 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::body::drain::DrainGuard;
 use crate::body::observed::{Observed, RequestLog};
+use crate::body::stall::StallGuard;
 use crate::body::{self, Body, BoxError};
 use crate::config::{Api, ApiKeys, Config, Mode, Provider, ServerConfig};
 use crate::error::GatewayError;
@@ -376,6 +377,8 @@ impl Gateway {
             (_, path) if path.starts_with("/v1/") => {
                 let runtime = self.runtime.load_full();
                 let mut log = RequestLog::start(route_of(path));
+                let h2_stall = (req.version() == http::Version::HTTP_2)
+                    .then_some(runtime.config.server.write_stall_timeout);
                 let response = match authorize(&runtime, &req) {
                     Err(e) => e.into_response(),
                     Ok(()) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
@@ -401,7 +404,15 @@ impl Gateway {
                 if is_event_stream(&response) {
                     log.set_streaming();
                     let drain = DrainGuard::new(self.grace_over.subscribe());
-                    return response.map(|b| body::boxed(Observed::new(drain.wrap(b), log)));
+                    let observed = response.map(|b| body::boxed(Observed::new(drain.wrap(b), log)));
+                    // HTTP/1 stalls show on the socket (`conn::StallIo`); an
+                    // HTTP/2 stream can stall alone.
+                    return match h2_stall {
+                        Some(timeout) => {
+                            observed.map(|b| body::boxed(StallGuard::wrap(b, timeout)))
+                        }
+                        None => observed,
+                    };
                 }
                 response.map(|b| body::boxed(Observed::new(b, log)))
             }

@@ -30,6 +30,7 @@ pub const REPAIRS: &str = "toolgate_repairs_total";
 pub const REPAIR_DURATION: &str = "toolgate_repair_duration_seconds";
 pub const CONFIG_RELOADS: &str = "toolgate_config_reloads_total";
 pub const STREAMS_EXPIRED: &str = "toolgate_streams_expired_total";
+pub const STREAMS_STALLED: &str = "toolgate_streams_stalled_total";
 pub const GATEWAY_TOOL_CALLS: &str = "toolgate_gateway_tool_calls_total";
 pub const GATEWAY_TOOL_DURATION: &str = "toolgate_gateway_tool_duration_seconds";
 pub const GATEWAY_TOOLS_IN_FLIGHT: &str = "toolgate_gateway_tools_in_flight";
@@ -157,6 +158,10 @@ fn describe() {
     describe_counter!(
         STREAMS_EXPIRED,
         "Streams ended with an error event because the shutdown grace period ran out."
+    );
+    describe_counter!(
+        STREAMS_STALLED,
+        "HTTP/2 streams released because their client granted them no window for write_stall_timeout_secs."
     );
     describe_counter!(
         REPAIR_ATTEMPTS,

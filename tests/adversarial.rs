@@ -212,6 +212,74 @@ async fn a_client_that_stops_reading_a_stream_is_released() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_stream_its_client_grants_no_window_is_released() {
+    // An upstream that streams far more than one stream's window.
+    let piece = Bytes::from(format!(
+        "data: {{\"pad\":\"{}\"}}\n\n",
+        "x".repeat(16 * 1024)
+    ));
+    let mock = Mock::start(move |_| Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        pieces: (0..4000)
+            .map(|_| (Duration::from_millis(1), piece.clone()))
+            .collect(),
+    })
+    .await;
+    let gw = Binary::start(
+        "h2stall",
+        "max_concurrent_requests = 1\nwrite_stall_timeout_secs = 1",
+        &provider_toml("up", &mock.url(), "[\"*\"]", ""),
+    )
+    .await;
+    // h2c with prior knowledge. The connection stays alive and answers
+    // pings; the one stream is never read, so its window is never granted.
+    let tcp = TcpStream::connect(gw.addr()).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake::<_, http_body_util::Full<Bytes>>(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let stalled = sender
+        .send_request(
+            http::Request::post(gw.url("/v1/chat/completions"))
+                .body(http_body_util::Full::new(Bytes::from_static(
+                    b"{\"model\":\"m\",\"stream\":true}",
+                )))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stalled.status(), 200);
+    tokio::time::timeout(GUARD, mock.stream_cancelled.notified())
+        .await
+        .expect("the stalled stream's upstream was released");
+    // Its permit came back: a new request on the same connection gets its
+    // head, not a 503.
+    let next = tokio::time::timeout(
+        GUARD,
+        sender.send_request(
+            http::Request::post(gw.url("/v1/chat/completions"))
+                .body(http_body_util::Full::new(Bytes::from_static(
+                    b"{\"model\":\"m\"}",
+                )))
+                .unwrap(),
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(next.status(), 200);
+    let metrics = get(&gw.url("/metrics")).await.text();
+    assert!(
+        metrics.contains("toolgate_streams_stalled_total 1"),
+        "{metrics}"
+    );
+    drop(stalled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_names_chosen_by_clients_add_no_metric_series() {
     // The model calls whichever tool the client declared this time.
     let turn = Arc::new(AtomicUsize::new(0));
