@@ -280,6 +280,44 @@ async fn an_http2_stream_its_client_grants_no_window_is_released() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_event_that_never_ends_is_cut_off() {
+    // `data:` lines of one event, never a blank line: 40 MiB in all.
+    let line = Bytes::from(format!("data: {}\n", "y".repeat(1024 * 1024)));
+    let mock = Mock::start(move |_| Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        pieces: (0..40).map(|_| (Duration::ZERO, line.clone())).collect(),
+    })
+    .await;
+    for mode in ["natural", "to_natural"] {
+        let gw = Binary::start(
+            &format!("endless-{mode}"),
+            "",
+            &provider_toml(
+                "up",
+                &mock.url(),
+                "[\"*\"]",
+                &format!("[providers.tools]\nmode = \"{mode}\"\n"),
+            ),
+        )
+        .await;
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"t","parameters":{"type":"object"}}}]}"#;
+        let r = tokio::time::timeout(GUARD, post(&gw.url("/v1/chat/completions"), body))
+            .await
+            .expect("the stream ended");
+        let text = r.text();
+        assert!(
+            text.contains("upstream_stream_too_large"),
+            "{mode}: {}",
+            &text[..text.len().min(500)]
+        );
+        assert!(text.trim_end().ends_with("data: [DONE]"), "{mode}");
+        let rss = gw.rss_kib();
+        assert!(rss < RSS_LIMIT_KIB, "{mode}: RSS {rss} KiB");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_names_chosen_by_clients_add_no_metric_series() {
     // The model calls whichever tool the client declared this time.
     let turn = Arc::new(AtomicUsize::new(0));
