@@ -154,6 +154,11 @@ impl Running {
             None => drive::drive(&plan, rounds, first, out).await,
         };
         if let Some((ids, steps)) = rounds.take_steps() {
+            if let Some(store) = &runtime.store
+                && let Ok(json) = serde_json::to_value(&steps)
+            {
+                store.save_steps(ids.clone(), json);
+            }
             runtime.steps.keep(ids, steps);
         }
     }
@@ -251,6 +256,9 @@ pub async fn start(
 ) -> Result<Started, GatewayError> {
     let offer = offer(&runtime, &provider)?;
     let tools = &provider.tools;
+    if !offer.is_empty() && tools.mode != Mode::ToNatural {
+        recall_steps(&runtime, &ask.request).await;
+    }
     let request = prepare(ask.request, &offer, &runtime, &provider)?;
     let as_text = (tools.mode == Mode::ToNatural).then(|| RenderOptions {
         syntax: tools.syntax,
@@ -294,6 +302,29 @@ pub async fn start(
         recorder: None,
     })))
 }
+
+/// Steps another replica kept for this history's calls, fetched from the
+/// store into memory, where `prepare` splices them like its own.
+async fn recall_steps(runtime: &Runtime, request: &Map<String, Value>) {
+    let Some(store) = &runtime.store else {
+        return;
+    };
+    let Some(Value::Array(messages)) = request.get("messages") else {
+        return;
+    };
+    let unknown = runtime.steps.unknown_ids(messages, MAX_RECALLED_IDS);
+    if unknown.is_empty() {
+        return;
+    }
+    for (ids, steps) in store.steps(unknown).await {
+        if let Ok(steps) = serde_json::from_value(steps) {
+            runtime.steps.keep(ids, steps);
+        }
+    }
+}
+
+/// Call ids of a history looked up in the store at most.
+const MAX_RECALLED_IDS: usize = 64;
 
 /// The first round's request: to_natural's text history read back, legacy
 /// `functions` as `tools`, the gateway's tools declared, its earlier steps

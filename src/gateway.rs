@@ -40,7 +40,6 @@ use crate::upstream::Upstreams;
 /// Bounds of the gateway's steps kept for clients' follow-ups.
 const STEPS_MAX_ENTRIES: usize = 10_000;
 const STEPS_MAX_BYTES: usize = 64 * 1024 * 1024;
-const STEPS_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
 
 pub struct Gateway {
     runtime: ArcSwap<Runtime>,
@@ -196,7 +195,7 @@ impl Gateway {
         let steps = Arc::new(StepStore::new(
             STEPS_MAX_ENTRIES,
             STEPS_MAX_BYTES,
-            STEPS_TTL,
+            crate::tools::steps::KEPT_FOR,
         ));
         let store = config.store.clone().and_then(|c| match Store::start(c) {
             Ok(store) => Some(Arc::new(store)),

@@ -30,7 +30,7 @@ use crate::metrics as m;
 use db::Db;
 use live::Live;
 pub use record::{ChatSummary, Message, StoredMessage};
-use record::{StoredResponse, Write, next_id, now_ms};
+use record::{StoredResponse, StoredSteps, Write, next_id, now_ms};
 pub use recorder::Recorder;
 
 /// Rows waiting for the writer at most.
@@ -41,6 +41,8 @@ const HEADS_PER_GENERATION: usize = 50_000;
 const LINK_DEADLINE: Duration = Duration::from_millis(100);
 /// Assistant turns of a history tried when linking, newest first.
 const LINK_TRIES: usize = 8;
+/// How long a request may wait for gateway steps another replica kept.
+const STEPS_DEADLINE: Duration = Duration::from_millis(250);
 /// The request header naming (and the response header reporting) the chat.
 pub const CHAT_HEADER: &str = "x-toolgate-chat-id";
 
@@ -334,6 +336,35 @@ impl Store {
             conversation,
             response,
         }));
+    }
+
+    /// Keeps gateway steps for the client's follow-up under each call id
+    /// (queued like every write: traffic never waits for it).
+    pub fn save_steps(&self, ids: Vec<String>, steps: Value) {
+        self.shared.push(Write::Steps(StoredSteps {
+            ids,
+            at: now_ms(),
+            steps,
+        }));
+    }
+
+    /// Gateway steps kept under any of `ids` (by any replica), each with the
+    /// ids it was kept under; empty when the database does not answer within
+    /// 250 ms.
+    pub async fn steps(&self, ids: Vec<String>) -> Vec<(Vec<String>, Value)> {
+        let lookup = self.read(move |shared| async move {
+            let db = shared.db.get().ok_or(StoreError::NotReady)?;
+            db.steps(&ids)
+                .await
+                .map_err(|e| StoreError::Database(e.to_string()))
+        });
+        match tokio::time::timeout(STEPS_DEADLINE, lookup).await {
+            Ok(Ok(found)) => found
+                .into_iter()
+                .filter_map(|(ids, json)| Some((ids, serde_json::from_str(&json).ok()?)))
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// A stored response: the conversation it ended and the response object.

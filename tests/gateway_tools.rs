@@ -346,6 +346,67 @@ async fn client_calls_end_the_answer_and_the_follow_up_restores_the_gateway_step
 }
 
 #[tokio::test]
+async fn with_a_store_the_follow_up_finds_the_steps_on_another_replica() {
+    let tool = tool_server(200, "sunny", Duration::ZERO).await;
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("Done."))
+        } else {
+            sse(calls_sse(&[
+                ("GetWeather", r#"{"location":"Paris"}"#),
+                ("Notify", r#"{"text":"hi"}"#),
+            ]))
+        }
+    })
+    .await;
+    // Two replicas sharing one database.
+    let dir = std::env::temp_dir().join(format!("toolgate-steps-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = format!(
+        "{}[store]\nurl = \"sqlite://{}/steps.db\"\n{}{}",
+        fast_server(),
+        dir.display(),
+        http_tool("GetWeather", &format!("http://{}/", tool.addr), 5.0),
+        provider(&upstream.url(), "passthrough", &["GetWeather"], "")
+    );
+    let a = TestGateway::start(&config).await;
+    let b = TestGateway::start(&config).await;
+    let notify = json!({"type": "function", "function": {"name": "Notify", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}});
+    let r = post(
+        &a.url("/v1/chat/completions"),
+        &stream_request(json!({"tools": [notify]})),
+    )
+    .await;
+    let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let gateway_id = s.choice().gateway[0]["id"].as_str().unwrap().to_owned();
+    let client_id = s.choice().calls[0].id.clone();
+    let follow_up = json!({"model": "m", "stream": true, "tools": [notify], "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": client_id, "type": "function", "function": {"name": "Notify", "arguments": "{\"text\":\"hi\"}"}}]},
+        {"role": "tool", "tool_call_id": client_id, "content": "notified"}
+    ]});
+    // The steps are written off the request path: the follow-up on the other
+    // replica finds them once the writer has run.
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        let r = post(&b.url("/v1/chat/completions"), &follow_up.to_string()).await;
+        check_stream(&r.body, &Expect::default()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+        seen = messages(&upstream.last());
+        if seen.len() == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let roles: Vec<&str> = seen.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "tool"]);
+    assert_eq!(seen[1]["tool_calls"][0]["id"], gateway_id.as_str());
+    assert_eq!(seen[2]["tool_call_id"], gateway_id.as_str());
+    assert_eq!(seen[2]["content"], "sunny");
+    assert_eq!(seen[3]["tool_call_id"], client_id.as_str());
+}
+
+#[tokio::test]
 async fn to_natural_writes_client_calls_as_text_and_runs_gateway_calls() {
     let tool = tool_server(200, "sunny", Duration::ZERO).await;
     let upstream = Mock::start(|r| {

@@ -19,7 +19,10 @@ use crate::store::record::{ChatSummary, StoredMessage, Write};
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The schema, one migration per version; the same SQL on both databases.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "transcripts", include_str!("schema_1.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "transcripts", include_str!("schema_1.sql")),
+    (2, "gateway steps", include_str!("schema_2.sql")),
+];
 
 pub enum Db {
     Sqlite(SqlitePool),
@@ -161,6 +164,20 @@ impl Db {
                         .execute(&mut *tx)
                         .await?;
                     }
+                    Write::Steps(s) => {
+                        let json = s.steps.to_string();
+                        for id in &s.ids {
+                            sqlx::query(
+                                "INSERT INTO steps (call_id, created_at, steps_json) \
+                                 VALUES ($1, $2, $3) ON CONFLICT (call_id) DO NOTHING",
+                            )
+                            .bind(id)
+                            .bind(s.at)
+                            .bind(&json)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                    }
                 }
             }
             tx.commit().await
@@ -266,6 +283,40 @@ impl Db {
         })
     }
 
+    /// The steps kept under any of `ids`, in one query: each distinct steps
+    /// value with the ids it was found under.
+    pub async fn steps(&self, ids: &[String]) -> Result<Vec<(Vec<String>, String)>, sqlx::Error> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let placeholders: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT call_id, steps_json FROM steps WHERE call_id IN ({})",
+            placeholders.join(", ")
+        );
+        let rows: Vec<(String, String)> = on_pool!(self, pool => {
+            // Audited: only numbered placeholders are formatted into it.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()));
+            for id in ids {
+                query = query.bind(id);
+            }
+            query
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|row| Ok::<_, sqlx::Error>((row.try_get("call_id")?, row.try_get("steps_json")?)))
+                .collect::<Result<_, _>>()?
+        });
+        let mut found: Vec<(Vec<String>, String)> = Vec::new();
+        for (id, json) in rows {
+            match found.iter_mut().find(|(_, j)| *j == json) {
+                Some((ids, _)) => ids.push(id),
+                None => found.push((vec![id], json)),
+            }
+        }
+        Ok(found)
+    }
+
     pub async fn delete_response(&self, id: &str) -> Result<bool, sqlx::Error> {
         let done = on_pool!(self, pool => {
             sqlx::query("DELETE FROM responses WHERE id = $1").bind(id).execute(pool).await?.rows_affected()
@@ -274,8 +325,14 @@ impl Db {
     }
 
     /// Deletes everything last touched before `cutoff` (ms); rows removed.
-    pub async fn purge(&self, cutoff: i64) -> Result<u64, sqlx::Error> {
-        let mut removed = 0;
+    pub async fn purge(&self, cutoff: i64, steps_cutoff: i64) -> Result<u64, sqlx::Error> {
+        let mut removed = on_pool!(self, pool => {
+            sqlx::query("DELETE FROM steps WHERE created_at < $1")
+                .bind(steps_cutoff)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
         for sql in [
             "DELETE FROM messages WHERE chat_id IN (SELECT id FROM chats WHERE updated_at < $1)",
             "DELETE FROM heads WHERE chat_id IN (SELECT id FROM chats WHERE updated_at < $1)",

@@ -67,6 +67,14 @@ pub struct Head {
     pub at: i64,
 }
 
+/// Gateway steps kept for a client's follow-up, under each call id.
+#[derive(Debug, Clone)]
+pub struct StoredSteps {
+    pub ids: Vec<String>,
+    pub at: i64,
+    pub steps: Value,
+}
+
 /// A Responses API answer kept for `previous_response_id`.
 #[derive(Debug, Clone)]
 pub struct StoredResponse {
@@ -83,6 +91,7 @@ pub enum Write {
     Chat(ChatUpdate),
     Head(Head),
     Response(StoredResponse),
+    Steps(StoredSteps),
 }
 
 /// A chat as listed.

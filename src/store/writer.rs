@@ -35,7 +35,8 @@ pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Write>, stop: Cance
         if Instant::now() >= next_purge {
             next_purge = Instant::now() + PURGE_EVERY;
             let cutoff = now_ms() - shared.config.retention.as_millis() as i64;
-            match db.purge(cutoff).await {
+            let steps_cutoff = now_ms() - crate::tools::steps::KEPT_FOR.as_millis() as i64;
+            match db.purge(cutoff, steps_cutoff).await {
                 Ok(0) => {}
                 Ok(rows) => tracing::info!(rows, "store: purged transcripts past retention"),
                 Err(e) => tracing::warn!(error = %e, "store: purge failed"),

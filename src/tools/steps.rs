@@ -13,10 +13,15 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+/// How long steps wait for the client's follow-up (in memory, and in the
+/// store when one is configured).
+pub const KEPT_FOR: Duration = Duration::from_secs(3600);
+
 /// What the model said and was told besides the calls the client saw.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Steps {
     /// Messages of the rounds before the last (assistant turns and `tool` results).
     pub earlier: Vec<Value>,
@@ -102,6 +107,25 @@ impl StepStore {
                 inner.by_id.remove(&id);
             }
         }
+    }
+
+    /// The call ids of the history's assistant messages with no steps kept
+    /// here (the newest `max`): a store may hold steps another replica kept.
+    pub fn unknown_ids(&self, messages: &[Value], max: usize) -> Vec<String> {
+        let inner = self.lock();
+        let mut ids: Vec<String> = messages
+            .iter()
+            .rev()
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+            .filter_map(|m| m.get("tool_calls")?.as_array())
+            .flatten()
+            .filter_map(|c| c.get("id")?.as_str())
+            .filter(|id| !inner.by_id.contains_key(*id))
+            .take(max)
+            .map(str::to_owned)
+            .collect();
+        ids.reverse();
+        ids
     }
 
     /// How many steps are kept now.
