@@ -25,21 +25,7 @@ pub async fn handle(
     parts: http::request::Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, GatewayError> {
-    let request = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Object(map)) => map,
-        Ok(_) => {
-            return Err(GatewayError::bad_request(
-                "The request body must be a JSON object",
-                None,
-            ));
-        }
-        Err(e) => {
-            return Err(GatewayError::bad_request(
-                format!("The request body is not valid JSON: {e}"),
-                None,
-            ));
-        }
-    };
+    let request = super::json_object(&bytes)?;
     let mut request = request;
     let store = runtime.store.clone();
     // With a store, answers are kept (unless `store: false`) as the
