@@ -25,6 +25,8 @@ pub struct ChatDecoder {
     /// The call being assembled, and how many were handed out before it.
     current: Option<Partial>,
     calls: usize,
+    /// The index of the last call handed out as soon as it arrived whole.
+    whole: Option<u64>,
     finished: bool,
     done: bool,
 }
@@ -214,7 +216,22 @@ impl ChatDecoder {
         if self.current.as_ref().is_some_and(|c| c.index != index) {
             self.flush_call(out);
         }
-        if self.current.is_none() {
+        if self.current.is_none() && self.whole == Some(index) {
+            let empty = function.as_ref().is_none_or(|f| {
+                f.name.as_deref().is_none_or(str::is_empty)
+                    && f.arguments.as_deref().is_none_or(str::is_empty)
+            });
+            if empty {
+                // Some upstreams close a call with an empty delta.
+                return Ok(());
+            }
+            return Err(GatewayError::UpstreamInvalid {
+                message: format!("The upstream continued tool call {index} after sending it whole"),
+                code: "upstream_invalid_event",
+            });
+        }
+        let first = self.current.is_none();
+        if first {
             if self.calls >= MAX_CALLS {
                 return Err(too_large(format!("more than {MAX_CALLS} tool calls")));
             }
@@ -241,6 +258,18 @@ impl ChatDecoder {
             return Err(too_large(format!(
                 "a tool call larger than {MAX_CALL_BYTES} bytes"
             )));
+        }
+        // A call that arrives whole in one delta (natural mode writes them so)
+        // is handed out at once: a gateway tool can start while the model
+        // goes on writing.
+        let whole = first
+            && call.id.is_some()
+            && !call.name.is_empty()
+            && serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments).is_ok()
+            && call.arguments.trim_start().starts_with('{');
+        if whole {
+            self.whole = Some(index);
+            self.flush_call(out);
         }
         Ok(())
     }
@@ -346,6 +375,28 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_call_sent_whole_is_handed_out_before_the_text_after_it() {
+        let events = decode(&[
+            r#"{"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":"Let me look."}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":""}}]}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{"content":"More text."}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            "[DONE]",
+        ])
+        .unwrap();
+        assert!(matches!(&events[2], Event::Call(c) if c.id == "a" && c.arguments == "{\"x\":1}"));
+        assert_eq!(events[3], Event::Text("More text.".into()));
+        assert_eq!(calls(&events).len(), 1);
+        // A call continued after it came whole is the upstream's error.
+        let continued = decode(&[
+            r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"x"}}]}}]}"#,
+        ]);
+        assert!(continued.is_err());
     }
 
     #[test]
