@@ -292,3 +292,106 @@ async fn a_slow_repair_keeps_the_stream_alive() {
     assert!(r.text().contains(": keep-alive\n\n"), "{}", r.text());
     assert_eq!(s.choices[&0].calls.len(), 1);
 }
+
+/// The scripted model with one choice per reply: streamed choice by choice
+/// in pieces (all of one choice, then the next), or whole.
+async fn model_choices(replies: &'static [&'static str]) -> Mock {
+    Mock::start(move |req| {
+        if req.json()["stream"] == true {
+            let mut sse = String::new();
+            for (i, reply) in replies.iter().enumerate() {
+                let mut chunks = vec![upstream_chunk(
+                    json!([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+                )];
+                for piece in char_pieces(reply, 7) {
+                    chunks.push(upstream_chunk(
+                        json!([{"index": i, "delta": {"content": piece}, "finish_reason": null}]),
+                    ));
+                }
+                chunks.push(upstream_chunk(
+                    json!([{"index": i, "delta": {}, "finish_reason": "stop"}]),
+                ));
+                for c in chunks {
+                    sse.push_str(&format!("data: {c}\n\n"));
+                }
+            }
+            sse.push_str("data: [DONE]\n\n");
+            Reply::sse(&[&sse], Duration::ZERO)
+        } else {
+            let mut completion: Value = serde_json::from_str(&upstream_completion("")).unwrap();
+            completion["choices"] = replies
+                .iter()
+                .enumerate()
+                .map(|(i, r)| json!({"index": i, "message": {"role": "assistant", "content": r}, "finish_reason": "stop"}))
+                .collect();
+            Reply::json(&completion.to_string())
+        }
+    })
+    .await
+}
+
+const TWO_BROKEN: &str =
+    "A <GetWeather>{\"city\": 1}</GetWeather> B <GetWeather>{\"town\": 2}</GetWeather> C";
+
+#[tokio::test]
+async fn fallback_max_calls_caps_the_repairs_of_a_whole_response() {
+    // Two choices with two broken calls each: four repairs.
+    let m = model_choices(&[TWO_BROKEN, TWO_BROKEN]).await;
+    let fb = Mock::start(|_| native_call("{\"location\": \"Paris\"}")).await;
+
+    // A budget of four covers them: exactly four fallback calls, all repaired.
+    let gw = gateway(&m, &fb, "passthrough", "fallback_max_calls = 4").await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat(false, json!({"n": 2})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    for i in 0..2 {
+        assert_eq!(
+            v["choices"][i]["message"]["tool_calls"]
+                .as_array()
+                .map(Vec::len),
+            Some(2),
+            "{v}"
+        );
+    }
+    assert_eq!(fb.count(), 4);
+
+    // Three is shared by both choices: the fourth broken call is not repaired,
+    // it follows on_invalid ("fallback" fails as "error" does), and the
+    // message says why. Never more than three fallback calls.
+    for stream in [false, true] {
+        let before = fb.count();
+        let gw = gateway(&m, &fb, "passthrough", "fallback_max_calls = 3").await;
+        let r = post(
+            &gw.url("/v1/chat/completions"),
+            &chat(stream, json!({"n": 2})),
+        )
+        .await;
+        let text = r.text();
+        if stream {
+            let s = check_stream(
+                &r.body,
+                &Expect {
+                    allow_error: true,
+                    ..Expect::default()
+                },
+            )
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert!(s.error.is_some(), "{text}");
+        } else {
+            assert_eq!(r.status, 502, "{text}");
+        }
+        assert!(text.contains("fallback_max_calls"), "{text}");
+        assert!(fb.count() - before <= 3, "stream {stream}: {}", fb.count());
+    }
+
+    // Zero asks for no repair at all.
+    let before = fb.count();
+    let gw = gateway(&m, &fb, "passthrough", "fallback_max_calls = 0").await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat(false, json!({}))).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(fb.count(), before);
+}

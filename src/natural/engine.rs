@@ -153,7 +153,7 @@ impl Engine {
             &plan,
             state.parser.clone(),
             provider.tools.on_invalid,
-            repairer.is_some(),
+            repairer.as_ref().map_or(0, |r| r.max_calls),
             self.schemas.clone(),
         );
         let (mut parts, upstream_body) = response.into_parts();
@@ -196,6 +196,7 @@ impl Engine {
             model: fallback.model.clone(),
             attempts: fallback.attempts,
             timeout: fallback.timeout,
+            max_calls: fallback.max_calls,
             tools: plan.tools.clone(),
             schemas: self.schemas.clone(),
             syntax: provider.tools.syntax,

@@ -32,6 +32,8 @@ pub struct Repairer {
     pub model: String,
     pub attempts: u32,
     pub timeout: Duration,
+    /// Repairs one response may ask for (`fallback_max_calls`).
+    pub max_calls: usize,
     pub tools: Arc<ToolSet>,
     pub schemas: Arc<SchemaCache>,
     pub syntax: Syntax,

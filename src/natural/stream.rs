@@ -462,7 +462,7 @@ mod tests {
             &plan,
             ParserOptions::default(),
             OnInvalid::Error,
-            false,
+            0,
             Arc::new(SchemaCache::new()),
         );
         StreamRewriter::new(settings, false)
