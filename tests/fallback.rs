@@ -395,3 +395,69 @@ async fn fallback_max_calls_caps_the_repairs_of_a_whole_response() {
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(fb.count(), before);
 }
+
+#[tokio::test]
+async fn a_non_streaming_responses_repairs_run_at_once() {
+    // Three broken calls over two choices; the fallback answers nothing until
+    // all three requests are in, which only happens if they run at once.
+    let m = model_choices(&[TWO_BROKEN, "<GetWeather>{\"city\": 3}</GetWeather>"]).await;
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let fb = Mock::start(move |_| {
+        Reply::Gated(
+            gate.clone(),
+            Box::new(native_call("{\"location\": \"Paris\"}")),
+        )
+    })
+    .await;
+    let gw = gateway(&m, &fb, "passthrough", "fallback_timeout_secs = 60").await;
+    let answer = tokio::spawn(post(
+        gw.url("/v1/chat/completions").leak(),
+        chat(false, json!({"n": 2})).leak(),
+    ));
+    while fb.count() < 3 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    open.send(true).unwrap();
+    let r = answer.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(
+        v["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(
+        v["choices"][1]["message"]["tool_calls"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(fb.count(), 3);
+}
+
+#[tokio::test]
+async fn a_fallback_that_never_answers_fails_a_non_streaming_response_once() {
+    // A fallback that never answers: every repair starts at once (three
+    // requests, each retried once) and the answer is the on_invalid error
+    // within one repair's time (0.4 s; the response's deadline is 1.4 s).
+    let m = model_choices(&[TWO_BROKEN, "<GetWeather>{\"city\": 3}</GetWeather>"]).await;
+    let fb = Mock::start(|_| Reply::Hang).await;
+    let gw = gateway(
+        &m,
+        &fb,
+        "passthrough",
+        "fallback_timeout_secs = 0.2\nfallback_attempts = 2",
+    )
+    .await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat(false, json!({"n": 2})),
+    )
+    .await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("GetWeather"), "{message}");
+    // Three repairs, each at most two attempts.
+    assert!((3..=6).contains(&fb.count()), "{}", fb.count());
+}

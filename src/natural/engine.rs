@@ -169,8 +169,7 @@ impl Engine {
             return Ok(Response::from_parts(parts, body));
         }
         let collected = reply::read(upstream_body).await?;
-        let rewritten =
-            crate::natural::complete::rewrite(&collected, &settings, repairer.as_deref()).await?;
+        let rewritten = crate::natural::complete::rewrite(&collected, &settings, repairer).await?;
         Ok(Response::from_parts(parts, body::full(rewritten)))
     }
 }
