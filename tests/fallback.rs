@@ -461,3 +461,53 @@ async fn a_fallback_that_never_answers_fails_a_non_streaming_response_once() {
     // Three repairs, each at most two attempts.
     assert!((3..=6).contains(&fb.count()), "{}", fb.count());
 }
+
+#[tokio::test]
+async fn a_repair_in_one_choice_does_not_hold_back_another_choices_text() {
+    use http_body_util::{BodyExt, Full};
+    // Choice 0 (streamed first) needs a repair; choice 1 is prose. The
+    // fallback answers only once the client has read choice 1's text.
+    let m = model_choices(&[BROKEN, "Choice one speaks freely."]).await;
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let fb = Mock::start(move |_| {
+        Reply::Gated(
+            gate.clone(),
+            Box::new(native_call("{\"location\": \"Paris\"}")),
+        )
+    })
+    .await;
+    let gw = gateway(&m, &fb, "passthrough", "fallback_timeout_secs = 60").await;
+    let req = http::Request::post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(chat(true, json!({"n": 2})))))
+        .unwrap();
+    let mut body = client().request(req).await.unwrap().into_body();
+    let mut read = Vec::new();
+    // Reads until choice 1 has ended; bounded only so a
+    // regression fails instead of hanging (not a timing target).
+    let until_text = async {
+        // Choice 1's finish: choice 0's cannot come before its repair.
+        while !String::from_utf8_lossy(&read).contains("\"finish_reason\":\"stop\"") {
+            let Some(frame) = body.frame().await else {
+                panic!("stream ended early: {}", String::from_utf8_lossy(&read));
+            };
+            let frame = frame.unwrap();
+            read.extend_from_slice(&frame.into_data().unwrap_or_default());
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), until_text)
+        .await
+        .expect("choice 1's text arrives while choice 0's repair waits");
+    assert_eq!(fb.count(), 1, "the repair was asked for");
+    assert!(
+        !String::from_utf8_lossy(&read).contains("tool_calls"),
+        "choice 0's call is not out yet"
+    );
+    open.send(true).unwrap();
+    read.extend_from_slice(&body.collect().await.unwrap().to_bytes());
+    let s = check_stream(&read, &Expect::default())
+        .unwrap_or_else(|e| panic!("{e}\n{}", String::from_utf8_lossy(&read)));
+    assert_eq!(s.choices[&0].calls.len(), 1);
+    assert_eq!(s.choices[&1].content, "Choice one speaks freely.");
+    assert_eq!(s.choices[&1].finish_reason.as_deref(), Some("stop"));
+}

@@ -72,9 +72,12 @@ impl StreamRewriter {
         self.ended
     }
 
-    /// A choice's calls wait for a repair: feed nothing more until resolved.
+    /// The upstream is over and a choice's calls still wait for a repair:
+    /// `[DONE]` waits. Until the upstream is over, the other choices' text
+    /// keeps flowing while a repair runs; only the repaired choice's calls
+    /// and finish wait.
     pub fn is_blocked(&self) -> bool {
-        !self.ended && self.choices.iter().any(|c| c.waiting.is_some())
+        !self.ended && self.done_requested && self.choices.iter().any(|c| c.waiting.is_some())
     }
 
     /// Repairs to start, tagged with their choice index.
