@@ -50,7 +50,7 @@ pub async fn rewrite(
         } in parsed
         {
             let calls = reply.take_calls().map_err(invalid)?;
-            apply(&mut choices[at], text, calls);
+            apply(&mut choices[at], text, calls, settings.legacy_functions);
         }
     }
     Ok(serde_json::to_vec(&completion).unwrap_or_default())
@@ -126,8 +126,14 @@ async fn run_repairs(
     Ok(())
 }
 
-/// Writes a choice's text and calls into its message.
-fn apply(choice: &mut Value, text: String, calls: Vec<crate::natural::reply::ReadyCall>) {
+/// Writes a choice's text and calls into its message: `tool_calls`, or
+/// for a legacy `functions` request its one call as `function_call`.
+fn apply(
+    choice: &mut Value,
+    text: String,
+    calls: Vec<crate::natural::reply::ReadyCall>,
+    legacy: bool,
+) {
     let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else {
         return;
     };
@@ -142,6 +148,12 @@ fn apply(choice: &mut Value, text: String, calls: Vec<crate::natural::reply::Rea
         Value::String(text)
     };
     message.insert("content".into(), content);
+    if legacy && let Some(call) = calls.first() {
+        let call = json!({"name": call.name, "arguments": call.arguments});
+        message.insert("function_call".into(), call);
+        choice["finish_reason"] = json!("function_call");
+        return;
+    }
     let tool_calls: Vec<Value> = calls
         .into_iter()
         .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))

@@ -27,8 +27,10 @@ pub struct ReplySettings {
     pub tools: Arc<ToolSet>,
     pub parser: ParserOptions,
     pub on_invalid: OnInvalid,
-    /// `parallel_tool_calls: false`: only the first call is a call.
+    /// `parallel_tool_calls: false` or legacy `functions`: only the first call is a call.
     pub max_calls: Option<usize>,
+    /// Calls are written as the legacy `function_call` (the request declared `functions`).
+    pub legacy_functions: bool,
     /// `tool_choice` required a call (`"required"` or a named function).
     pub call_required: bool,
     /// Invalid blocks become repair requests (`on_invalid = "fallback"` with a fallback configured).
@@ -78,7 +80,8 @@ impl ReplySettings {
             tools: plan.tools.clone(),
             parser,
             on_invalid,
-            max_calls: (!plan.parallel_tool_calls).then_some(1),
+            max_calls: (!plan.parallel_tool_calls || plan.legacy_functions).then_some(1),
+            legacy_functions: plan.legacy_functions,
             call_required: matches!(plan.choice, Choice::Required | Choice::Named(_)),
             repair: max_repairs > 0 && on_invalid == OnInvalid::Fallback,
             repairs_left: Arc::new(RepairBudget::new(max_repairs)),
@@ -431,6 +434,7 @@ mod tests {
             choice: Choice::Auto,
             parallel_tool_calls: true,
             include_usage: false,
+            legacy_functions: false,
         };
         ReplySettings::new(
             "p",

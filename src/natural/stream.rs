@@ -347,14 +347,19 @@ impl StreamRewriter {
                 return;
             }
         };
+        let legacy = self.settings.legacy_functions;
         for (i, call) in calls.iter().enumerate() {
-            header.write_call(out, state.index, i, call, !state.started);
+            if legacy {
+                header.write_function_call(out, state.index, call, !state.started);
+            } else {
+                header.write_call(out, state.index, i, call, !state.started);
+            }
             state.started = true;
         }
-        let reason = if calls.is_empty() {
-            upstream_reason.unwrap_or_else(|| json!("stop"))
-        } else {
-            json!("tool_calls")
+        let reason = match (calls.is_empty(), legacy) {
+            (true, _) => upstream_reason.unwrap_or_else(|| json!("stop")),
+            (false, true) => json!("function_call"),
+            (false, false) => json!("tool_calls"),
         };
         header.write_finish(out, state.index, &reason, !state.started);
         state.started = true;
