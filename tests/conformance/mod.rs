@@ -696,10 +696,9 @@ pub fn check_completion(v: &Value) -> Result<(), String> {
                         "a function_call whose finish_reason is not \"function_call\"",
                     ));
                 }
-                if !f
-                    .get("name")
+                if f.get("name")
                     .and_then(Value::as_str)
-                    .is_some_and(|n| !n.is_empty())
+                    .is_none_or(str::is_empty)
                 {
                     return Err(at("function_call has no name"));
                 }
