@@ -414,9 +414,16 @@ async fn a_non_streaming_responses_repairs_run_at_once() {
         gw.url("/v1/chat/completions").leak(),
         chat(false, json!({"n": 2})).leak(),
     ));
-    while fb.count() < 3 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Bounded only so a regression (repairs one after another) fails
+    // instead of hanging; not a timing target.
+    let all_in = async {
+        while fb.count() < 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), all_in)
+        .await
+        .unwrap_or_else(|_| panic!("only {} of 3 repairs were asked for at once", fb.count()));
     open.send(true).unwrap();
     let r = answer.await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
