@@ -123,7 +123,7 @@ fn bench_stream(c: &mut Criterion) {
         &plan,
         ParserOptions::default(),
         OnInvalid::Error,
-        false,
+        0,
         schemas,
     );
 

@@ -207,6 +207,8 @@ pub struct FallbackConfig {
     pub model: String,
     pub attempts: u32,
     pub timeout: Duration,
+    /// Repairs one response may ask for, all choices together; `0` asks for none.
+    pub max_calls: usize,
 }
 
 impl Config {
@@ -648,6 +650,7 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
                     &format!("{path}.fallback_timeout_secs"),
                     raw.fallback_timeout_secs,
                 )?,
+                max_calls: raw.fallback_max_calls,
             })
         }
     };

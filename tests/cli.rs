@@ -53,6 +53,7 @@ fn check_prints_the_effective_config_with_env_overrides_and_redaction() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("0.0.0.0:9999"), "{text}");
     assert!(!text.contains("sk-secret"), "{text}");
+    assert!(text.contains("fallback_max_calls = 3"), "{text}");
 }
 
 #[test]

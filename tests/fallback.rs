@@ -292,3 +292,229 @@ async fn a_slow_repair_keeps_the_stream_alive() {
     assert!(r.text().contains(": keep-alive\n\n"), "{}", r.text());
     assert_eq!(s.choices[&0].calls.len(), 1);
 }
+
+/// The scripted model with one choice per reply: streamed choice by choice
+/// in pieces (all of one choice, then the next), or whole.
+async fn model_choices(replies: &'static [&'static str]) -> Mock {
+    Mock::start(move |req| {
+        if req.json()["stream"] == true {
+            let mut sse = String::new();
+            for (i, reply) in replies.iter().enumerate() {
+                let mut chunks = vec![upstream_chunk(
+                    json!([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+                )];
+                for piece in char_pieces(reply, 7) {
+                    chunks.push(upstream_chunk(
+                        json!([{"index": i, "delta": {"content": piece}, "finish_reason": null}]),
+                    ));
+                }
+                chunks.push(upstream_chunk(
+                    json!([{"index": i, "delta": {}, "finish_reason": "stop"}]),
+                ));
+                for c in chunks {
+                    sse.push_str(&format!("data: {c}\n\n"));
+                }
+            }
+            sse.push_str("data: [DONE]\n\n");
+            Reply::sse(&[&sse], Duration::ZERO)
+        } else {
+            let mut completion: Value = serde_json::from_str(&upstream_completion("")).unwrap();
+            completion["choices"] = replies
+                .iter()
+                .enumerate()
+                .map(|(i, r)| json!({"index": i, "message": {"role": "assistant", "content": r}, "finish_reason": "stop"}))
+                .collect();
+            Reply::json(&completion.to_string())
+        }
+    })
+    .await
+}
+
+const TWO_BROKEN: &str =
+    "A <GetWeather>{\"city\": 1}</GetWeather> B <GetWeather>{\"town\": 2}</GetWeather> C";
+
+#[tokio::test]
+async fn fallback_max_calls_caps_the_repairs_of_a_whole_response() {
+    // Two choices with two broken calls each: four repairs.
+    let m = model_choices(&[TWO_BROKEN, TWO_BROKEN]).await;
+    let fb = Mock::start(|_| native_call("{\"location\": \"Paris\"}")).await;
+
+    // A budget of four covers them: exactly four fallback calls, all repaired.
+    let gw = gateway(&m, &fb, "passthrough", "fallback_max_calls = 4").await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat(false, json!({"n": 2})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    for i in 0..2 {
+        assert_eq!(
+            v["choices"][i]["message"]["tool_calls"]
+                .as_array()
+                .map(Vec::len),
+            Some(2),
+            "{v}"
+        );
+    }
+    assert_eq!(fb.count(), 4);
+
+    // Three is shared by both choices: the fourth broken call is not repaired,
+    // it follows on_invalid ("fallback" fails as "error" does), and the
+    // message says why. Never more than three fallback calls.
+    for stream in [false, true] {
+        let before = fb.count();
+        let gw = gateway(&m, &fb, "passthrough", "fallback_max_calls = 3").await;
+        let r = post(
+            &gw.url("/v1/chat/completions"),
+            &chat(stream, json!({"n": 2})),
+        )
+        .await;
+        let text = r.text();
+        if stream {
+            let s = check_stream(
+                &r.body,
+                &Expect {
+                    allow_error: true,
+                    ..Expect::default()
+                },
+            )
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert!(s.error.is_some(), "{text}");
+        } else {
+            assert_eq!(r.status, 502, "{text}");
+        }
+        assert!(text.contains("fallback_max_calls"), "{text}");
+        assert!(fb.count() - before <= 3, "stream {stream}: {}", fb.count());
+    }
+
+    // Zero asks for no repair at all.
+    let before = fb.count();
+    let gw = gateway(&m, &fb, "passthrough", "fallback_max_calls = 0").await;
+    let r = post(&gw.url("/v1/chat/completions"), &chat(false, json!({}))).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(fb.count(), before);
+}
+
+#[tokio::test]
+async fn a_non_streaming_responses_repairs_run_at_once() {
+    // Three broken calls over two choices; the fallback answers nothing until
+    // all three requests are in, which only happens if they run at once.
+    let m = model_choices(&[TWO_BROKEN, "<GetWeather>{\"city\": 3}</GetWeather>"]).await;
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let fb = Mock::start(move |_| {
+        Reply::Gated(
+            gate.clone(),
+            Box::new(native_call("{\"location\": \"Paris\"}")),
+        )
+    })
+    .await;
+    let gw = gateway(&m, &fb, "passthrough", "fallback_timeout_secs = 60").await;
+    let answer = tokio::spawn(post(
+        gw.url("/v1/chat/completions").leak(),
+        chat(false, json!({"n": 2})).leak(),
+    ));
+    // Bounded only so a regression (repairs one after another) fails
+    // instead of hanging; not a timing target.
+    let all_in = async {
+        while fb.count() < 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), all_in)
+        .await
+        .unwrap_or_else(|_| panic!("only {} of 3 repairs were asked for at once", fb.count()));
+    open.send(true).unwrap();
+    let r = answer.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(
+        v["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(
+        v["choices"][1]["message"]["tool_calls"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(fb.count(), 3);
+}
+
+#[tokio::test]
+async fn a_fallback_that_never_answers_fails_a_non_streaming_response_once() {
+    // A fallback that never answers: every repair starts at once (three
+    // requests, each retried once) and the answer is the on_invalid error
+    // within one repair's time (0.4 s; the response's deadline is 1.4 s).
+    let m = model_choices(&[TWO_BROKEN, "<GetWeather>{\"city\": 3}</GetWeather>"]).await;
+    let fb = Mock::start(|_| Reply::Hang).await;
+    let gw = gateway(
+        &m,
+        &fb,
+        "passthrough",
+        "fallback_timeout_secs = 0.2\nfallback_attempts = 2",
+    )
+    .await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &chat(false, json!({"n": 2})),
+    )
+    .await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("GetWeather"), "{message}");
+    // Three repairs, each at most two attempts.
+    assert!((3..=6).contains(&fb.count()), "{}", fb.count());
+}
+
+#[tokio::test]
+async fn a_repair_in_one_choice_does_not_hold_back_another_choices_text() {
+    use http_body_util::{BodyExt, Full};
+    // Choice 0 (streamed first) needs a repair; choice 1 is prose. The
+    // fallback answers only once the client has read choice 1's text.
+    let m = model_choices(&[BROKEN, "Choice one speaks freely."]).await;
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let fb = Mock::start(move |_| {
+        Reply::Gated(
+            gate.clone(),
+            Box::new(native_call("{\"location\": \"Paris\"}")),
+        )
+    })
+    .await;
+    let gw = gateway(&m, &fb, "passthrough", "fallback_timeout_secs = 60").await;
+    let req = http::Request::post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(chat(true, json!({"n": 2})))))
+        .unwrap();
+    let mut body = client().request(req).await.unwrap().into_body();
+    let mut read = Vec::new();
+    // Reads until choice 1 has ended; bounded only so a
+    // regression fails instead of hanging (not a timing target).
+    let until_text = async {
+        // Choice 1's finish: choice 0's cannot come before its repair.
+        while !String::from_utf8_lossy(&read).contains("\"finish_reason\":\"stop\"") {
+            let Some(frame) = body.frame().await else {
+                panic!("stream ended early: {}", String::from_utf8_lossy(&read));
+            };
+            let frame = frame.unwrap();
+            read.extend_from_slice(&frame.into_data().unwrap_or_default());
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), until_text)
+        .await
+        .expect("choice 1's text arrives while choice 0's repair waits");
+    assert_eq!(fb.count(), 1, "the repair was asked for");
+    assert!(
+        !String::from_utf8_lossy(&read).contains("tool_calls"),
+        "choice 0's call is not out yet"
+    );
+    open.send(true).unwrap();
+    read.extend_from_slice(&body.collect().await.unwrap().to_bytes());
+    let s = check_stream(&read, &Expect::default())
+        .unwrap_or_else(|e| panic!("{e}\n{}", String::from_utf8_lossy(&read)));
+    assert_eq!(s.choices[&0].calls.len(), 1);
+    assert_eq!(s.choices[&1].content, "Choice one speaks freely.");
+    assert_eq!(s.choices[&1].finish_reason.as_deref(), Some("stop"));
+}

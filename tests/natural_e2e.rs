@@ -651,3 +651,39 @@ async fn upstream_error_event_ends_the_stream() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n----\n"));
 }
+
+#[tokio::test]
+async fn legacy_functions_get_a_function_call_not_tool_calls() {
+    // Two calls written: legacy has no parallel calls, so the first is the
+    // call and the second stays text.
+    let reply = format!("{SEED_REPLY}\n\n<GetWeather>\n{{\"location\": \"Oslo\"}}\n</GetWeather>");
+    let m = model(Box::leak(reply.into_boxed_str()), 5, None).await;
+    let gw = gateway(&m, "").await;
+    let functions = json!([
+        seed_get_weather()["function"],
+        seed_book_restaurant()["function"]
+    ]);
+    let legacy = json!({"tools": null, "functions": functions});
+
+    let (r, s) = stream(&gw, &chat(true, legacy.clone()), &Expect::default()).await;
+    let choice = s.choice();
+    assert!(choice.calls.is_empty(), "{}", r.text());
+    let call = choice
+        .function_call
+        .as_ref()
+        .expect("a function_call delta");
+    assert_eq!(call.name, "GetWeather");
+    assert_eq!(call.args()["location"], "San Francisco, CA");
+    assert_eq!(choice.finish_reason.as_deref(), Some("function_call"));
+    assert!(!r.text().contains("tool_calls"), "{}", r.text());
+
+    let v = complete(&gw, &chat(false, legacy)).await;
+    let message = &v["choices"][0]["message"];
+    assert!(message.get("tool_calls").is_none(), "{v}");
+    assert_eq!(message["function_call"]["name"], "GetWeather");
+    let args: Value =
+        serde_json::from_str(message["function_call"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args["location"], "San Francisco, CA");
+    assert_eq!(v["choices"][0]["finish_reason"], "function_call");
+    assert!(message["content"].as_str().unwrap().contains("Oslo"), "{v}");
+}

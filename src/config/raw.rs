@@ -207,6 +207,8 @@ pub struct RawTools {
     pub fallback: Option<String>,
     pub fallback_attempts: u32,
     pub fallback_timeout_secs: f64,
+    /// Repairs (fallback calls, each up to `fallback_attempts` requests) one response may ask for, shared by its choices.
+    pub fallback_max_calls: usize,
     /// Instruction template; `{contracts}` marks where the tool contracts go.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
@@ -241,6 +243,7 @@ impl Default for RawTools {
             fallback: None,
             fallback_attempts: 1,
             fallback_timeout_secs: 30.0,
+            fallback_max_calls: crate::natural::reply::DEFAULT_MAX_REPAIRS,
             instructions: None,
             max_tool_result_chars: crate::natural::request::DEFAULT_MAX_TOOL_RESULT_CHARS,
             result_role: ResultRole::User,

@@ -1,64 +1,145 @@
 //! The non-streaming rewrite: a whole `chat.completion` in, the same object
 //! with each choice's natural-text calls moved into `message.tool_calls`.
+//!
+//! Every choice is parsed first; then all repairs of the response run at
+//! once, under one deadline ([`Repairer::deadline`]).
+
+use std::sync::Arc;
 
 use serde_json::{Value, json};
+use tokio::task::JoinSet;
 
 use crate::error::GatewayError;
 use crate::natural::repair::Repairer;
-use crate::natural::reply::{InvalidCall, ReplyParser, ReplySettings};
+use crate::natural::reply::{InvalidCall, RepairRequest, ReplyParser, ReplySettings};
+
+/// One choice's parse: its position in `choices`, its parser and its text.
+struct Parsed {
+    at: usize,
+    reply: ReplyParser,
+    text: String,
+}
 
 /// Rewrites an upstream completion body (rule 16), repairing broken calls
 /// with the fallback model when one is configured.
 pub async fn rewrite(
     body: &[u8],
     settings: &ReplySettings,
-    repairer: Option<&Repairer>,
+    repairer: Option<Arc<Repairer>>,
 ) -> Result<Vec<u8>, GatewayError> {
     let mut completion = crate::upstream::reply::parse(body)?;
     if let Some(choices) = completion.get_mut("choices").and_then(Value::as_array_mut) {
-        for choice in choices {
-            rewrite_choice(choice, settings, repairer).await?;
+        let mut parsed = Vec::new();
+        let mut repairs = Vec::new();
+        for (at, choice) in choices.iter().enumerate() {
+            let Some(content) = choice.pointer("/message/content").and_then(Value::as_str) else {
+                continue;
+            };
+            let mut reply = ReplyParser::new(settings.clone());
+            let mut text = String::with_capacity(content.len());
+            reply.feed(content, &mut text).map_err(invalid)?;
+            reply.finish_text(&mut text).map_err(invalid)?;
+            repairs.extend(reply.take_repairs().into_iter().map(|r| (parsed.len(), r)));
+            parsed.push(Parsed { at, reply, text });
+        }
+        run_repairs(repairs, &mut parsed, repairer).await?;
+        for Parsed {
+            at,
+            mut reply,
+            text,
+        } in parsed
+        {
+            let calls = reply.take_calls().map_err(invalid)?;
+            apply(&mut choices[at], text, calls, settings.legacy_functions);
         }
     }
     Ok(serde_json::to_vec(&completion).unwrap_or_default())
 }
 
-async fn rewrite_choice(
-    choice: &mut Value,
-    settings: &ReplySettings,
-    repairer: Option<&Repairer>,
-) -> Result<(), GatewayError> {
-    let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else {
-        return Ok(());
-    };
-    let Some(Value::String(content)) = message.get("content") else {
-        return Ok(());
-    };
-    let mut reply = ReplyParser::new(settings.clone());
-    let mut text = String::with_capacity(content.len());
-    let invalid = |i: InvalidCall| GatewayError::InvalidToolCall {
+fn invalid(i: InvalidCall) -> GatewayError {
+    GatewayError::InvalidToolCall {
         message: i.message(),
-    };
-    reply.feed(content, &mut text).map_err(invalid)?;
-    reply.finish_text(&mut text).map_err(invalid)?;
-    for request in reply.take_repairs() {
-        let result = match repairer {
-            Some(r) => r.repair(&request).await,
-            None => Err(InvalidCall {
+    }
+}
+
+/// Runs the repairs of every choice at once and fills their slots. A failed
+/// repair fails the response at once (the others are cancelled: their answers
+/// could not be used); at the deadline, the repairs still running are
+/// cancelled and their slots fail, as `on_invalid` says for a failed repair.
+async fn run_repairs(
+    repairs: Vec<(usize, RepairRequest)>,
+    parsed: &mut [Parsed],
+    repairer: Option<Arc<Repairer>>,
+) -> Result<(), GatewayError> {
+    let Some(repairer) = repairer else {
+        for (slot, request) in repairs {
+            let failed = InvalidCall {
                 tool: request.tool.clone(),
                 reason: request.error.clone(),
-            }),
-        };
-        reply.resolve(request.id, result);
+            };
+            parsed[slot].reply.resolve(request.id, Err(failed));
+        }
+        return Ok(());
+    };
+    if repairs.is_empty() {
+        return Ok(());
     }
-    let calls = reply.take_calls().map_err(invalid)?;
-    let message = choice
-        .get_mut("message")
-        .and_then(Value::as_object_mut)
-        .expect("checked above");
+    let deadline = repairer.deadline();
+    let ends = tokio::time::Instant::now() + deadline;
+    let mut running = JoinSet::new();
+    let mut late = Vec::with_capacity(repairs.len());
+    for (slot, request) in repairs {
+        late.push((
+            slot,
+            request.id,
+            request.tool.clone(),
+            request.error.clone(),
+        ));
+        let repairer = repairer.clone();
+        running.spawn(async move {
+            let result = repairer.repair(&request).await;
+            (slot, request.id, result)
+        });
+    }
+    loop {
+        match tokio::time::timeout_at(ends, running.join_next()).await {
+            Ok(None) | Err(_) => break,
+            Ok(Some(Ok((_, _, Err(failed))))) => return Err(invalid(failed)),
+            Ok(Some(Ok((slot, id, ok)))) => parsed[slot].reply.resolve(id, ok),
+            Ok(Some(Err(e))) => {
+                return Err(GatewayError::InvalidToolCall {
+                    message: format!("A tool-call repair failed: {e}"),
+                });
+            }
+        }
+    }
+    // Past the deadline: what still waits fails (slots already filled ignore this).
+    for (slot, id, tool, error) in late {
+        let reason = format!(
+            "{error}; not repaired: the response's repairs did not finish within {:.1}s",
+            deadline.as_secs_f64()
+        );
+        parsed[slot]
+            .reply
+            .resolve(id, Err(InvalidCall { tool, reason }));
+    }
+    Ok(())
+}
+
+/// Writes a choice's text and calls into its message: `tool_calls`, or
+/// for a legacy `functions` request its one call as `function_call`.
+fn apply(
+    choice: &mut Value,
+    text: String,
+    calls: Vec<crate::natural::reply::ReadyCall>,
+    legacy: bool,
+) {
+    let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else {
+        return;
+    };
     if calls.is_empty() {
         message.insert("content".into(), Value::String(text));
-        return Ok(());
+        return;
     }
     // Rule 16: content is null when nothing but whitespace surrounds the calls.
     let content = if text.trim().is_empty() {
@@ -67,11 +148,16 @@ async fn rewrite_choice(
         Value::String(text)
     };
     message.insert("content".into(), content);
+    if legacy && let Some(call) = calls.first() {
+        let call = json!({"name": call.name, "arguments": call.arguments});
+        message.insert("function_call".into(), call);
+        choice["finish_reason"] = json!("function_call");
+        return;
+    }
     let tool_calls: Vec<Value> = calls
         .into_iter()
         .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
         .collect();
     message.insert("tool_calls".into(), Value::Array(tool_calls));
     choice["finish_reason"] = json!("tool_calls");
-    Ok(())
 }

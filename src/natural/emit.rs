@@ -74,6 +74,17 @@ struct CallsDelta<T> {
     tool_calls: [T; 1],
 }
 
+/// A legacy call delta (`functions` requests): `function_call` instead of
+/// `tool_calls`, never more than one call.
+#[derive(Serialize)]
+struct FunctionCallDelta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<()>,
+    function_call: CallFunction<'a>,
+}
+
 /// `choices` holding one text delta that is not a choice's first, for a
 /// chunk written around someone else's header fields.
 pub fn text_choices(index: u64, text: &str) -> impl Serialize + '_ {
@@ -191,6 +202,35 @@ impl ChunkHeader {
             },
         };
         self.write_choice(out, choice, calls_delta(arguments, false), None);
+    }
+
+    /// The legacy shape of a call, for requests that declared `functions`:
+    /// `delta.function_call` with the name and empty arguments, then the arguments.
+    pub fn write_function_call(
+        &self,
+        out: &mut BytesMut,
+        choice: u64,
+        call: &ReadyCall,
+        first_delta: bool,
+    ) {
+        let open = FunctionCallDelta {
+            role: first_delta.then_some("assistant"),
+            content: first_delta.then_some(()),
+            function_call: CallFunction {
+                name: Some(&call.name),
+                arguments: "",
+            },
+        };
+        self.write_choice(out, choice, open, None);
+        let arguments = FunctionCallDelta {
+            role: None,
+            content: None,
+            function_call: CallFunction {
+                name: None,
+                arguments: &call.arguments,
+            },
+        };
+        self.write_choice(out, choice, arguments, None);
     }
 
     pub fn write_text(&self, out: &mut BytesMut, choice: u64, text: &str, first_delta: bool) {
@@ -320,5 +360,22 @@ mod tests {
             "{HEAD}{}",
             r#""choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_1","#
         )));
+    }
+
+    #[test]
+    fn a_legacy_call_is_a_function_call_delta_then_its_arguments() {
+        let call = ReadyCall {
+            id: "call_1".into(),
+            name: "GetWeather".into(),
+            arguments: r#"{"a":1}"#.into(),
+        };
+        assert_eq!(
+            written(|h, out| h.write_function_call(out, 0, &call, true)),
+            format!(
+                "{HEAD}{}\n\n{HEAD}{}\n\n",
+                r#""choices":[{"index":0,"delta":{"role":"assistant","content":null,"function_call":{"name":"GetWeather","arguments":""}},"logprobs":null,"finish_reason":null}]}"#,
+                r#""choices":[{"index":0,"delta":{"function_call":{"arguments":"{\"a\":1}"}},"logprobs":null,"finish_reason":null}]}"#,
+            )
+        );
     }
 }

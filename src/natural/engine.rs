@@ -153,7 +153,7 @@ impl Engine {
             &plan,
             state.parser.clone(),
             provider.tools.on_invalid,
-            repairer.is_some(),
+            repairer.as_ref().map_or(0, |r| r.max_calls),
             self.schemas.clone(),
         );
         let (mut parts, upstream_body) = response.into_parts();
@@ -169,8 +169,7 @@ impl Engine {
             return Ok(Response::from_parts(parts, body));
         }
         let collected = reply::read(upstream_body).await?;
-        let rewritten =
-            crate::natural::complete::rewrite(&collected, &settings, repairer.as_deref()).await?;
+        let rewritten = crate::natural::complete::rewrite(&collected, &settings, repairer).await?;
         Ok(Response::from_parts(parts, body::full(rewritten)))
     }
 }
@@ -196,6 +195,7 @@ impl Engine {
             model: fallback.model.clone(),
             attempts: fallback.attempts,
             timeout: fallback.timeout,
+            max_calls: fallback.max_calls,
             tools: plan.tools.clone(),
             schemas: self.schemas.clone(),
             syntax: provider.tools.syntax,

@@ -25,6 +25,9 @@ use crate::upstream::Upstreams;
 /// Largest fallback answer read.
 const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
+/// Added to the repairs' deadline beyond `fallback_timeout_secs × fallback_attempts`.
+pub const DEADLINE_SLACK: Duration = Duration::from_secs(1);
+
 pub struct Repairer {
     pub upstreams: Upstreams,
     /// The fallback provider and the model asked there.
@@ -32,6 +35,8 @@ pub struct Repairer {
     pub model: String,
     pub attempts: u32,
     pub timeout: Duration,
+    /// Repairs one response may ask for (`fallback_max_calls`).
+    pub max_calls: usize,
     pub tools: Arc<ToolSet>,
     pub schemas: Arc<SchemaCache>,
     pub syntax: Syntax,
@@ -44,6 +49,16 @@ pub struct Repairer {
 type Arguments = Map<String, Value>;
 
 impl Repairer {
+    /// How long all repairs of one non-streaming response may take together:
+    /// they run at once, so one repair's worst case (every attempt timing
+    /// out) plus [`DEADLINE_SLACK`], so a repair's own timeout, which says
+    /// more, normally ends it first.
+    pub fn deadline(&self) -> Duration {
+        self.timeout
+            .saturating_mul(self.attempts)
+            .saturating_add(DEADLINE_SLACK)
+    }
+
     /// Asks the fallback model, up to `attempts` times, for a valid call.
     pub async fn repair(
         &self,

@@ -90,7 +90,7 @@ impl Transform for Repairing {
             self.keep_alive = None;
             return Poll::Ready(false);
         }
-        // Waiting for a repair: keep the client's stream alive.
+        // Only `[DONE]` waits for the repairs now: keep the client's stream alive.
         let sleep = self
             .keep_alive
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(KEEP_ALIVE_EVERY)));

@@ -6,6 +6,7 @@
 //! ends (clients expect content before calls, conformance rules 11-12).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use rand::RngExt;
@@ -26,28 +27,52 @@ pub struct ReplySettings {
     pub tools: Arc<ToolSet>,
     pub parser: ParserOptions,
     pub on_invalid: OnInvalid,
-    /// `parallel_tool_calls: false`: only the first call is a call.
+    /// `parallel_tool_calls: false` or legacy `functions`: only the first call is a call.
     pub max_calls: Option<usize>,
+    /// Calls are written as the legacy `function_call` (the request declared `functions`).
+    pub legacy_functions: bool,
     /// `tool_choice` required a call (`"required"` or a named function).
     pub call_required: bool,
     /// Invalid blocks become repair requests (`on_invalid = "fallback"` with a fallback configured).
     pub repair: bool,
-    /// Repairs one reply may ask for; later invalid blocks are rejected as
-    /// if no fallback were configured. Each repair is a paid call.
+    /// Repairs the response may still ask for, shared by all its choices
+    /// (the clones of one `ReplySettings`); once spent, later invalid blocks
+    /// are rejected as if no fallback were configured. Each repair is a paid call.
+    pub repairs_left: Arc<RepairBudget>,
+    /// The budget `repairs_left` started with (`fallback_max_calls`), for messages.
     pub max_repairs: usize,
     pub schemas: Arc<SchemaCache>,
 }
 
-/// Default for [`ReplySettings::max_repairs`].
+/// Default for `fallback_max_calls`: repairs per response.
 pub const DEFAULT_MAX_REPAIRS: usize = 3;
 
+/// A count of repairs left, taken one at a time by any choice of a response.
+#[derive(Debug)]
+pub struct RepairBudget(AtomicUsize);
+
+impl RepairBudget {
+    pub fn new(repairs: usize) -> Self {
+        RepairBudget(AtomicUsize::new(repairs))
+    }
+
+    /// Takes one repair; `false` once none are left.
+    pub fn take(&self) -> bool {
+        self.0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
 impl ReplySettings {
+    /// Settings for one response; `max_repairs` is the response's repair
+    /// budget (`0` without a fallback model).
     pub fn new(
         provider: &str,
         plan: &ResponsePlan,
         parser: ParserOptions,
         on_invalid: OnInvalid,
-        repair: bool,
+        max_repairs: usize,
         schemas: Arc<SchemaCache>,
     ) -> Self {
         ReplySettings {
@@ -55,10 +80,12 @@ impl ReplySettings {
             tools: plan.tools.clone(),
             parser,
             on_invalid,
-            max_calls: (!plan.parallel_tool_calls).then_some(1),
+            max_calls: (!plan.parallel_tool_calls || plan.legacy_functions).then_some(1),
+            legacy_functions: plan.legacy_functions,
             call_required: matches!(plan.choice, Choice::Required | Choice::Named(_)),
-            repair: repair && on_invalid == OnInvalid::Fallback,
-            max_repairs: DEFAULT_MAX_REPAIRS,
+            repair: max_repairs > 0 && on_invalid == OnInvalid::Fallback,
+            repairs_left: Arc::new(RepairBudget::new(max_repairs)),
+            max_repairs,
             schemas,
         }
     }
@@ -159,7 +186,11 @@ impl ReplyParser {
         self.parser.finish(&mut self.events);
         self.note_hold();
         self.drain(out)?;
-        if self.settings.call_required && self.settings.repair && self.slots.is_empty() {
+        if self.settings.call_required
+            && self.settings.repair
+            && self.slots.is_empty()
+            && self.settings.repairs_left.take()
+        {
             let tool = match self.settings.tools.tools.as_slice() {
                 [only] => Some(only.name.clone()),
                 _ => None,
@@ -319,17 +350,24 @@ impl ReplyParser {
         raw: String,
         out: &mut String,
     ) -> Result<(), InvalidCall> {
-        if self.settings.repair
-            && (self.next_repair as usize) < self.settings.max_repairs
-            && self
+        if !self.settings.repair
+            || self
                 .settings
                 .max_calls
-                .is_none_or(|max| self.slots.len() < max)
+                .is_some_and(|max| self.slots.len() >= max)
         {
-            self.request_repair(tool, raw, reason);
-            return Ok(());
+            return reject(self.settings.on_invalid, tool, reason, &raw, out);
         }
-        reject(self.settings.on_invalid, tool, reason, &raw, out)
+        if !self.settings.repairs_left.take() {
+            let reason = format!(
+                "{reason} (not repaired: this response already asked the fallback model for \
+                 {} repairs, the `fallback_max_calls` limit)",
+                self.settings.max_repairs
+            );
+            return reject(self.settings.on_invalid, tool, reason, &raw, out);
+        }
+        self.request_repair(tool, raw, reason);
+        Ok(())
     }
 }
 
@@ -384,8 +422,7 @@ mod tests {
     use super::*;
     use crate::natural::tools::Tool;
 
-    #[test]
-    fn repairs_stop_at_the_cap_and_later_blocks_take_on_invalid() {
+    fn settings(max_repairs: usize) -> ReplySettings {
         let tools = ToolSet::from_tools(vec![Tool {
             name: "T".into(),
             description: None,
@@ -397,24 +434,57 @@ mod tests {
             choice: Choice::Auto,
             parallel_tool_calls: true,
             include_usage: false,
+            legacy_functions: false,
         };
-        let settings = ReplySettings::new(
+        ReplySettings::new(
             "p",
             &plan,
             ParserOptions::default(),
             OnInvalid::Fallback,
-            true,
+            max_repairs,
             Arc::new(SchemaCache::new()),
-        );
-        let mut reply = ReplyParser::new(settings);
+        )
+    }
+
+    const BROKEN: &str = "<T>\n```json\nnot json\n```\n</T>\n\n";
+
+    #[test]
+    fn repairs_stop_at_the_cap_and_later_blocks_take_on_invalid() {
+        let mut reply = ReplyParser::new(settings(DEFAULT_MAX_REPAIRS));
         let mut out = String::new();
         // Ten broken blocks (not JSON): only the first three are repairs.
         let mut result = Ok(());
         for _ in 0..10 {
-            result = result.and(reply.feed("<T>\n```json\nnot json\n```\n</T>\n\n", &mut out));
+            result = result.and(reply.feed(BROKEN, &mut out));
         }
         let _ = reply.finish_text(&mut out);
         assert_eq!(reply.take_repairs().len(), DEFAULT_MAX_REPAIRS);
         assert!(result.is_err(), "the fourth block is rejected");
+    }
+
+    #[test]
+    fn the_repair_budget_is_shared_by_the_choices_of_a_response() {
+        let settings = settings(3);
+        let mut repairs = 0;
+        let mut rejected = 0;
+        for _choice in 0..2 {
+            let mut reply = ReplyParser::new(settings.clone());
+            let mut out = String::new();
+            for _ in 0..2 {
+                if reply.feed(BROKEN, &mut out).is_err() {
+                    rejected += 1;
+                }
+            }
+            repairs += reply.take_repairs().len();
+        }
+        assert_eq!((repairs, rejected), (3, 1));
+    }
+
+    #[test]
+    fn a_zero_budget_asks_for_no_repair() {
+        let mut reply = ReplyParser::new(settings(0));
+        let mut out = String::new();
+        assert!(reply.feed(BROKEN, &mut out).is_err());
+        assert!(reply.take_repairs().is_empty());
     }
 }

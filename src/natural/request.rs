@@ -93,6 +93,9 @@ pub struct ResponsePlan {
     /// The client asked for a usage chunk (`stream_options.include_usage`);
     /// read here so the response side need not parse the request again.
     pub include_usage: bool,
+    /// The request declared legacy `functions` (and no `tools`): the reply
+    /// carries one `function_call`, not `tool_calls`.
+    pub legacy_functions: bool,
 }
 
 /// The result of [`rewrite`].
@@ -159,12 +162,15 @@ pub fn rewrite(
         .parsed("stream_options")?
         .and_then(|options| options.get("include_usage")?.as_bool())
         .unwrap_or(false);
+    let declared_some = |raw: Option<&RawValue>| raw.is_some_and(|r| r.get() != "null");
+    let legacy_functions = declared_some(declared.functions) && !declared_some(declared.tools);
     let body = fields.write(&TOOL_FIELDS, "messages", &messages);
     let plan = prepared.map(|prepared| ResponsePlan {
         tools: prepared.tools,
         choice: policy.choice,
         parallel_tool_calls: policy.parallel,
         include_usage,
+        legacy_functions,
     });
     Ok(Rewrite::Rewritten { body, plan })
 }

@@ -72,9 +72,12 @@ impl StreamRewriter {
         self.ended
     }
 
-    /// A choice's calls wait for a repair: feed nothing more until resolved.
+    /// The upstream is over and a choice's calls still wait for a repair:
+    /// `[DONE]` waits. Until the upstream is over, the other choices' text
+    /// keeps flowing while a repair runs; only the repaired choice's calls
+    /// and finish wait.
     pub fn is_blocked(&self) -> bool {
-        !self.ended && self.choices.iter().any(|c| c.waiting.is_some())
+        !self.ended && self.done_requested && self.choices.iter().any(|c| c.waiting.is_some())
     }
 
     /// Repairs to start, tagged with their choice index.
@@ -344,14 +347,19 @@ impl StreamRewriter {
                 return;
             }
         };
+        let legacy = self.settings.legacy_functions;
         for (i, call) in calls.iter().enumerate() {
-            header.write_call(out, state.index, i, call, !state.started);
+            if legacy {
+                header.write_function_call(out, state.index, call, !state.started);
+            } else {
+                header.write_call(out, state.index, i, call, !state.started);
+            }
             state.started = true;
         }
-        let reason = if calls.is_empty() {
-            upstream_reason.unwrap_or_else(|| json!("stop"))
-        } else {
-            json!("tool_calls")
+        let reason = match (calls.is_empty(), legacy) {
+            (true, _) => upstream_reason.unwrap_or_else(|| json!("stop")),
+            (false, true) => json!("function_call"),
+            (false, false) => json!("tool_calls"),
         };
         header.write_finish(out, state.index, &reason, !state.started);
         state.started = true;
@@ -462,7 +470,7 @@ mod tests {
             &plan,
             ParserOptions::default(),
             OnInvalid::Error,
-            false,
+            0,
             Arc::new(SchemaCache::new()),
         );
         StreamRewriter::new(settings, false)

@@ -59,6 +59,8 @@ pub enum Reply {
     },
     /// Never sends a response head.
     Hang,
+    /// The reply, sent once the test sets the gate to `true`.
+    Gated(tokio::sync::watch::Receiver<bool>, Box<Reply>),
 }
 
 impl Reply {
@@ -171,7 +173,11 @@ impl Mock {
 
 type MockBody = BoxBody<Bytes, Infallible>;
 
-async fn build_reply(reply: Reply, cancelled: Arc<Notify>) -> Response<MockBody> {
+async fn build_reply(mut reply: Reply, cancelled: Arc<Notify>) -> Response<MockBody> {
+    while let Reply::Gated(mut gate, inner) = reply {
+        let _ = gate.wait_for(|open| *open).await;
+        reply = *inner;
+    }
     let (status, headers, body): (u16, Vec<(&str, String)>, MockBody) = match reply {
         Reply::Full {
             status,
@@ -182,6 +188,7 @@ async fn build_reply(reply: Reply, cancelled: Arc<Notify>) -> Response<MockBody>
             std::future::pending::<()>().await;
             unreachable!()
         }
+        Reply::Gated(..) => unreachable!("opened above"),
         Reply::Stream {
             status,
             headers,

@@ -58,6 +58,8 @@ pub struct ChoiceSummary {
     pub finish_reason: Option<String>,
     /// Gateway tool calls (rules 21-22), each in its last reported state.
     pub gateway: Vec<Value>,
+    /// The legacy `function_call` (requests with `functions`); its `id` is empty.
+    pub function_call: Option<Call>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -356,7 +358,7 @@ fn check_choice(
     match delta.get("content") {
         None | Some(Value::Null) => {}
         Some(Value::String(c)) => {
-            if !c.is_empty() && !s.calls.is_empty() {
+            if !c.is_empty() && (!s.calls.is_empty() || s.function_call.is_some()) {
                 return Err(format!(
                     "rule 12: choice {index} has content {c:?} after a tool call"
                 ));
@@ -397,7 +399,68 @@ fn check_choice(
             ));
         }
     }
+    match delta.get("function_call") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(f)) => {
+            if !s.calls.is_empty() || delta.get("tool_calls").is_some_and(|t| !t.is_null()) {
+                return Err(format!(
+                    "choice {index}: both tool_calls and the legacy function_call"
+                ));
+            }
+            let arguments = match f.get("arguments") {
+                Some(Value::String(a)) => a.as_str(),
+                _ => {
+                    return Err(format!(
+                        "choice {index}: function_call.arguments is not a string"
+                    ));
+                }
+            };
+            match (&mut s.function_call, f.get("name")) {
+                (None, Some(Value::String(name))) if !name.is_empty() => {
+                    if !arguments.is_empty() {
+                        return Err(format!(
+                            "choice {index}: the first function_call delta has arguments"
+                        ));
+                    }
+                    s.function_call = Some(Call {
+                        id: String::new(),
+                        name: name.clone(),
+                        arguments: String::new(),
+                    });
+                }
+                (None, _) => {
+                    return Err(format!(
+                        "choice {index}: the first function_call delta has no name"
+                    ));
+                }
+                (Some(_), Some(_)) => {
+                    return Err(format!(
+                        "choice {index}: a later function_call delta repeats the name (or a second call)"
+                    ));
+                }
+                (Some(call), None) => call.arguments.push_str(arguments),
+            }
+        }
+        Some(other) => {
+            return Err(format!(
+                "choice {index}: function_call {other} is not an object"
+            ));
+        }
+    }
     if let Some(reason) = finish {
+        if s.function_call.is_some() != (reason == "function_call") {
+            return Err(format!(
+                "choice {index}: finish_reason {reason:?} does not match its function_call"
+            ));
+        }
+        if let Some(call) = &s.function_call
+            && serde_json::from_str::<Value>(&call.arguments).is_err()
+        {
+            return Err(format!(
+                "choice {index}: function_call.arguments is not JSON: {:?}",
+                call.arguments
+            ));
+        }
         if let Some(open) = s.gateway.iter().find(|g| g["status"] == "in_progress") {
             return Err(format!(
                 "rule 21: choice {index} finished while gateway call {} was still in progress",
@@ -618,6 +681,34 @@ pub fn check_completion(v: &Value) -> Result<(), String> {
             _ => return Err(at("finish_reason is missing or not allowed")),
         }
         let content = message.get("content");
+        match message.get("function_call") {
+            None | Some(Value::Null) => {
+                if finish == Some(&Value::from("function_call")) {
+                    return Err(at("finish_reason \"function_call\" without function_call"));
+                }
+            }
+            Some(Value::Object(f)) => {
+                if message.get("tool_calls").is_some_and(|t| !t.is_null()) {
+                    return Err(at("both tool_calls and the legacy function_call"));
+                }
+                if finish != Some(&Value::from("function_call")) {
+                    return Err(at(
+                        "a function_call whose finish_reason is not \"function_call\"",
+                    ));
+                }
+                if f.get("name")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    return Err(at("function_call has no name"));
+                }
+                let args = f.get("arguments").and_then(Value::as_str).unwrap_or("");
+                if serde_json::from_str::<Value>(args).is_err() {
+                    return Err(at("function_call.arguments is not a JSON string"));
+                }
+            }
+            Some(_) => return Err(at("function_call is not an object")),
+        }
         match message.get("tool_calls") {
             None | Some(Value::Null) => {
                 if !matches!(content, Some(Value::String(_)) | Some(Value::Null)) {
