@@ -396,7 +396,9 @@ impl StreamRewriter {
         if self.ended {
             return;
         }
-        tracing::warn!(error = %error, "natural-mode stream failed");
+        // The code only: the message can quote the model's arguments (a
+        // schema error shows the value), which stay out of the logs.
+        tracing::warn!(code = error.code(), "natural-mode stream failed");
         emit::write_error(out, &error.to_json());
         self.ended = true;
     }
