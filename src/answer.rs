@@ -57,10 +57,16 @@ impl Upstream for Provided {
                     .await
                     .map(|c| c.to_bytes())
                     .unwrap_or_default();
-                Box::pin(
-                    rt.natural
-                        .handle(&rt.upstreams, &rt.config, &self.provider, parts, bytes),
-                )
+                Box::pin(rt.natural.handle(
+                    &rt.upstreams,
+                    &rt.config,
+                    &self.provider,
+                    parts,
+                    bytes,
+                    // Read by the round loop, not the client: calls as soon
+                    // as they are ready, so gateway tools start early.
+                    true,
+                ))
                 .await
             }
             _ => rt.upstreams.send(&self.provider, request).await,

@@ -565,6 +565,7 @@ where
                 provider,
                 parts,
                 bytes,
+                false,
             ))
             .await
         }

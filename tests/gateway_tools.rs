@@ -407,6 +407,77 @@ async fn with_a_store_the_follow_up_finds_the_steps_on_another_replica() {
 }
 
 #[tokio::test]
+async fn in_natural_mode_a_gateway_call_runs_while_the_model_writes_on() {
+    let tool = tool_server(200, "sunny", Duration::ZERO).await;
+    let (pieces, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let piped = std::sync::Mutex::new(Some(rx));
+    // The first round is piped by the test; the second (natural mode: the
+    // result comes back as text) continues.
+    let upstream = Mock::start(move |_| match piped.lock().unwrap().take() {
+        Some(rx) => Reply::Piped(rx),
+        None => sse(text_sse("It is sunny.")),
+    })
+    .await;
+    let config = format!(
+        "{}{}{}",
+        fast_server(),
+        http_tool("GetWeather", &format!("http://{}/", tool.addr), 5.0),
+        provider(&upstream.url(), "natural", &["GetWeather"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    let chunk = |text: &str| {
+        let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]});
+        Bytes::from(format!("data: {c}\n\n"))
+    };
+    let url = gw.url("/v1/chat/completions");
+    let answer = tokio::spawn(async move { post(&url, &stream_request(json!({}))).await });
+    // The model writes its call, then keeps writing.
+    pieces
+        .send(chunk(
+            "Checking.\n<GetWeather>\n```json\n{\"location\": \"Paris\"}\n```\n</GetWeather>\n",
+        ))
+        .await
+        .unwrap();
+    pieces.send(chunk("Still writing")).await.unwrap();
+    // The tool is called while the model's turn is still open.
+    for _ in 0..400 {
+        if tool.count() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        tool.count(),
+        1,
+        "the call ran before the model's turn ended"
+    );
+    pieces.send(chunk(" and done.")).await.unwrap();
+    let end = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+    pieces
+        .send(Bytes::from(format!("data: {end}\n\ndata: [DONE]\n\n")))
+        .await
+        .unwrap();
+    drop(pieces);
+    let r = answer.await.unwrap();
+    let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let choice = s.choice();
+    assert_eq!(choice.gateway[0]["status"], "completed");
+    assert!(
+        choice.content.contains("Still writing and done."),
+        "{}",
+        choice.content
+    );
+    assert!(
+        choice.content.ends_with("It is sunny."),
+        "{}",
+        choice.content
+    );
+    assert_eq!(choice.finish_reason.as_deref(), Some("stop"));
+}
+
+#[tokio::test]
 async fn to_natural_writes_client_calls_as_text_and_runs_gateway_calls() {
     let tool = tool_server(200, "sunny", Duration::ZERO).await;
     let upstream = Mock::start(|r| {

@@ -204,6 +204,29 @@ impl ChunkHeader {
         self.write_choice(out, choice, calls_delta(arguments, false), None);
     }
 
+    /// A call in one delta: id, name and the whole arguments. For toolgate's
+    /// own reading of a round (`ReplySettings::early_calls`), where a call that
+    /// arrives whole can run at once; clients get [`Self::write_call`].
+    pub fn write_whole_call(
+        &self,
+        out: &mut BytesMut,
+        choice: u64,
+        tool_index: usize,
+        call: &ReadyCall,
+        first_delta: bool,
+    ) {
+        let whole = CallOpen {
+            index: tool_index,
+            id: &call.id,
+            kind: "function",
+            function: CallFunction {
+                name: Some(&call.name),
+                arguments: &call.arguments,
+            },
+        };
+        self.write_choice(out, choice, calls_delta(whole, first_delta), None);
+    }
+
     /// The legacy shape of a call, for requests that declared `functions`:
     /// `delta.function_call` with the name and empty arguments, then the arguments.
     pub fn write_function_call(

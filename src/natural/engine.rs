@@ -104,6 +104,9 @@ impl Engine {
         }
     }
 
+    /// `early_calls`: the answer is read by toolgate itself (a round of the
+    /// answer path), so each call is written as soon as it is ready; a
+    /// client gets its calls at the end of the choice.
     pub async fn handle(
         &self,
         upstreams: &Upstreams,
@@ -111,6 +114,7 @@ impl Engine {
         provider: &Arc<Provider>,
         mut parts: http::request::Parts,
         bytes: Bytes,
+        early_calls: bool,
     ) -> Result<Response<Body>, GatewayError> {
         let Some(state) = self.providers.get(&provider.name) else {
             return upstreams
@@ -148,7 +152,7 @@ impl Engine {
             return Ok(response);
         }
         let repairer = self.repairer(upstreams, config, provider, &plan, client_auth);
-        let settings = ReplySettings::new(
+        let mut settings = ReplySettings::new(
             &provider.name,
             &plan,
             state.parser.clone(),
@@ -156,6 +160,7 @@ impl Engine {
             repairer.as_ref().map_or(0, |r| r.max_calls),
             self.schemas.clone(),
         );
+        settings.early_calls = early_calls;
         let (mut parts, upstream_body) = response.into_parts();
         if let Shape::Stream = reply::prepare(&mut parts)? {
             let rewriter = StreamRewriter::new(settings, plan.include_usage);

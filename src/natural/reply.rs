@@ -41,6 +41,10 @@ pub struct ReplySettings {
     pub repairs_left: Arc<RepairBudget>,
     /// The budget `repairs_left` started with (`fallback_max_calls`), for messages.
     pub max_repairs: usize,
+    /// Calls are written as soon as they are ready, text may follow them:
+    /// for toolgate's own reading of a round (gateway tools start early),
+    /// never for a client, who expects content before calls.
+    pub early_calls: bool,
     pub schemas: Arc<SchemaCache>,
 }
 
@@ -86,6 +90,7 @@ impl ReplySettings {
             repair: max_repairs > 0 && on_invalid == OnInvalid::Fallback,
             repairs_left: Arc::new(RepairBudget::new(max_repairs)),
             max_repairs,
+            early_calls: false,
             schemas,
         }
     }
@@ -144,6 +149,8 @@ pub struct ReplyParser {
     parser: Parser,
     events: Vec<Event>,
     slots: Vec<Slot>,
+    /// Slots already handed out by `take_ready`.
+    taken: usize,
     repairs: Vec<RepairRequest>,
     next_repair: u32,
     /// The whole message so far, kept only when a missing required call may need repair.
@@ -162,6 +169,7 @@ impl ReplyParser {
             parser,
             events: Vec::new(),
             slots: Vec::new(),
+            taken: 0,
             repairs: Vec::new(),
             next_repair: 0,
             transcript,
@@ -236,10 +244,30 @@ impl ReplyParser {
         }
     }
 
-    /// The calls, in message order, once nothing is waiting.
+    /// The calls ready so far that no earlier slot holds back (one waiting
+    /// for its repair keeps its place), not handed out before.
+    pub fn take_ready(&mut self) -> Vec<ReadyCall> {
+        let mut calls = Vec::new();
+        while let Some(Slot::Ready(call)) = self.slots.get(self.taken) {
+            calls.push(call.clone());
+            self.taken += 1;
+        }
+        self.count(&calls);
+        calls
+    }
+
+    fn count(&self, calls: &[ReadyCall]) {
+        for call in calls {
+            metrics::counter!(m::TOOL_CALLS, "provider" => self.settings.provider.to_string(), "tool" => m::tool_label(&call.name))
+                .increment(1);
+        }
+    }
+
+    /// The calls not handed out yet, in message order, once nothing is waiting.
     pub fn take_calls(&mut self) -> Result<Vec<ReadyCall>, InvalidCall> {
         let mut calls = Vec::with_capacity(self.slots.len());
-        for slot in self.slots.drain(..) {
+        let taken = std::mem::take(&mut self.taken);
+        for slot in self.slots.drain(..).skip(taken) {
             match slot {
                 Slot::Ready(call) => calls.push(call),
                 Slot::Failed(e) => return Err(e),
@@ -251,10 +279,7 @@ impl ReplyParser {
                 }
             }
         }
-        for call in &calls {
-            metrics::counter!(m::TOOL_CALLS, "provider" => self.settings.provider.to_string(), "tool" => m::tool_label(&call.name))
-                .increment(1);
-        }
+        self.count(&calls);
         Ok(calls)
     }
 

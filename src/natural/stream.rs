@@ -48,6 +48,8 @@ struct ChoiceState {
     /// Whether any delta was written for this choice (the first carries the role).
     started: bool,
     finished: bool,
+    /// Calls written before the choice's end (`ReplySettings::early_calls`).
+    calls_written: usize,
     /// Finished, but its calls wait for repairs; holds the upstream's finish reason.
     waiting: Option<Option<Value>>,
 }
@@ -100,8 +102,9 @@ impl StreamRewriter {
         let Some(&pos) = self.positions.get(&choice) else {
             return;
         };
+        self.choices[pos].reply.resolve(id, result);
+        self.write_ready(pos, out);
         let state = &mut self.choices[pos];
-        state.reply.resolve(id, result);
         if state.waiting.is_some() && !state.reply.is_waiting() {
             let reason = state.waiting.take().flatten();
             self.emit_calls(pos, reason, out);
@@ -200,6 +203,8 @@ impl StreamRewriter {
             Ok(()) if self.text == content => {
                 state.started = true;
                 encoder::write_raw(out, data);
+                // A block the parser closed on this text's first character.
+                self.write_ready(pos, out);
             }
             Ok(()) => {
                 let header = self.header.as_ref().expect("set before choices");
@@ -207,6 +212,7 @@ impl StreamRewriter {
                     header.write_text(out, index, &self.text, !state.started);
                     state.started = true;
                 }
+                self.write_ready(pos, out);
             }
         }
         true
@@ -270,6 +276,7 @@ impl StreamRewriter {
             header.write_choices(out, &Value::Array(vec![Value::Object(choice)]));
             state.started = true;
         }
+        self.write_ready(pos, out);
         if let Some(reason) = finish_reason {
             self.finish_choice(pos, Some(reason), out);
         }
@@ -297,6 +304,7 @@ impl StreamRewriter {
             reply: ReplyParser::new(self.settings.clone()),
             started: false,
             finished: false,
+            calls_written: 0,
             waiting: None,
         });
         Some(self.choices.len() - 1)
@@ -332,6 +340,20 @@ impl StreamRewriter {
     }
 
     /// Writes a finished choice's calls (indexes 0, 1, 2 ...) and its finish chunk.
+    /// With `early_calls`, writes the choice's calls that are ready now.
+    fn write_ready(&mut self, pos: usize, out: &mut BytesMut) {
+        if !self.settings.early_calls || self.settings.legacy_functions || self.ended {
+            return;
+        }
+        let header = self.header.clone().unwrap_or_else(ChunkHeader::fallback);
+        let state = &mut self.choices[pos];
+        for call in state.reply.take_ready() {
+            header.write_whole_call(out, state.index, state.calls_written, &call, !state.started);
+            state.calls_written += 1;
+            state.started = true;
+        }
+    }
+
     fn emit_calls(&mut self, pos: usize, upstream_reason: Option<Value>, out: &mut BytesMut) {
         let header = self.header.clone().unwrap_or_else(ChunkHeader::fallback);
         let state = &mut self.choices[pos];
@@ -348,15 +370,16 @@ impl StreamRewriter {
             }
         };
         let legacy = self.settings.legacy_functions;
-        for (i, call) in calls.iter().enumerate() {
+        for call in &calls {
             if legacy {
                 header.write_function_call(out, state.index, call, !state.started);
             } else {
-                header.write_call(out, state.index, i, call, !state.started);
+                header.write_call(out, state.index, state.calls_written, call, !state.started);
             }
+            state.calls_written += 1;
             state.started = true;
         }
-        let reason = match (calls.is_empty(), legacy) {
+        let reason = match (state.calls_written == 0, legacy) {
             (true, _) => upstream_reason.unwrap_or_else(|| json!("stop")),
             (false, true) => json!("function_call"),
             (false, false) => json!("tool_calls"),

@@ -159,7 +159,11 @@ fn successful(response: Response<Body>) -> Result<Response<Body>, GatewayError> 
 
 async fn fail<O: Output>(rounds: Rounds, out: &mut O, error: GatewayError) -> Rounds {
     // The code only: messages can quote the model's arguments.
-    tracing::warn!(code = error.code(), round = rounds.round(), "gateway tool answer failed");
+    tracing::warn!(
+        code = error.code(),
+        round = rounds.round(),
+        "gateway tool answer failed"
+    );
     out.fail(error);
     out.end();
     out.flush().await;

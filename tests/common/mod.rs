@@ -61,6 +61,8 @@ pub enum Reply {
     Hang,
     /// The reply, sent once the test sets the gate to `true`.
     Gated(tokio::sync::watch::Receiver<bool>, Box<Reply>),
+    /// An event stream whose pieces the test sends when it likes.
+    Piped(mpsc::Receiver<Bytes>),
 }
 
 impl Reply {
@@ -189,6 +191,17 @@ async fn build_reply(mut reply: Reply, cancelled: Arc<Notify>) -> Response<MockB
             unreachable!()
         }
         Reply::Gated(..) => unreachable!("opened above"),
+        Reply::Piped(rx) => {
+            let guard = CancelGuard {
+                done: false,
+                notify: cancelled,
+            };
+            (
+                200,
+                vec![("content-type", "text/event-stream".into())],
+                StreamBody::new(ChannelStream { rx, guard }).boxed(),
+            )
+        }
         Reply::Stream {
             status,
             headers,
