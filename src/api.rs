@@ -13,9 +13,33 @@ pub mod responses_request;
 pub mod to_responses;
 pub mod transcripts;
 
+use http::{HeaderValue, Response, header};
 use serde_json::{Map, Value};
 
+use crate::body::{self, Body};
 use crate::error::GatewayError;
+
+/// A `200` server-sent event stream.
+pub fn event_stream(body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// A `200` JSON answer.
+pub fn json(value: &Value) -> Response<Body> {
+    let mut response = Response::new(body::json(value));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
 
 /// A front door's request body: a JSON object, or a `400` saying why not.
 pub fn json_object(bytes: &[u8]) -> Result<Map<String, Value>, GatewayError> {

@@ -6,13 +6,13 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, header};
+use http::Response;
 use serde_json::Value;
 
 use crate::answer::{self, Ask, Started};
 use crate::api::chat_events::ChatEvents;
 use crate::api::chat_message::ChatMessage;
-use crate::body::{self, Body};
+use crate::body::Body;
 use crate::config::{Provider, ShowGatewayTools};
 use crate::error::GatewayError;
 use crate::gateway::Runtime;
@@ -53,24 +53,14 @@ pub async fn handle(
         let body = drive::spawn(encoder, move |mut out| {
             Box::pin(async move { running.drive(&mut out).await })
         });
-        let mut response = Response::new(body);
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        let mut response = super::event_stream(body);
         answer::tag_chat(&mut response, chat.as_deref());
         return Ok(response);
     }
     let mut message = ChatMessage::new(show);
     running.drive(&mut message).await;
     let completion = message.into_completion()?;
-    let mut response = Response::new(body::json(&completion));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    let mut response = super::json(&completion);
     answer::tag_chat(&mut response, chat.as_deref());
     Ok(response)
 }

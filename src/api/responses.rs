@@ -7,13 +7,13 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, header};
+use http::Response;
 use serde_json::Value;
 
 use crate::answer::{self, Ask, Started};
 use crate::api::responses_events::ResponsesEvents;
 use crate::api::responses_request;
-use crate::body::{self, Body};
+use crate::body::Body;
 use crate::config::{Provider, ShowGatewayTools};
 use crate::error::GatewayError;
 use crate::gateway::Runtime;
@@ -120,23 +120,13 @@ pub async fn handle(
         let body = drive::spawn(encoder, move |mut out| {
             Box::pin(async move { running.drive(&mut out).await })
         });
-        let mut response = Response::new(body);
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        let mut response = super::event_stream(body);
         answer::tag_chat(&mut response, chat.as_deref());
         return Ok(response);
     }
     running.drive(&mut encoder).await;
     let object = encoder.into_response()?;
-    let mut response = Response::new(body::json(&object));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    let mut response = super::json(&object);
     answer::tag_chat(&mut response, chat.as_deref());
     Ok(response)
 }
@@ -176,10 +166,5 @@ pub async fn stored(
             });
         }
     };
-    let mut response = Response::new(body::json(&object));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    Ok(response)
+    Ok(super::json(&object))
 }

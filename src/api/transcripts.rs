@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Method, Response, StatusCode, header};
+use http::{HeaderValue, Method, Response, header};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -77,15 +77,6 @@ fn unavailable(e: StoreError) -> GatewayError {
     GatewayError::StoreUnavailable(e.to_string())
 }
 
-fn json_response(value: &Value) -> Response<Body> {
-    let mut r = Response::new(body::json(value));
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
-}
-
 fn param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
     query?
         .split('&')
@@ -111,7 +102,7 @@ async fn list(store: &Store, query: Option<&str>) -> Result<Response<Body>, Gate
     let chats = store.chats(limit + 1, before).await.map_err(unavailable)?;
     let has_more = chats.len() as i64 > limit;
     let data: Vec<_> = chats.into_iter().take(limit as usize).collect();
-    Ok(json_response(&json!({"data": data, "has_more": has_more})))
+    Ok(super::json(&json!({"data": data, "has_more": has_more})))
 }
 
 async fn chat(store: &Store, id: &str) -> Result<Response<Body>, GatewayError> {
@@ -119,7 +110,7 @@ async fn chat(store: &Store, id: &str) -> Result<Response<Body>, GatewayError> {
         None => Err(GatewayError::NotFound(format!("No chat `{id}`"))),
         Some((chat, messages)) => {
             let messages: Vec<&Value> = messages.iter().map(|m| &m.message).collect();
-            Ok(json_response(&json!({"chat": chat, "messages": messages})))
+            Ok(super::json(&json!({"chat": chat, "messages": messages})))
         }
     }
 }
@@ -180,15 +171,7 @@ fn events(store: Arc<Store>, id: String) -> Response<Body> {
         }
         store.unsubscribe(&id, live);
     });
-    let mut r = Response::new(body);
-    *r.status_mut() = StatusCode::OK;
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r
+    super::event_stream(body)
 }
 
 async fn send_live(tx: &tokio::sync::mpsc::Sender<Bytes>, m: &Message, last: &mut i64) -> bool {
