@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&2; exit 1; }
+# The suite builds each crate once: incremental caches would only add a GB of
+# disk (CI machines can be short of it) and some time.
+export CARGO_INCREMENTAL=0
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 
 # The real-client tests (tests/clients.rs) drive the official `openai` SDKs, and
@@ -70,3 +73,4 @@ echo "== cargo test"
 cargo test --locked --all-targets
 echo "== fuzzing (fuzz/run.sh: every target for ${FUZZ_SECONDS:-15} s)"
 bash fuzz/run.sh
+echo "== disk used by builds: $(du -sh target fuzz/target 2>/dev/null | awk '{printf "%s %s  ", $2, $1}')"
