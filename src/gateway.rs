@@ -378,8 +378,15 @@ impl Gateway {
                 let mut log = RequestLog::start(route_of(path));
                 let h2_stall = (req.version() == http::Version::HTTP_2)
                     .then_some(runtime.config.server.write_stall_timeout);
+                // The Messages door answers errors in Anthropic's shape.
+                let shape: fn(GatewayError) -> Response<Body> =
+                    if crate::api::messages::is_messages_path(path) {
+                        crate::api::messages::error_response
+                    } else {
+                        GatewayError::into_response
+                    };
                 let response = match authorize(&runtime, &req) {
-                    Err(e) => e.into_response(),
+                    Err(e) => shape(e),
                     Ok(()) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
                         list_models(&runtime.config)
                     }
@@ -396,7 +403,7 @@ impl Gateway {
                     }
                     Ok(()) => match proxy(&runtime, &self.limits, req, &mut log).await {
                         Ok(r) => r,
-                        Err(e) => e.into_response(),
+                        Err(e) => shape(e),
                     },
                 };
                 log.status = response.status().as_u16();
@@ -438,10 +445,16 @@ fn authorize_admin<B>(runtime: &Runtime, req: &Request<B>) -> Result<(), Gateway
 
 fn check_key<B>(keys: Option<&ApiKeys>, req: &Request<B>) -> Result<(), GatewayError> {
     if let Some(keys) = keys {
+        // Anthropic's clients send their key as `x-api-key`.
         let presented = req
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|v| bearer_token(v.as_bytes()));
+            .and_then(|v| bearer_token(v.as_bytes()))
+            .or_else(|| {
+                req.headers()
+                    .get("x-api-key")
+                    .map(|v| v.as_bytes().trim_ascii())
+            });
         if !presented.is_some_and(|k| keys.accepts(k)) {
             return Err(GatewayError::Unauthorized);
         }
@@ -472,6 +485,7 @@ where
     if runtime.config.server.auth.is_some() {
         // The client's key is toolgate's own; it never goes upstream.
         parts.headers.remove(header::AUTHORIZATION);
+        parts.headers.remove("x-api-key");
     }
     let server = &runtime.config.server;
     let held = log
@@ -522,6 +536,24 @@ where
         || provider.tools.mode != Mode::Passthrough;
     if responses && translated {
         return Box::pin(crate::api::responses::handle(
+            runtime.clone(),
+            provider.clone(),
+            parts,
+            bytes,
+        ))
+        .await;
+    }
+    if parts.method == Method::POST && crate::api::messages::is_messages_path(parts.uri.path()) {
+        if provider.api != Api::Chat {
+            return Err(GatewayError::bad_request(
+                format!(
+                    "toolgate translates /v1/messages only for providers with `api = \"chat\"`, and `{}` has another",
+                    provider.name
+                ),
+                Some("model"),
+            ));
+        }
+        return Box::pin(crate::api::messages::handle(
             runtime.clone(),
             provider.clone(),
             parts,

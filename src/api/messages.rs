@@ -1,0 +1,135 @@
+//! The Anthropic Messages door (`POST /v1/messages`) in front of a Chat
+//! Completions provider: the body is translated into a chat request
+//! (`messages_request`), answered through [`crate::answer`] like any chat
+//! request (every tool mode, the gateway's tools), and the answer's events
+//! are written as Anthropic events or one message (`messages_events`).
+//! Errors take Anthropic's shape ([`error_response`]).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Response, header};
+use serde_json::{Value, json};
+
+use crate::answer::{self, Ask, Started};
+use crate::api::messages_events::MessagesEvents;
+use crate::api::messages_request;
+use crate::body::{self, Body};
+use crate::config::{Provider, ShowGatewayTools};
+use crate::error::GatewayError;
+use crate::gateway::Runtime;
+use crate::tools::drive;
+
+/// Whether `path` is one of this door's.
+pub fn is_messages_path(path: &str) -> bool {
+    let path = path.trim_end_matches('/');
+    path == "/v1/messages" || path == "/v1/messages/count_tokens"
+}
+
+/// Anthropic's error type for a gateway error.
+fn error_type(error: &GatewayError) -> &'static str {
+    match error.status().as_u16() {
+        400 | 405 | 408 | 413 => "invalid_request_error",
+        401 => "authentication_error",
+        404 => "not_found_error",
+        429 | 503 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+/// `{"type": "error", "error": {"type", "message"}}`.
+pub fn error_body(error: &GatewayError) -> Value {
+    let mut message = error.to_string();
+    if let Some(param) = error.to_json()["error"]["param"].as_str() {
+        message = format!("{param}: {message}");
+    }
+    json!({"type": "error", "error": {"type": error_type(error), "message": message}})
+}
+
+/// A gateway error as this door answers it: the usual status and headers,
+/// Anthropic's body.
+pub fn error_response(error: GatewayError) -> Response<Body> {
+    let body = error_body(&error);
+    let mut response = error.into_response();
+    *response.body_mut() = body::json(&body);
+    response.headers_mut().remove(header::CONTENT_LENGTH);
+    response
+}
+
+pub async fn handle(
+    runtime: Arc<Runtime>,
+    provider: Arc<Provider>,
+    parts: http::request::Parts,
+    bytes: Bytes,
+) -> Result<Response<Body>, GatewayError> {
+    if parts.uri.path().trim_end_matches('/') == "/v1/messages/count_tokens" {
+        let body = json!({"type": "error", "error": {"type": "api_error",
+            "message": "toolgate does not count tokens: /v1/messages/count_tokens is not implemented in front of a chat provider"}});
+        let mut response = super::json(&body);
+        *response.status_mut() = http::StatusCode::NOT_IMPLEMENTED;
+        return Ok(response);
+    }
+    let request = super::json_object(&bytes)?;
+    let translated = messages_request::translate(request)?;
+    let model = translated
+        .chat
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let show = provider
+        .tools
+        .gateway
+        .as_ref()
+        .map_or(ShowGatewayTools::Fields, |g| g.show);
+    let uri = http::Uri::from_static("/v1/chat/completions");
+    let recorder = answer::recorder(&runtime, &provider, &translated.chat, &parts.headers).await;
+    let chat = recorder.as_ref().map(|r| r.chat_id().to_owned());
+    let ask = Ask {
+        request: translated.chat,
+        uri,
+        headers: parts.headers,
+    };
+    let mut running = match answer::start(runtime, provider, ask).await? {
+        Started::Refused(response) => return Ok(response),
+        Started::Running(running) => running,
+    };
+    running.record(recorder);
+    let mut encoder = MessagesEvents::new(&model, translated.stream, show);
+    if translated.stream {
+        let body = drive::spawn(encoder, move |mut out| {
+            Box::pin(async move { running.drive(&mut out).await })
+        });
+        let mut response = super::event_stream(body);
+        answer::tag_chat(&mut response, chat.as_deref());
+        return Ok(response);
+    }
+    running.drive(&mut encoder).await;
+    let object = encoder.into_message()?;
+    let mut response = super::json(&object);
+    answer::tag_chat(&mut response, chat.as_deref());
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_take_anthropic_shape() {
+        let e = GatewayError::bad_request("nope", Some("tools.0.type"));
+        assert_eq!(
+            error_body(&e),
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": "tools.0.type: nope"}})
+        );
+        assert_eq!(
+            error_type(&GatewayError::Unauthorized),
+            "authentication_error"
+        );
+        assert_eq!(
+            error_type(&GatewayError::UnknownModel("x".into())),
+            "not_found_error"
+        );
+        assert_eq!(error_type(&GatewayError::Overloaded), "overloaded_error");
+    }
+}

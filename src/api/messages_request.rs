@@ -1,0 +1,496 @@
+//! An Anthropic Messages request read as the Chat Completions request the
+//! rest of toolgate works with: `system` becomes the first system message,
+//! content blocks become chat messages (`tool_use` assistant tool calls,
+//! `tool_result` tool messages, with the same ids both ways), `tools` chat
+//! function tools. A field or block with no Chat Completions equivalent is a
+//! `400` naming it, never dropped. Pure.
+
+use serde_json::{Map, Value, json};
+
+use crate::error::GatewayError;
+
+/// A translated request.
+#[derive(Debug)]
+pub struct Translated {
+    pub chat: Map<String, Value>,
+    pub stream: bool,
+    /// The client's `stop_sequences`, to tell `stop_sequence` from `end_turn`.
+    pub stop_sequences: Vec<String>,
+}
+
+fn bad(message: impl Into<String>, param: &str) -> GatewayError {
+    GatewayError::bad_request(message, Some(param))
+}
+
+/// The text of a `system` field: a string or a list of text blocks.
+fn system_text(system: &Value) -> Result<String, GatewayError> {
+    match system {
+        Value::String(text) => Ok(text.clone()),
+        Value::Array(blocks) => {
+            let mut parts = Vec::new();
+            for (i, block) in blocks.iter().enumerate() {
+                if block["type"] != "text" {
+                    return Err(bad(
+                        "`system` blocks must be text blocks",
+                        &format!("system.{i}.type"),
+                    ));
+                }
+                let text = block["text"]
+                    .as_str()
+                    .ok_or_else(|| bad("A text block needs `text`", &format!("system.{i}.text")))?;
+                parts.push(text.to_owned());
+            }
+            Ok(parts.join("\n\n"))
+        }
+        _ => Err(bad(
+            "`system` must be a string or a list of text blocks",
+            "system",
+        )),
+    }
+}
+
+/// An `image` block as a chat `image_url` part.
+fn image(block: &Value, at: &str) -> Result<Value, GatewayError> {
+    let source = &block["source"];
+    let url = match source["type"].as_str() {
+        Some("base64") => {
+            let media = source["media_type"].as_str().ok_or_else(|| {
+                bad(
+                    "A base64 image needs `media_type`",
+                    &format!("{at}.source.media_type"),
+                )
+            })?;
+            let data = source["data"]
+                .as_str()
+                .ok_or_else(|| bad("A base64 image needs `data`", &format!("{at}.source.data")))?;
+            format!("data:{media};base64,{data}")
+        }
+        Some("url") => source["url"]
+            .as_str()
+            .ok_or_else(|| bad("A URL image needs `url`", &format!("{at}.source.url")))?
+            .to_owned(),
+        _ => {
+            return Err(bad(
+                "An image source must be `base64` or `url`",
+                &format!("{at}.source.type"),
+            ));
+        }
+    };
+    Ok(json!({"type": "image_url", "image_url": {"url": url}}))
+}
+
+/// A `tool_result`'s content as chat tool message content.
+fn tool_result_content(block: &Value, at: &str) -> Result<Value, GatewayError> {
+    let content = match &block["content"] {
+        Value::Null => Value::String(String::new()),
+        Value::String(text) => Value::String(text.clone()),
+        Value::Array(blocks) => {
+            let mut parts = Vec::new();
+            for (i, b) in blocks.iter().enumerate() {
+                let here = format!("{at}.content.{i}");
+                match b["type"].as_str() {
+                    Some("text") => parts.push(json!({"type": "text", "text": b["text"].as_str().ok_or_else(|| bad("A text block needs `text`", &format!("{here}.text")))?})),
+                    Some("image") => parts.push(image(b, &here)?),
+                    _ => {
+                        return Err(bad(
+                            "`tool_result` content blocks must be text or image",
+                            &format!("{here}.type"),
+                        ));
+                    }
+                }
+            }
+            if parts.iter().all(|p| p["type"] == "text") {
+                let texts: Vec<&str> = parts.iter().filter_map(|p| p["text"].as_str()).collect();
+                Value::String(texts.join("\n"))
+            } else {
+                Value::Array(parts)
+            }
+        }
+        _ => {
+            return Err(bad(
+                "`tool_result` content must be a string or a list of blocks",
+                &format!("{at}.content"),
+            ));
+        }
+    };
+    // A failed tool's output says so to the model, which reads only text.
+    if block["is_error"] != true {
+        return Ok(content);
+    }
+    Ok(match content {
+        Value::String(text) => Value::String(format!("Error: {text}")),
+        Value::Array(mut parts) => {
+            parts.insert(0, json!({"type": "text", "text": "Error:"}));
+            Value::Array(parts)
+        }
+        other => other,
+    })
+}
+
+/// One Anthropic message as chat messages (a user turn with tool results
+/// becomes tool messages, then a user message with the rest).
+fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), GatewayError> {
+    let at = format!("messages.{i}");
+    let role = match m["role"].as_str() {
+        Some(r @ ("user" | "assistant")) => r,
+        _ => {
+            return Err(bad(
+                "A message's `role` must be `user` or `assistant`",
+                &format!("{at}.role"),
+            ));
+        }
+    };
+    let blocks = match &m["content"] {
+        Value::String(text) => {
+            out.push(json!({"role": role, "content": text}));
+            return Ok(());
+        }
+        Value::Array(blocks) => blocks,
+        _ => {
+            return Err(bad(
+                "A message's `content` must be a string or a list of blocks",
+                &format!("{at}.content"),
+            ));
+        }
+    };
+    let mut parts: Vec<Value> = Vec::new();
+    let mut calls: Vec<Value> = Vec::new();
+    let mut reasoning = String::new();
+    for (j, block) in blocks.iter().enumerate() {
+        let here = format!("{at}.content.{j}");
+        match (role, block["type"].as_str()) {
+            (_, Some("text")) => {
+                let text = block["text"]
+                    .as_str()
+                    .ok_or_else(|| bad("A text block needs `text`", &format!("{here}.text")))?;
+                parts.push(json!({"type": "text", "text": text}));
+            }
+            ("user", Some("image")) => parts.push(image(block, &here)?),
+            ("assistant", Some("tool_use")) => {
+                let id = block["id"]
+                    .as_str()
+                    .ok_or_else(|| bad("A `tool_use` block needs `id`", &format!("{here}.id")))?;
+                let name = block["name"].as_str().ok_or_else(|| {
+                    bad("A `tool_use` block needs `name`", &format!("{here}.name"))
+                })?;
+                if !block["input"].is_object() {
+                    return Err(bad(
+                        "A `tool_use` block's `input` must be an object",
+                        &format!("{here}.input"),
+                    ));
+                }
+                calls.push(json!({"id": id, "type": "function",
+                    "function": {"name": name, "arguments": block["input"].to_string()}}));
+            }
+            ("assistant", Some("thinking")) => {
+                let text = block["thinking"].as_str().ok_or_else(|| {
+                    bad(
+                        "A `thinking` block needs `thinking`",
+                        &format!("{here}.thinking"),
+                    )
+                })?;
+                reasoning.push_str(text);
+            }
+            ("user", Some("tool_result")) => {
+                let id = block["tool_use_id"].as_str().ok_or_else(|| {
+                    bad(
+                        "A `tool_result` block needs `tool_use_id`",
+                        &format!("{here}.tool_use_id"),
+                    )
+                })?;
+                out.push(json!({"role": "tool", "tool_call_id": id,
+                    "content": tool_result_content(block, &here)?}));
+            }
+            _ => {
+                return Err(bad(
+                    format!(
+                        "toolgate cannot translate a `{}` block in a {role} message",
+                        block["type"].as_str().unwrap_or("untyped")
+                    ),
+                    &format!("{here}.type"),
+                ));
+            }
+        }
+    }
+    if parts.is_empty() && calls.is_empty() && reasoning.is_empty() {
+        return Ok(());
+    }
+    let content = if parts.iter().all(|p| p["type"] == "text") {
+        let texts: Vec<&str> = parts.iter().filter_map(|p| p["text"].as_str()).collect();
+        if texts.is_empty() && role == "assistant" {
+            Value::Null
+        } else {
+            Value::String(texts.concat())
+        }
+    } else {
+        Value::Array(parts)
+    };
+    let mut chat = json!({"role": role, "content": content});
+    if !calls.is_empty() {
+        chat["tool_calls"] = Value::Array(calls);
+    }
+    if !reasoning.is_empty() {
+        chat["reasoning_content"] = Value::String(reasoning);
+    }
+    out.push(chat);
+    Ok(())
+}
+
+/// Anthropic `tools` as chat function tools.
+fn tools(tools: &Value) -> Result<Value, GatewayError> {
+    let Some(list) = tools.as_array() else {
+        return Err(bad("`tools` must be a list", "tools"));
+    };
+    let mut out = Vec::new();
+    for (i, tool) in list.iter().enumerate() {
+        let at = format!("tools.{i}");
+        if let Some(kind) = tool["type"].as_str().filter(|k| *k != "custom") {
+            return Err(bad(
+                format!("toolgate cannot offer the server tool `{kind}` to a chat model"),
+                &format!("{at}.type"),
+            ));
+        }
+        let name = tool["name"]
+            .as_str()
+            .ok_or_else(|| bad("A tool needs `name`", &format!("{at}.name")))?;
+        let schema = &tool["input_schema"];
+        if !schema.is_object() {
+            return Err(bad(
+                "A tool needs an `input_schema` object",
+                &format!("{at}.input_schema"),
+            ));
+        }
+        let mut function = json!({"name": name, "parameters": schema});
+        if let Some(d) = tool.get("description") {
+            function["description"] = d.clone();
+        }
+        out.push(json!({"type": "function", "function": function}));
+    }
+    Ok(Value::Array(out))
+}
+
+/// `tool_choice` as chat `tool_choice` and `parallel_tool_calls`.
+fn tool_choice(choice: &Value, chat: &mut Map<String, Value>) -> Result<(), GatewayError> {
+    let chosen = match choice["type"].as_str() {
+        Some("auto") => json!("auto"),
+        Some("any") => json!("required"),
+        Some("none") => json!("none"),
+        Some("tool") => {
+            let name = choice["name"].as_str().ok_or_else(|| {
+                bad(
+                    "`tool_choice` of type `tool` needs `name`",
+                    "tool_choice.name",
+                )
+            })?;
+            json!({"type": "function", "function": {"name": name}})
+        }
+        _ => {
+            return Err(bad(
+                "`tool_choice.type` must be `auto`, `any`, `tool` or `none`",
+                "tool_choice.type",
+            ));
+        }
+    };
+    chat.insert("tool_choice".into(), chosen);
+    match choice.get("disable_parallel_tool_use") {
+        None | Some(Value::Null) => {}
+        Some(Value::Bool(disable)) => {
+            chat.insert("parallel_tool_calls".into(), Value::Bool(!disable));
+        }
+        Some(_) => {
+            return Err(bad(
+                "`disable_parallel_tool_use` must be a boolean",
+                "tool_choice.disable_parallel_tool_use",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Translates a Messages request body.
+pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayError> {
+    let mut chat = Map::new();
+    let mut messages = Vec::new();
+    let mut stream = false;
+    let mut stop_sequences = Vec::new();
+    if let Some(system) = request.remove("system") {
+        messages.push(json!({"role": "system", "content": system_text(&system)?}));
+    }
+    let Some(Value::Array(list)) = request.remove("messages") else {
+        return Err(bad("`messages` must be a list of messages", "messages"));
+    };
+    for (i, m) in list.iter().enumerate() {
+        message(m, i, &mut messages)?;
+    }
+    chat.insert("messages".into(), Value::Array(messages));
+    // Sorted: which field is reported first does not depend on map order.
+    let mut keys: Vec<String> = request.keys().cloned().collect();
+    keys.sort();
+    for key in keys {
+        let value = request.remove(&key).unwrap_or(Value::Null);
+        match key.as_str() {
+            "model" | "temperature" | "top_p" | "top_k" => {
+                chat.insert(key, value);
+            }
+            "max_tokens" => {
+                if !value.is_u64() {
+                    return Err(bad("`max_tokens` must be a positive integer", "max_tokens"));
+                }
+                chat.insert("max_tokens".into(), value);
+            }
+            "stream" => match value {
+                Value::Bool(b) => stream = b,
+                Value::Null => {}
+                _ => return Err(bad("`stream` must be a boolean", "stream")),
+            },
+            "stop_sequences" => {
+                let list = value.as_array().filter(|l| l.iter().all(Value::is_string));
+                let Some(list) = list else {
+                    return Err(bad(
+                        "`stop_sequences` must be a list of strings",
+                        "stop_sequences",
+                    ));
+                };
+                stop_sequences = list
+                    .iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect();
+                chat.insert("stop".into(), Value::Array(list.clone()));
+            }
+            "tools" => {
+                chat.insert("tools".into(), tools(&value)?);
+            }
+            "tool_choice" => tool_choice(&value, &mut chat)?,
+            "metadata" => {
+                if let Some(obj) = value.as_object() {
+                    for (k, v) in obj {
+                        if k == "user_id" {
+                            chat.insert("user".into(), v.clone());
+                        } else {
+                            return Err(bad(
+                                format!("toolgate cannot pass `metadata.{k}` to a chat model"),
+                                &format!("metadata.{k}"),
+                            ));
+                        }
+                    }
+                } else if !value.is_null() {
+                    return Err(bad("`metadata` must be an object", "metadata"));
+                }
+            }
+            _ => {
+                return Err(bad(
+                    format!("toolgate cannot translate `{key}` to a chat request"),
+                    &key,
+                ));
+            }
+        }
+    }
+    if stream {
+        chat.insert("stream".into(), Value::Bool(true));
+        chat.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Ok(Translated {
+        chat,
+        stream,
+        stop_sequences,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(v: Value) -> Result<Translated, GatewayError> {
+        translate(v.as_object().unwrap().clone())
+    }
+
+    #[test]
+    fn golden_tool_loop_history() {
+        let t = run(json!({
+            "model": "m", "max_tokens": 100, "system": [{"type": "text", "text": "be brief"}],
+            "stop_sequences": ["END"], "metadata": {"user_id": "u1"},
+            "tools": [{"name": "get_weather", "description": "w", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+            "messages": [
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "hm", "signature": "s"},
+                    {"type": "text", "text": "checking"},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "rain"}], "is_error": true},
+                    {"type": "text", "text": "and?"}]}
+            ]
+        }))
+        .unwrap();
+        assert!(!t.stream);
+        assert_eq!(t.stop_sequences, vec!["END".to_owned()]);
+        assert_eq!(
+            Value::Object(t.chat),
+            json!({
+                "model": "m", "max_tokens": 100, "stop": ["END"], "user": "u1",
+                "tools": [{"type": "function", "function": {"name": "get_weather", "description": "w", "parameters": {"type": "object"}}}],
+                "tool_choice": "required", "parallel_tool_calls": false,
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "weather?"},
+                    {"role": "assistant", "content": "checking", "reasoning_content": "hm",
+                     "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
+                    {"role": "tool", "tool_call_id": "toolu_1", "content": "Error: rain"},
+                    {"role": "user", "content": "and?"}
+                ]
+            })
+        );
+    }
+
+    #[test]
+    fn images_become_image_url_parts() {
+        let t = run(json!({"model": "m", "max_tokens": 1, "stream": true, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA"}},
+            {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}},
+            {"type": "text", "text": "what?"}]}]}))
+        .unwrap();
+        assert!(t.stream);
+        assert_eq!(t.chat["stream_options"], json!({"include_usage": true}));
+        assert_eq!(
+            t.chat["messages"][0]["content"],
+            json!([
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}},
+                {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+                {"type": "text", "text": "what?"}])
+        );
+    }
+
+    #[test]
+    fn tool_choice_tool_and_none() {
+        let t = run(json!({"model": "m", "max_tokens": 1, "messages": [], "tool_choice": {"type": "tool", "name": "f"}})).unwrap();
+        assert_eq!(
+            t.chat["tool_choice"],
+            json!({"type": "function", "function": {"name": "f"}})
+        );
+        let t = run(
+            json!({"model": "m", "max_tokens": 1, "messages": [], "tool_choice": {"type": "none"}}),
+        )
+        .unwrap();
+        assert_eq!(t.chat["tool_choice"], json!("none"));
+    }
+
+    fn param(e: GatewayError) -> Option<String> {
+        e.to_json()["error"]["param"].as_str().map(str::to_owned)
+    }
+
+    #[test]
+    fn untranslatable_fields_name_the_field() {
+        let e = run(json!({"model": "m", "max_tokens": 1, "messages": [], "container": "x"}))
+            .unwrap_err();
+        assert_eq!(param(e).as_deref(), Some("container"));
+        let e = run(json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "document"}]}]})).unwrap_err();
+        assert_eq!(param(e).as_deref(), Some("messages.0.content.0.type"));
+        let e = run(json!({"model": "m", "messages": [], "tools": [{"type": "web_search_20250305", "name": "web_search"}]})).unwrap_err();
+        assert_eq!(param(e).as_deref(), Some("tools.0.type"));
+        let e = run(json!({"model": "m", "messages": [], "metadata": {"other": 1}})).unwrap_err();
+        assert_eq!(param(e).as_deref(), Some("metadata.other"));
+        let e = run(json!({"model": "m"})).unwrap_err();
+        assert_eq!(param(e).as_deref(), Some("messages"));
+    }
+}
