@@ -4,6 +4,7 @@
 //! `chat.completion` (rule 16).
 #![allow(dead_code)]
 
+pub mod messages;
 pub mod responses;
 
 use std::collections::{BTreeMap, HashSet};
