@@ -7,8 +7,11 @@
 mod common;
 mod conformance;
 
-use common::{TestGateway, post};
+use bytes::Bytes;
+use common::{Mock, Reply, TestGateway, post, provider_toml, send};
 use conformance::messages::check_messages;
+use http::Request;
+use http_body_util::Full;
 use serde_json::{Value, json};
 
 fn weather() -> Value {
@@ -130,4 +133,71 @@ async fn errors_take_anthropic_shape() {
     let r = post(&gw.url("/v1/messages/count_tokens"), &ask().to_string()).await;
     assert_eq!(r.status, 501);
     assert_eq!(r.json()["type"], "error");
+}
+
+#[tokio::test]
+async fn x_api_key_is_the_inbound_key_and_never_forwarded() {
+    // SAFETY: the variable name is unique to this test.
+    unsafe { std::env::set_var("TOOLGATE_TEST_ANTHROPIC_KEYS", "key-one") };
+    let mock = Mock::start(|_| {
+        Reply::json(
+            r#"{"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+              "tool_calls": [{"id": "call_x1", "type": "function", "function": {"name": "GetWeather", "arguments": "{\"location\":\"Oslo\"}"}}]},
+              "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}}"#,
+        )
+    })
+    .await;
+    let toml = format!(
+        "[server.auth]\napi_keys_env = \"TOOLGATE_TEST_ANTHROPIC_KEYS\"\n{}",
+        provider_toml("up", &mock.url(), "[\"m\"]", "")
+    );
+    let gw = TestGateway::start(&toml).await;
+    let mut body = ask();
+    body["model"] = json!("m");
+    body["metadata"] = json!({"user_id": "u-7"});
+    let with = |key: Option<&str>| {
+        let mut b =
+            Request::post(gw.url("/v1/messages")).header("content-type", "application/json");
+        if let Some(k) = key {
+            b = b.header("x-api-key", k);
+        }
+        b.body(Full::new(Bytes::from(body.to_string()))).unwrap()
+    };
+    let r = send(with(Some("nope"))).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.json()["error"]["type"], "authentication_error");
+    assert_eq!(mock.count(), 0);
+
+    let r = send(with(Some("key-one"))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let seen = mock.last();
+    assert!(
+        seen.headers.get("x-api-key").is_none(),
+        "the inbound key must not go upstream"
+    );
+    let sent: Value = serde_json::from_slice(&seen.body).unwrap();
+    assert_eq!(
+        sent["messages"][0],
+        json!({"role": "system", "content": "Be brief."})
+    );
+    assert_eq!(sent["user"], "u-7");
+    assert_eq!(sent["max_tokens"], 256);
+    assert_eq!(
+        sent["tools"][0]["function"]["parameters"],
+        weather()["input_schema"]
+    );
+    let mut content = r.json()["content"].clone();
+    let id = content[0]["id"].take();
+    assert!(id.as_str().unwrap().starts_with("toolu_"), "{id}");
+    assert_eq!(
+        content,
+        json!([{"type": "tool_use", "id": null, "name": "GetWeather", "input": {"location": "Oslo"}}])
+    );
+    assert_eq!(r.json()["stop_reason"], "tool_use");
+    assert_eq!(
+        r.json()["usage"],
+        json!({"input_tokens": 11, "output_tokens": 4})
+    );
 }

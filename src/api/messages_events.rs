@@ -190,7 +190,7 @@ impl MessagesEvents {
         } else if call.id.starts_with("toolu_") {
             call.id
         } else {
-            format!("toolu_{}", call.id)
+            format!("toolu_{}", call.id.trim_start_matches("call_"))
         };
         let block = json!({"type": "tool_use", "id": id, "name": call.name});
         self.tool_block(block, "input", &call.arguments);
