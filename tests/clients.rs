@@ -874,3 +874,61 @@ async fn the_same_clients_accept_toolgates_rewrite_of_two_calls() {
         assert_eq!(r["finish_reason"], "tool_calls");
     }
 }
+
+// ---------------------------------------------------------------------------
+// The official `anthropic` Python SDK against /v1/messages
+
+/// The seed call, as the Anthropic SDK reads it from a natural-mode model.
+fn assert_anthropic_seed_call(r: &Value) {
+    assert_eq!(r["stop_reason"], "tool_use", "{r:#}");
+    let calls = r["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{r:#}");
+    assert!(calls[0]["id"].as_str().unwrap().starts_with("toolu_"));
+    assert_eq!(calls[0]["name"], "GetWeather");
+    assert_eq!(
+        calls[0]["input"],
+        json!({"location": "San Francisco, CA", "unit": "fahrenheit"})
+    );
+}
+
+#[tokio::test]
+async fn python_anthropic_messages_create_with_tools_through_the_mock() {
+    let mock = natural_model(SEED_REPLY).await;
+    let gw = natural_gateway(&mock).await;
+    let run = python_run("anthropic_create", &base_url(&gw), UP_MODEL).await;
+    let r = run.success();
+    assert_anthropic_seed_call(r);
+}
+
+#[tokio::test]
+async fn python_anthropic_messages_stream_final_message() {
+    let mock = natural_model(SEED_REPLY).await;
+    let gw = natural_gateway(&mock).await;
+    let run = python_run("anthropic_stream", &base_url(&gw), UP_MODEL).await;
+    let r = run.success();
+    assert_anthropic_seed_call(r);
+    assert_eq!(r["text"].as_str().map(str::trim), Some(SEED_TEXT), "{r:#}");
+    let events: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(events.first(), Some(&"message_start"), "{events:?}");
+    assert_eq!(events.last(), Some(&"message_stop"), "{events:?}");
+    assert!(events.contains(&"input_json"), "{events:?}");
+}
+
+#[tokio::test]
+async fn python_anthropic_tool_loop_against_the_demo_model() {
+    let gw = demo_gateway().await;
+    let run = python_run("anthropic_tool_loop", &base_url(&gw), "demo").await;
+    let r = run.success();
+    assert_eq!(r["call"]["name"], "GetWeather", "{r:#}");
+    let location = r["call"]["arguments"]["location"].as_str().unwrap();
+    assert_eq!(r["result"], format!("21 C and sunny in {location}"));
+    assert_eq!(
+        r["answer"],
+        format!("GetWeather returned: {}", r["result"].as_str().unwrap())
+    );
+}

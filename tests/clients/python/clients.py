@@ -286,6 +286,69 @@ def three_turns() -> dict:
     return {"chats": chats, "turns": len(messages)}
 
 
+ANTHROPIC_WEATHER = {
+    "name": "GetWeather",
+    "description": "Current weather at a location",
+    "input_schema": GET_WEATHER["function"]["parameters"],
+}
+
+
+def anthropic_client():
+    """The official `anthropic` SDK: its base URL has no `/v1`."""
+    import anthropic
+
+    base = os.environ["CLIENT_TESTS_BASE_URL"].removesuffix("/").removesuffix("/v1")
+    return anthropic.Anthropic(base_url=base, api_key="unused-by-toolgate-tests", max_retries=0, timeout=20.0)
+
+
+def anthropic_create() -> dict:
+    """`messages.create` with tools: the model's call is a `tool_use` block."""
+    m = anthropic_client().messages.create(
+        model=model(), max_tokens=256, tools=[ANTHROPIC_WEATHER],
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+    )
+    calls = [b for b in m.content if b.type == "tool_use"]
+    assert m.stop_reason == "tool_use", f"stop_reason {m.stop_reason}"
+    assert len(calls) == 1 and calls[0].id.startswith("toolu_"), m
+    return {"stop_reason": m.stop_reason, "calls": [{"id": c.id, "name": c.name, "input": c.input} for c in calls],
+            "usage": {"input_tokens": m.usage.input_tokens, "output_tokens": m.usage.output_tokens}}
+
+
+def anthropic_stream() -> dict:
+    """`messages.stream`: the SDK accumulates the events (and raises on
+    malformed ones) into `get_final_message()`."""
+    events = []
+    with anthropic_client().messages.stream(
+        model=model(), max_tokens=256, tools=[ANTHROPIC_WEATHER],
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+    ) as stream:
+        for event in stream:
+            events.append(event.type)
+        final = stream.get_final_message()
+    calls = [{"id": b.id, "name": b.name, "input": b.input} for b in final.content if b.type == "tool_use"]
+    text = "".join(b.text for b in final.content if b.type == "text")
+    return {"stop_reason": final.stop_reason, "calls": calls, "text": text, "events": events,
+            "usage": {"input_tokens": final.usage.input_tokens, "output_tokens": final.usage.output_tokens}}
+
+
+def anthropic_tool_loop() -> dict:
+    """A whole tool loop: `tool_use`, the SDK's content back in the history, a
+    `tool_result`, then the model's text answer."""
+    c = anthropic_client()
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first = c.messages.create(model=model(), max_tokens=256, tools=[ANTHROPIC_WEATHER], messages=messages)
+    assert first.stop_reason == "tool_use", f"stop_reason {first.stop_reason}"
+    call = next(b for b in first.content if b.type == "tool_use")
+    result = get_weather(**call.input)
+    messages.append({"role": "assistant", "content": first.content})
+    messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": result}]})
+    second = c.messages.create(model=model(), max_tokens=256, tools=[ANTHROPIC_WEATHER], messages=messages)
+    assert second.stop_reason == "end_turn", f"stop_reason {second.stop_reason}"
+    assert not [b for b in second.content if b.type == "tool_use"], second
+    return {"call": {"name": call.name, "arguments": call.input}, "result": result,
+            "answer": "".join(b.text for b in second.content if b.type == "text")}
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
@@ -297,6 +360,9 @@ SCENARIOS = {
         responses_stream,
         responses_gateway,
         agents_loop,
+        anthropic_create,
+        anthropic_stream,
+        anthropic_tool_loop,
     )
 }
 
