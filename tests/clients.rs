@@ -932,3 +932,22 @@ async fn python_anthropic_tool_loop_against_the_demo_model() {
         format!("GetWeather returned: {}", r["result"].as_str().unwrap())
     );
 }
+
+#[tokio::test]
+async fn node_anthropic_streams_a_tool_call() {
+    let mock = natural_model(SEED_REPLY).await;
+    let gw = natural_gateway(&mock).await;
+    let run = node_run("anthropic_stream", &base_url(&gw), UP_MODEL).await;
+    let r = run.success();
+    assert_anthropic_seed_call(r);
+    assert_eq!(r["text"].as_str().map(str::trim), Some(SEED_TEXT), "{r:#}");
+    let events: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(events.first(), Some(&"message_start"), "{events:?}");
+    assert_eq!(events.last(), Some(&"message_stop"), "{events:?}");
+    assert!(events.contains(&"content_block_delta"), "{events:?}");
+}

@@ -1,4 +1,4 @@
-// The official `openai` npm package driven against a running toolgate.
+// The official `openai` and `@anthropic-ai/sdk` npm packages driven against a running toolgate.
 //
 // Run by tests/clients.rs as `node clients.mjs SCENARIO` with:
 //   CLIENT_TESTS_BASE_URL  the gateway's `/v1` URL (loopback only)
@@ -10,6 +10,7 @@
 
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 
 const SDK = JSON.parse(
@@ -183,7 +184,29 @@ async function responsesStream() {
   return { status: final.status, calls, text: final.output_text, events: [...kinds].sort() };
 }
 
+// `messages.stream` from the official Anthropic SDK: the model's call streams
+// as a `tool_use` block, accumulated into `finalMessage()`.
+async function anthropicStream() {
+  const base = process.env.CLIENT_TESTS_BASE_URL.replace(/\/$/, '').replace(/\/v1$/, '');
+  const anthropic = new Anthropic({ baseURL: base, apiKey: 'unused-by-toolgate-tests', maxRetries: 0, timeout: 20_000 });
+  const stream = anthropic.messages.stream({
+    model: model(),
+    max_tokens: 256,
+    tools: [{ name: 'GetWeather', description: 'Current weather at a location', input_schema: WEATHER_PARAMS }],
+    messages: [{ role: 'user', content: "What's the weather like in San Francisco today?" }],
+  });
+  const events = [];
+  for await (const event of stream) events.push(event.type);
+  const final = await stream.finalMessage();
+  const calls = final.content
+    .filter((b) => b.type === 'tool_use')
+    .map((b) => ({ id: b.id, name: b.name, input: b.input }));
+  const text = final.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+  return { stop_reason: final.stop_reason, calls, text, events };
+}
+
 const SCENARIOS = {
+  anthropic_stream: anthropicStream,
   gateway_tools: gatewayTools,
   responses_stream: responsesStream,
   stream_helper: streamHelper,
