@@ -275,6 +275,12 @@ impl Config {
                 &mcp_servers,
                 &http_tools,
             )?;
+            if provider.api == Api::Anthropic && provider.tools.gateway.is_some() {
+                return Err(ConfigError::new(
+                    format!("{path}.api"),
+                    "a provider with `api = \"anthropic\"` passes /v1/messages through untouched, so it cannot run gateway tools",
+                ));
+            }
             providers.push(Arc::new(provider));
         }
         for (i, p) in providers.iter().enumerate() {
@@ -549,13 +555,18 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
             let key = std::env::var(var).map_err(|_| {
                 ConfigError::new(&key_path, format!("environment variable {var} is not set"))
             })?;
-            let mut value =
-                HeaderValue::try_from(format!("Bearer {}", key.trim())).map_err(|_| {
-                    ConfigError::new(
-                        &key_path,
-                        format!("{var} holds characters not allowed in a header"),
-                    )
-                })?;
+            // Anthropic takes its key as `x-api-key` (see `upstream`).
+            let value = if raw.api == Api::Anthropic {
+                key.trim().to_owned()
+            } else {
+                format!("Bearer {}", key.trim())
+            };
+            let mut value = HeaderValue::try_from(value).map_err(|_| {
+                ConfigError::new(
+                    &key_path,
+                    format!("{var} holds characters not allowed in a header"),
+                )
+            })?;
             value.set_sensitive(true);
             Some(value)
         }
@@ -574,6 +585,14 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
         return Err(ConfigError::new(
             format!("{path}.api"),
             "the built-in demo model speaks Chat Completions only",
+        ));
+    }
+    if raw.api == Api::Anthropic
+        && (matches!(target, Target::Demo(_)) || tools.mode != Mode::Passthrough)
+    {
+        return Err(ConfigError::new(
+            format!("{path}.api"),
+            "a provider with `api = \"anthropic\"` is a passthrough for /v1/messages only: it takes no demo model, no tool mode but passthrough and no gateway tools",
         ));
     }
     if raw.api == Api::Responses && tools.mode == Mode::Natural {

@@ -543,7 +543,19 @@ where
         ))
         .await;
     }
-    if parts.method == Method::POST && crate::api::messages::is_messages_path(parts.uri.path()) {
+    let messages =
+        parts.method == Method::POST && crate::api::messages::is_messages_path(parts.uri.path());
+    if provider.api == Api::Anthropic && !messages {
+        return Err(GatewayError::bad_request(
+            format!(
+                "provider `{}` speaks Anthropic's Messages API only (`api = \"anthropic\"`): send POST /v1/messages",
+                provider.name
+            ),
+            Some("model"),
+        ));
+    }
+    // An `api = "anthropic"` provider gets /v1/messages untouched (below).
+    if messages && provider.api != Api::Anthropic {
         if provider.api != Api::Chat {
             return Err(GatewayError::bad_request(
                 format!(

@@ -243,7 +243,11 @@ fn prepare_headers(provider: &Provider, req: &mut Request<Full<Bytes>>) {
     // The body may have been rewritten; hyper sets the length from the body.
     headers.remove(header::CONTENT_LENGTH);
     if let Some(auth) = &provider.authorization {
-        headers.insert(header::AUTHORIZATION, auth.clone());
+        if provider.api == crate::config::Api::Anthropic {
+            headers.insert("x-api-key", auth.clone());
+        } else {
+            headers.insert(header::AUTHORIZATION, auth.clone());
+        }
     }
     for (name, value) in &provider.headers {
         headers.insert(name.clone(), value.clone());

@@ -201,3 +201,49 @@ async fn x_api_key_is_the_inbound_key_and_never_forwarded() {
         json!({"input_tokens": 11, "output_tokens": 4})
     );
 }
+
+#[tokio::test]
+async fn an_anthropic_provider_gets_messages_untouched_with_its_key_as_x_api_key() {
+    // SAFETY: the variable name is unique to this test.
+    unsafe { std::env::set_var("TOOLGATE_TEST_ANTHROPIC_UPSTREAM_KEY", "sk-ant-up") };
+    let mock = Mock::start(|_| {
+        Reply::json(r#"{"id": "msg_up", "type": "message", "role": "assistant", "model": "claude-x", "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 3, "output_tokens": 1}}"#)
+    })
+    .await;
+    let toml = provider_toml(
+        "claude",
+        &mock.url(),
+        "[\"claude-x\"]",
+        "api = \"anthropic\"\napi_key_env = \"TOOLGATE_TEST_ANTHROPIC_UPSTREAM_KEY\"",
+    );
+    let gw = TestGateway::start(&toml).await;
+    // Fields toolgate could not translate pass untouched to Anthropic itself.
+    let body = json!({"model": "claude-x", "max_tokens": 5, "container": "c1",
+        "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&gw.url("/v1/messages"), &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["id"], "msg_up");
+    let seen = mock.last();
+    assert_eq!(seen.uri, "/v1/messages");
+    assert_eq!(seen.json(), body);
+    assert_eq!(seen.headers["x-api-key"], "sk-ant-up");
+    assert!(seen.headers.get("authorization").is_none());
+
+    let chat = json!({"model": "claude-x", "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&gw.url("/v1/chat/completions"), &chat.to_string()).await;
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("api = \\\"anthropic\\\""), "{}", r.text());
+    assert_eq!(mock.count(), 1);
+}
+
+#[test]
+fn an_anthropic_provider_takes_no_tool_mode_but_passthrough() {
+    let toml = provider_toml(
+        "claude",
+        "http://127.0.0.1:9",
+        "[\"claude-x\"]",
+        "api = \"anthropic\"\n[providers.tools]\nmode = \"natural\"",
+    );
+    let e = toolgate::config::Config::from_toml(&toml).unwrap_err();
+    assert!(e.to_string().contains("api"), "{e}");
+}

@@ -156,6 +156,8 @@ pub enum Api {
     #[default]
     Chat,
     Responses,
+    /// Anthropic's Messages API: only `/v1/messages` reaches it, untouched.
+    Anthropic,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
