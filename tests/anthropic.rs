@@ -247,3 +247,17 @@ fn an_anthropic_provider_takes_no_tool_mode_but_passthrough() {
     let e = toolgate::config::Config::from_toml(&toml).unwrap_err();
     assert!(e.to_string().contains("api"), "{e}");
 }
+
+#[tokio::test]
+async fn an_unreachable_upstream_is_an_api_error() {
+    let toml = provider_toml("up", "http://127.0.0.1:9", "[\"m\"]", "");
+    let gw = TestGateway::start(&toml).await;
+    let mut body = ask();
+    body["model"] = json!("m");
+    body["stream"] = json!(true);
+    let r = post(&gw.url("/v1/messages"), &body.to_string()).await;
+    // The upstream fails before the answer starts: a status, not a stream.
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.json()["type"], "error");
+    assert_eq!(r.json()["error"]["type"], "api_error");
+}
