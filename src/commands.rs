@@ -1,6 +1,9 @@
-//! The offline subcommands: `toolgate render` and `toolgate parse`. They run
-//! the same code the gateway runs, without a network, so a user can see what
-//! a natural-mode provider would receive and what a model output turns into.
+//! The subcommands besides serving. `render` and `parse` run the same code
+//! the gateway runs, without a network, so a user can see what a natural-mode
+//! provider would receive and what a model output turns into; `tools` lists
+//! the gateway tools; `probe` measures which syntax a model follows.
+
+pub mod probe;
 
 use serde_json::{Value, json};
 

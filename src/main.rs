@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use toolgate::commands::probe;
 use toolgate::config::{Config, Source};
 
 #[derive(Parser)]
@@ -48,6 +49,34 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         wait: u64,
     },
+    /// Send tool-use prompts through a provider in each natural syntax (and natively) and
+    /// report which syntax the model follows best.
+    Probe {
+        /// The provider (by name) to probe.
+        #[arg(long)]
+        provider: String,
+        /// The model to ask for (default: the provider's first model, when it is not a pattern).
+        #[arg(long)]
+        model: Option<String>,
+        /// Which syntaxes to try, comma-separated: tag, tool_call, bracket, native.
+        #[arg(long, default_value = "tag,tool_call,bracket,native")]
+        syntaxes: String,
+        /// JSONL file of cases (default: the built-in set).
+        #[arg(long, value_name = "FILE")]
+        cases: Option<PathBuf>,
+        /// How many times to send each case in each syntax.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        runs: u32,
+        /// `max_tokens` of each request.
+        #[arg(long, default_value_t = 256)]
+        max_tokens: u32,
+        /// Seconds to wait for each answer.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+        /// Print the results as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -82,6 +111,26 @@ fn main() -> ExitCode {
             print_result(result)
         }
         Some(Command::Tools { wait }) => list_tools(&config, wait),
+        Some(Command::Probe {
+            provider,
+            model,
+            syntaxes,
+            cases,
+            runs,
+            max_tokens,
+            timeout,
+            json,
+        }) => {
+            let options =
+                probe_options(provider, model, &syntaxes, cases, runs, max_tokens, timeout);
+            match options {
+                Ok(options) => probe(config, &options, json),
+                Err(e) => {
+                    eprintln!("toolgate: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Some(Command::Parse { .. }) => unreachable!("handled before loading a config"),
         None => serve(config, path),
     }
@@ -127,6 +176,82 @@ fn list_tools(config: &Config, wait: u64) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn probe_options(
+    provider: String,
+    model: Option<String>,
+    syntaxes: &str,
+    cases: Option<PathBuf>,
+    runs: u32,
+    max_tokens: u32,
+    timeout: u64,
+) -> Result<probe::Options, String> {
+    let cases = match cases {
+        None => probe::cases::builtin(),
+        Some(path) => std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            .and_then(|text| probe::cases::from_jsonl(&text))
+            .map_err(|e| format!("{}: {e}", path.display()))?,
+    };
+    Ok(probe::Options {
+        provider,
+        model,
+        arms: probe::Arm::parse_list(syntaxes)?,
+        cases,
+        runs: runs as usize,
+        max_tokens,
+        timeout: std::time::Duration::from_secs(timeout),
+    })
+}
+
+fn probe(config: Config, options: &probe::Options, json: bool) -> ExitCode {
+    let runtime = match toolgate::workers::runtime() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("toolgate: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let tty = std::io::stderr().is_terminal();
+    let mut draw = |p: probe::Progress| {
+        if tty {
+            eprint!("\r{}", progress_bar(p));
+            if p.done == p.total {
+                eprint!("\r{:width$}\r", "", width = 60);
+            }
+        }
+    };
+    let report = runtime.block_on(probe::run(config, options, &mut draw));
+    toolgate::log_writer::flush();
+    match report {
+        Ok(report) if json => {
+            println!("{:#}", report.json());
+            ExitCode::SUCCESS
+        }
+        Ok(report) => {
+            print!("{}", report.table());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("toolgate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `[#########...........]  9/20  tool_call`
+fn progress_bar(p: probe::Progress) -> String {
+    const WIDTH: usize = 30;
+    let filled = WIDTH * p.done / p.total.max(1);
+    format!(
+        "[{}{}] {}/{}  {:<9}",
+        "#".repeat(filled),
+        ".".repeat(WIDTH - filled),
+        p.done,
+        p.total,
+        p.arm.as_str()
+    )
 }
 
 fn print_result(result: Result<String, String>) -> ExitCode {

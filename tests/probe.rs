@@ -1,0 +1,256 @@
+//! `toolgate probe` through the gateway's own path, against a mock model
+//! that answers each syntax in its own way, and the real binary against the
+//! embedded demo model.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Mock, Reply, fast_server, provider_toml, upstream_completion};
+use serde_json::{Value, json};
+use toolgate::commands::probe::{self, Arm};
+use toolgate::config::Config;
+
+/// The call a cooperative model makes for each built-in prompt.
+fn call_for(prompt: &str) -> (&'static str, Value) {
+    if prompt.contains("weather") {
+        ("get_weather", json!({"location": "Paris"}))
+    } else if prompt.contains("Tokyo") {
+        ("get_time", json!({"timezone": "Asia/Tokyo"}))
+    } else if prompt.contains("email") {
+        (
+            "send_email",
+            json!({"to": "alice@example.com", "subject": "lunch", "body": "See you at noon."}),
+        )
+    } else if prompt.contains("thermostat") {
+        (
+            "set_thermostat",
+            json!({"temperature": 21, "unit": "celsius"}),
+        )
+    } else {
+        // The prompt that needs no tool: this model calls one anyway.
+        ("get_weather", json!({"location": "Paris"}))
+    }
+}
+
+/// Tag syntax: a good call for every prompt. tool_call: a block whose
+/// arguments break the schema. Bracket: plain text. Native tools: refused.
+fn model(request: &Value) -> Reply {
+    if request.get("tools").is_some() {
+        return Reply::Full {
+            status: 400,
+            headers: vec![("content-type", "application/json".into())],
+            body: r#"{"error":{"message":"tools are not supported by this server","type":"invalid_request_error"}}"#.into(),
+        };
+    }
+    let messages = request["messages"].as_array().unwrap();
+    let system = messages[0]["content"].as_str().unwrap_or_default();
+    let user = messages.last().unwrap()["content"].as_str().unwrap();
+    let (name, arguments) = call_for(user);
+    let text = if system.contains("<tool_call name=\"ToolName\">") {
+        format!("<tool_call name=\"{name}\">{{\"nope\": 1}}</tool_call>")
+    } else if system.contains("<ToolName>") {
+        format!("Sure.\n<{name}>\n```json\n{arguments}\n```\n</{name}>")
+    } else {
+        "Bonjour ! I cannot do that.".to_owned()
+    };
+    Reply::json(&upstream_completion(&text))
+}
+
+fn options(arms: Vec<Arm>, runs: usize) -> probe::Options {
+    probe::Options {
+        provider: "local".into(),
+        model: None,
+        arms,
+        cases: probe::cases::builtin(),
+        runs,
+        max_tokens: 64,
+        timeout: Duration::from_secs(10),
+    }
+}
+
+fn arm<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["syntaxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["syntax"] == name)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn probe_counts_each_syntax_through_the_gateways_own_path() {
+    let mock = Mock::start(|r| model(&r.json())).await;
+    let toml = format!(
+        "{}{}",
+        fast_server(),
+        provider_toml(
+            "local",
+            &mock.url(),
+            "[\"small-model\"]",
+            // The probe counts invalid blocks whatever the provider does with them.
+            "[providers.tools]\nmode = \"passthrough\"\non_invalid = \"text\"\n"
+        )
+    );
+    let config = Config::from_toml(&toml).unwrap();
+    let mut seen = Vec::new();
+    let report = probe::run(config, &options(Arm::ALL.to_vec(), 2), &mut |p| {
+        seen.push(p.done)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        seen,
+        (1..=40).collect::<Vec<_>>(),
+        "progress after every request"
+    );
+    let json = report.json();
+
+    let tag = arm(&json, "tag");
+    assert_eq!(tag["attempts"], 10);
+    assert_eq!(tag["expected_call"], 8, "{tag:#}");
+    assert_eq!(tag["valid_arguments"], 8);
+    assert_eq!(tag["wrong_tool"], 0);
+    assert_eq!(tag["unwanted_calls"], 2);
+    assert_eq!(tag["invalid_blocks"], 0);
+
+    let tool_call = arm(&json, "tool_call");
+    assert_eq!(tool_call["invalid_blocks"], 10, "{tool_call:#}");
+    assert_eq!(tool_call["expected_call"], 0);
+
+    let bracket = arm(&json, "bracket");
+    assert_eq!(bracket["no_call"], 8, "{bracket:#}");
+    assert_eq!(bracket["unwanted_calls"], 0);
+    assert_eq!(bracket["errors"], 0);
+
+    let native = arm(&json, "native");
+    assert_eq!(native["available"], false, "{native:#}");
+    assert_eq!(native["errors"], 10);
+    assert!(
+        native["first_error"]
+            .as_str()
+            .unwrap()
+            .contains("not supported"),
+        "{native:#}"
+    );
+
+    // What the upstream received: the provider's model name without the
+    // probe's routing prefix, the contracts in the arm's syntax, max_tokens.
+    let requests = mock.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 40);
+    for r in &requests {
+        let body = r.json();
+        assert_eq!(body["model"], "small-model");
+        assert_eq!(body["max_tokens"], 64);
+    }
+    let natural = requests
+        .iter()
+        .filter(|r| r.json().get("tools").is_none())
+        .count();
+    assert_eq!(natural, 30, "three natural arms, the tools as contracts");
+
+    let table = report.table();
+    assert!(
+        table.contains("provider local, model small-model: 5 cases x 2 run(s)"),
+        "{table}"
+    );
+    let tag_row = table.lines().find(|l| l.starts_with("tag ")).unwrap();
+    assert!(
+        tag_row.contains("8/8 100%") && tag_row.contains("2/2 100%"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("native ") && l.contains("unavailable")),
+        "{table}"
+    );
+}
+
+#[tokio::test]
+async fn probe_refuses_what_it_cannot_measure() {
+    let toml = format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("any", "http://127.0.0.1:9/v1", "[\"llama-*\"]", "")
+    );
+    let run = |name: &str, model: Option<&str>| {
+        let config = Config::from_toml(&toml).unwrap();
+        let mut o = options(vec![Arm::Native], 1);
+        o.provider = name.into();
+        o.model = model.map(str::to_owned);
+        async move { probe::run(config, &o, &mut |_| {}).await }
+    };
+    let e = run("nope", None).await.unwrap_err();
+    assert!(e.contains("no provider named \"nope\""), "{e}");
+    let e = run("any", None).await.unwrap_err();
+    assert!(e.contains("--model"), "{e}");
+    // With a model named, a dead upstream is a report of errors, not a crash.
+    let report = run("any", Some("llama-3")).await.unwrap().json();
+    assert_eq!(arm(&report, "native")["errors"], 5);
+    assert!(
+        Arm::parse_list("tag,json")
+            .unwrap_err()
+            .contains("\"json\"")
+    );
+    assert_eq!(
+        Arm::parse_list("bracket, tag,bracket").unwrap(),
+        vec![
+            Arm::Natural(toolgate::natural::syntax::Syntax::Bracket),
+            Arm::Natural(toolgate::natural::syntax::Syntax::Tag)
+        ]
+    );
+}
+
+#[test]
+fn the_binary_probes_the_demo_model_with_a_cases_file() {
+    let dir = std::env::temp_dir().join(format!("toolgate-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = dir.join("cases.jsonl");
+    let tool = json!({"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}});
+    let lines = [
+        json!({"name": "look up", "prompt": "Please lookup `rust`.", "tools": [tool], "expect": {"name": "lookup", "arguments": {"query": "rust"}}}),
+        json!({"name": "chat", "prompt": "Hi there", "tools": [tool], "tool_choice": "none"}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&cases, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args([
+            "probe",
+            "--provider",
+            "demo",
+            "--syntaxes",
+            "bracket,native",
+            "--json",
+            "--cases",
+        ])
+        .arg(&cases)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["provider"], "demo");
+    for name in ["bracket", "native"] {
+        let a = arm(&report, name);
+        // The demo copies a code span into the first string argument and
+        // honours tool_choice "none".
+        assert_eq!(a["expected_call"], 1, "{a:#}");
+        assert_eq!(a["unwanted_calls"], 0, "{a:#}");
+        assert_eq!(a["cases"][1]["name"], "chat");
+    }
+
+    std::fs::write(&cases, "{\"prompt\": \"hi\"}\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["probe", "--provider", "demo", "--cases"])
+        .arg(&cases)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 1") && err.contains("`tools`"), "{err}");
+}
