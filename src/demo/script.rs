@@ -136,7 +136,12 @@ fn with_span(example: &str, span: &str) -> String {
     let Ok(mut json) = serde_json::from_str::<Value>(&example[open..=close]) else {
         return example.to_owned();
     };
-    if !fill_first_string(&mut json, span) {
+    // A bracket call wraps the arguments: {"name": …, "arguments": {…}}.
+    let arguments = match json.get_mut("arguments") {
+        Some(inner) if inner.is_object() => inner,
+        _ => &mut json,
+    };
+    if !fill_first_string(arguments, span) {
         return example.to_owned();
     }
     format!("{}{}{}", &example[..open], json, &example[close + 1..])
@@ -245,6 +250,19 @@ mod tests {
         );
         let req = json!({"messages": [{"role": "system", "content": system}, {"role": "user", "content": "hm"}]});
         assert!(reply(&req).unwrap().contains("</GetWeather>"));
+    }
+
+    #[test]
+    fn a_code_span_fills_the_arguments_of_a_bracket_call_not_its_name() {
+        let example = r#"[Calling lookup]{"name": "lookup", "arguments": {"query":"example"}}"#;
+        assert_eq!(
+            with_span(example, "rust"),
+            r#"[Calling lookup]{"name":"lookup","arguments":{"query":"rust"}}"#
+        );
+        assert_eq!(
+            with_span("<lookup>\n{\"query\": \"x\"}\n</lookup>", "rust"),
+            "<lookup>\n{\"query\":\"rust\"}\n</lookup>"
+        );
     }
 
     #[test]
