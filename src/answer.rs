@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use crate::api::from_responses::FromResponses;
 use crate::api::to_responses;
 use crate::body::Body;
-use crate::config::{Api, Mode, Provider};
+use crate::config::{Api, Mode, Provider, ShowGatewayTools};
 use crate::error::GatewayError;
 use crate::exchange::{Event, Sink};
 use crate::gateway::Runtime;
@@ -135,9 +135,15 @@ impl Running {
         self.rounds.offer()
     }
 
-    /// Records the answer's events in a transcript as they happen.
-    pub fn record(&mut self, recorder: Option<Recorder>) {
-        self.recorder = recorder;
+    /// The transcript chat this answer is recorded in (with a store).
+    pub fn chat_id(&self) -> Option<&str> {
+        self.recorder.as_ref().map(Recorder::chat_id)
+    }
+
+    /// How the door shows the gateway's calls (`show_gateway_tools`).
+    pub fn show(&self) -> ShowGatewayTools {
+        let gateway = self.plan.upstream.provider.tools.gateway.as_ref();
+        gateway.map_or(ShowGatewayTools::Fields, |g| g.show)
     }
 
     /// Drives the answer to its end into `out`; the gateway's steps of an
@@ -254,12 +260,14 @@ pub fn offer(runtime: &Runtime, provider: &Provider) -> Result<Offer, GatewayErr
     }
 }
 
-/// Prepares the request and sends the first round.
+/// Links the transcript (with a store), prepares the request and sends the
+/// first round.
 pub async fn start(
     runtime: Arc<Runtime>,
     provider: Arc<Provider>,
     ask: Ask,
 ) -> Result<Started, GatewayError> {
+    let recorder = recorder(&runtime, &provider, &ask.request, &ask.headers).await;
     let offer = offer(&runtime, &provider)?;
     let tools = &provider.tools;
     if !offer.is_empty() && tools.mode != Mode::ToNatural {
@@ -305,7 +313,7 @@ pub async fn start(
         rounds,
         first,
         runtime,
-        recorder: None,
+        recorder,
     })))
 }
 

@@ -13,7 +13,7 @@ use crate::answer::{self, Ask, Started};
 use crate::api::chat_events::ChatEvents;
 use crate::api::chat_message::ChatMessage;
 use crate::body::Body;
-use crate::config::{Provider, ShowGatewayTools};
+use crate::config::Provider;
 use crate::error::GatewayError;
 use crate::gateway::Runtime;
 use crate::tools::drive;
@@ -31,23 +31,17 @@ pub async fn handle(
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         == Some(true);
-    let show = provider
-        .tools
-        .gateway
-        .as_ref()
-        .map_or(ShowGatewayTools::Fields, |g| g.show);
-    let recorder = answer::recorder(&runtime, &provider, &request, &parts.headers).await;
-    let chat = recorder.as_ref().map(|r| r.chat_id().to_owned());
     let ask = Ask {
         request,
         uri: parts.uri,
         headers: parts.headers,
     };
-    let mut running = match answer::start(runtime, provider, ask).await? {
+    let running = match answer::start(runtime, provider, ask).await? {
         Started::Refused(response) => return Ok(response),
         Started::Running(running) => running,
     };
-    running.record(recorder);
+    let chat = running.chat_id().map(str::to_owned);
+    let show = running.show();
     if stream {
         let encoder = ChatEvents::new(include_usage, show);
         let body = drive::spawn(encoder, move |mut out| {

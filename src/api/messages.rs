@@ -15,7 +15,7 @@ use crate::answer::{self, Ask, Started};
 use crate::api::messages_events::MessagesEvents;
 use crate::api::messages_request;
 use crate::body::{self, Body};
-use crate::config::{Provider, ShowGatewayTools};
+use crate::config::Provider;
 use crate::error::GatewayError;
 use crate::gateway::Runtime;
 use crate::tools::drive;
@@ -77,24 +77,18 @@ pub async fn handle(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let show = provider
-        .tools
-        .gateway
-        .as_ref()
-        .map_or(ShowGatewayTools::Fields, |g| g.show);
     let uri = http::Uri::from_static("/v1/chat/completions");
-    let recorder = answer::recorder(&runtime, &provider, &translated.chat, &parts.headers).await;
-    let chat = recorder.as_ref().map(|r| r.chat_id().to_owned());
     let ask = Ask {
         request: translated.chat,
         uri,
         headers: parts.headers,
     };
-    let mut running = match answer::start(runtime, provider, ask).await? {
+    let running = match answer::start(runtime, provider, ask).await? {
         Started::Refused(response) => return Ok(response),
         Started::Running(running) => running,
     };
-    running.record(recorder);
+    let chat = running.chat_id().map(str::to_owned);
+    let show = running.show();
     let mut encoder = MessagesEvents::new(&model, translated.stream, show);
     if translated.stream {
         let body = drive::spawn(encoder, move |mut out| {
