@@ -19,8 +19,11 @@ pub mod transcripts;
 use http::{HeaderValue, Response, header};
 use serde_json::{Map, Value};
 
+use crate::answer::{self, Running};
 use crate::body::{self, Body};
 use crate::error::GatewayError;
+use crate::exchange::Sink;
+use crate::tools::drive::{self, Output, Take};
 
 /// A `200` server-sent event stream.
 pub fn event_stream(body: Body) -> Response<Body> {
@@ -42,6 +45,35 @@ pub fn json(value: &Value) -> Response<Body> {
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// An answer streamed to the client through `encoder`, as server-sent
+/// events, tagged with the transcript chat it is recorded in.
+pub fn streamed<E>(running: Box<Running>, encoder: E) -> Response<Body>
+where
+    E: Sink + Take + Send + 'static,
+{
+    let chat = running.chat_id().map(str::to_owned);
+    let body = drive::spawn(encoder, move |mut out| {
+        Box::pin(async move { running.drive(&mut out).await })
+    });
+    let mut response = event_stream(body);
+    answer::tag_chat(&mut response, chat.as_deref());
+    response
+}
+
+/// An answer driven to its end into `sink`, then sent whole as the JSON
+/// `finish` makes of it (or its error), tagged with its transcript chat.
+pub async fn whole<S: Output>(
+    running: Box<Running>,
+    mut sink: S,
+    finish: impl FnOnce(S) -> Result<Value, GatewayError>,
+) -> Result<Response<Body>, GatewayError> {
+    let chat = running.chat_id().map(str::to_owned);
+    running.drive(&mut sink).await;
+    let mut response = json(&finish(sink)?);
+    answer::tag_chat(&mut response, chat.as_deref());
+    Ok(response)
 }
 
 /// A front door's request body: a JSON object, or a `400` saying why not.

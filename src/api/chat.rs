@@ -16,7 +16,6 @@ use crate::body::Body;
 use crate::config::Provider;
 use crate::error::GatewayError;
 use crate::gateway::Runtime;
-use crate::tools::drive;
 
 pub async fn handle(
     runtime: Arc<Runtime>,
@@ -40,21 +39,17 @@ pub async fn handle(
         Started::Refused(response) => return Ok(response),
         Started::Running(running) => running,
     };
-    let chat = running.chat_id().map(str::to_owned);
     let show = running.show();
     if stream {
-        let encoder = ChatEvents::new(include_usage, show);
-        let body = drive::spawn(encoder, move |mut out| {
-            Box::pin(async move { running.drive(&mut out).await })
-        });
-        let mut response = super::event_stream(body);
-        answer::tag_chat(&mut response, chat.as_deref());
-        return Ok(response);
+        return Ok(super::streamed(
+            running,
+            ChatEvents::new(include_usage, show),
+        ));
     }
-    let mut message = ChatMessage::new(show);
-    running.drive(&mut message).await;
-    let completion = message.into_completion()?;
-    let mut response = super::json(&completion);
-    answer::tag_chat(&mut response, chat.as_deref());
-    Ok(response)
+    super::whole(
+        running,
+        ChatMessage::new(show),
+        ChatMessage::into_completion,
+    )
+    .await
 }

@@ -18,7 +18,6 @@ use crate::body::{self, Body};
 use crate::config::Provider;
 use crate::error::GatewayError;
 use crate::gateway::Runtime;
-use crate::tools::drive;
 
 /// Whether `path` is one of this door's.
 pub fn is_messages_path(path: &str) -> bool {
@@ -87,22 +86,11 @@ pub async fn handle(
         Started::Refused(response) => return Ok(response),
         Started::Running(running) => running,
     };
-    let chat = running.chat_id().map(str::to_owned);
-    let show = running.show();
-    let mut encoder = MessagesEvents::new(&model, translated.stream, show);
+    let encoder = MessagesEvents::new(&model, translated.stream, running.show());
     if translated.stream {
-        let body = drive::spawn(encoder, move |mut out| {
-            Box::pin(async move { running.drive(&mut out).await })
-        });
-        let mut response = super::event_stream(body);
-        answer::tag_chat(&mut response, chat.as_deref());
-        return Ok(response);
+        return Ok(super::streamed(running, encoder));
     }
-    running.drive(&mut encoder).await;
-    let object = encoder.into_message()?;
-    let mut response = super::json(&object);
-    answer::tag_chat(&mut response, chat.as_deref());
-    Ok(response)
+    super::whole(running, encoder, MessagesEvents::into_message).await
 }
 
 #[cfg(test)]

@@ -17,7 +17,6 @@ use crate::body::Body;
 use crate::config::Provider;
 use crate::error::GatewayError;
 use crate::gateway::Runtime;
-use crate::tools::drive;
 
 pub async fn handle(
     runtime: Arc<Runtime>,
@@ -91,14 +90,12 @@ pub async fn handle(
         Started::Refused(response) => return Ok(response),
         Started::Running(running) => running,
     };
-    let chat = running.chat_id().map(str::to_owned);
-    let show = running.show();
     let mut encoder = ResponsesEvents::new(
         &model,
         &translated.echo,
         running.offer(),
         translated.stream,
-        show,
+        running.show(),
     );
     if let Some(store) = store.filter(|_| keep) {
         encoder.on_complete(Box::new(move |response: &Value| {
@@ -111,18 +108,9 @@ pub async fn handle(
         }));
     }
     if translated.stream {
-        let body = drive::spawn(encoder, move |mut out| {
-            Box::pin(async move { running.drive(&mut out).await })
-        });
-        let mut response = super::event_stream(body);
-        answer::tag_chat(&mut response, chat.as_deref());
-        return Ok(response);
+        return Ok(super::streamed(running, encoder));
     }
-    running.drive(&mut encoder).await;
-    let object = encoder.into_response()?;
-    let mut response = super::json(&object);
-    answer::tag_chat(&mut response, chat.as_deref());
-    Ok(response)
+    super::whole(running, encoder, ResponsesEvents::into_response).await
 }
 
 /// `GET` and `DELETE /v1/responses/{id}`: responses kept in the store.
