@@ -1,17 +1,23 @@
-//! Where log lines go: stderr, written when the runtime runs out of work.
+//! Where log lines go: stderr, written off the request path.
 //!
-//! Every request logs one line (target [`REQUEST_TARGET`]). Written straight
-//! to stderr, that is a write syscall per request, made while the request's
-//! task still runs. Those lines are appended to a buffer instead, and the
-//! buffer is written when a runtime worker is about to sleep ([`flush`] is
-//! the runtime's `on_thread_park` hook), after the responses that produced
-//! them have gone out. Under load many lines share one write; when idle, a
-//! line is written as soon as its request is done. Every other line, and a
-//! buffer past [`MAX_BUFFER`], is written at once (after what is buffered,
-//! so the order holds).
+//! Every `/v1` request logs one line (target [`REQUEST_TARGET`]), formatted
+//! by [`request_line`] without tracing's formatter and appended to a
+//! buffer. A flusher thread (`toolgate-log`, started by [`init`]) writes the
+//! buffer out a few times a second while lines keep coming, and sleeps
+//! while none do: a worker never makes a write syscall for its request
+//! lines, and under load thousands of lines share one write. Every other
+//! line, and a buffer past [`MAX_BUFFER`], is written at once, after what is
+//! buffered, so the order holds. Without the flusher (a library user that
+//! never called [`init`]), workers flush when they run out of work.
 
-use std::io::{self, Write};
-use std::sync::{Mutex, MutexGuard};
+pub mod request_line;
+
+use std::cell::{Cell, RefCell};
+use std::io::{self, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::thread::Thread;
+use std::time::Duration;
 
 use tracing::{Level, Metadata};
 use tracing_subscriber::fmt::MakeWriter;
@@ -22,14 +28,172 @@ pub const REQUEST_TARGET: &str = "toolgate::request";
 /// Buffered bytes beyond which lines are written without waiting.
 const MAX_BUFFER: usize = 64 * 1024;
 
+/// How long a request line may wait in the buffer while lines keep coming.
+const FLUSH_EVERY: Duration = Duration::from_millis(50);
+
 static BUFFER: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 
-/// Writes out what is buffered. Called when a worker parks and before exit.
+/// The flusher thread, once [`init`] started it.
+static FLUSHER: OnceLock<Thread> = OnceLock::new();
+/// The flusher is parked until a line arrives.
+static IDLE: AtomicBool = AtomicBool::new(false);
+
+/// How request lines are written: 0 through tracing (ANSI colours on a
+/// terminal), 1 text, 2 JSON.
+static LAYOUT: AtomicU8 = AtomicU8::new(LAYOUT_TRACING);
+const LAYOUT_TRACING: u8 = 0;
+const LAYOUT_TEXT: u8 = 1;
+const LAYOUT_JSON: u8 = 2;
+
+/// Sets the request lines' layout to match tracing's (`json` or text) and
+/// starts the flusher thread. Call once, when installing the subscriber.
+pub fn init(json: bool) {
+    let layout = if json {
+        LAYOUT_JSON
+    } else if io::stderr().is_terminal() {
+        // Colours for a person at a terminal: tracing's own formatter.
+        LAYOUT_TRACING
+    } else {
+        LAYOUT_TEXT
+    };
+    LAYOUT.store(layout, Ordering::Relaxed);
+    if FLUSHER.get().is_some() {
+        return;
+    }
+    let started = std::thread::Builder::new()
+        .name("toolgate-log".into())
+        .spawn(flusher);
+    if let Ok(handle) = started {
+        let _ = FLUSHER.set(handle.thread().clone());
+    }
+}
+
+/// Writes out what is buffered: before exit, and when a worker parks if no
+/// flusher thread runs.
 pub fn flush() {
+    write_pending();
     let buffer = lock();
     if !buffer.is_empty() {
         write_out(buffer, io::stderr().lock());
     }
+}
+
+/// A worker ran out of work: its request lines are formatted, and written
+/// unless the flusher thread does it.
+pub fn on_park() {
+    PARKS.set(true);
+    write_pending();
+    if FLUSHER.get().is_none() {
+        flush();
+    }
+}
+
+/// Writes the buffer out every [`FLUSH_EVERY`] while lines keep coming;
+/// parks when a round found none.
+fn flusher() {
+    loop {
+        std::thread::sleep(FLUSH_EVERY);
+        let buffer = lock();
+        if buffer.is_empty() {
+            // Announce the park before re-checking, so a line appended now
+            // either is seen below or unparks us (`IDLE` is read after it).
+            IDLE.store(true, Ordering::SeqCst);
+            drop(buffer);
+            if lock().is_empty() {
+                std::thread::park();
+            }
+            IDLE.store(false, Ordering::SeqCst);
+            continue;
+        }
+        write_out(buffer, io::stderr().lock());
+    }
+}
+
+/// Request lines held on a worker until it runs out of work.
+const MAX_PENDING: usize = 256;
+
+thread_local! {
+    /// This thread's request lines not yet formatted: a worker formats them
+    /// when it parks, after the responses went out, so a request's own line
+    /// costs nothing between its last byte in and its last byte out.
+    static PENDING: RefCell<Vec<request_line::RequestLine>> = const { RefCell::new(Vec::new()) };
+    /// This thread's runtime calls [`on_park`]: lines may wait for it.
+    static PARKS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Logs one request's line, if the filter lets `toolgate::request` at
+/// info through.
+pub fn request(line: request_line::RequestLine) {
+    if !tracing::enabled!(target: REQUEST_TARGET, tracing::Level::INFO) {
+        return;
+    }
+    if LAYOUT.load(Ordering::Relaxed) == LAYOUT_TRACING {
+        return through_tracing(&line);
+    }
+    if !PARKS.get() {
+        return write_lines(&[line]);
+    }
+    let full = PENDING.with_borrow_mut(|pending| {
+        pending.push(line);
+        pending.len() >= MAX_PENDING
+    });
+    if full {
+        write_pending();
+    }
+}
+
+/// Formats this thread's pending request lines into the buffer.
+fn write_pending() {
+    let lines = PENDING.with_borrow_mut(std::mem::take);
+    if !lines.is_empty() {
+        write_lines(&lines);
+        // Keep the allocation for the next round.
+        PENDING.with_borrow_mut(|pending| {
+            if pending.is_empty() {
+                let mut lines = lines;
+                lines.clear();
+                *pending = lines;
+            }
+        });
+    }
+}
+
+fn write_lines(lines: &[request_line::RequestLine]) {
+    let layout = if LAYOUT.load(Ordering::Relaxed) == LAYOUT_JSON {
+        request_line::Layout::Json
+    } else {
+        request_line::Layout::Text
+    };
+    let mut buffer = lock();
+    for line in lines {
+        line.write(layout, &mut buffer);
+    }
+    if buffer.len() >= MAX_BUFFER {
+        write_out(buffer, io::stderr().lock());
+    } else if IDLE.load(Ordering::SeqCst) {
+        drop(buffer);
+        if let Some(flusher) = FLUSHER.get() {
+            flusher.unpark();
+        }
+    }
+}
+
+/// The line through tracing's formatter (ANSI colours on a terminal).
+fn through_tracing(line: &request_line::RequestLine) {
+    tracing::info!(
+        target: REQUEST_TARGET,
+        provider = &*line.provider,
+        model = %Untrusted(&line.model),
+        route = line.route,
+        status = line.status,
+        stream = line.stream,
+        // Whole microseconds: `1.537`, not `1.5367309999999998`.
+        duration_ms = line.duration.as_micros() as f64 / 1e3,
+        bytes_out = line.bytes_out,
+        complete = line.complete,
+        error = line.error.as_deref().map(|e| tracing::field::display(Untrusted(e))),
+        "request"
+    );
 }
 
 /// A string from a client, a model or an upstream, for a log field: control

@@ -355,6 +355,7 @@ fn init_tracing() {
     } else {
         builder.init();
     }
+    toolgate::log_writer::init(json);
 }
 
 fn read_stdin() -> std::io::Result<String> {

@@ -39,7 +39,7 @@ pub fn runtime() -> io::Result<Runtime> {
     Builder::new_current_thread()
         .enable_all()
         .on_thread_park(|| {
-            crate::log_writer::flush();
+            crate::log_writer::on_park();
             crate::memory::release_if_due();
         })
         .build()
@@ -105,6 +105,28 @@ impl Dealer {
     /// The current runtime and `others` in turn.
     pub fn new(others: Vec<Handle>) -> Dealer {
         Dealer { others, next: 0 }
+    }
+
+    /// How many runtimes connections are dealt to.
+    pub fn len(&self) -> usize {
+        self.others.len() + 1
+    }
+
+    /// Always at least the current runtime.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Starts `task()` on every runtime, this one included (a task per
+    /// worker, such as its connections' sweep).
+    pub fn on_each<F, Fut>(&self, task: F) -> Vec<tokio::task::JoinHandle<()>>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let mut handles = vec![tokio::spawn(task())];
+        handles.extend(self.others.iter().map(|h| h.spawn(task())));
+        handles
     }
 
     /// Runs `serve` with `stream` on the next worker. A stream moved to

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use std::sync::Arc;
 
+use crate::log_writer::request_line::RequestLine;
 use crate::metrics::request::{self as m, ProviderMetrics, ROUTES};
 
 /// What is known about a request; recorded once, on drop.
@@ -80,20 +81,18 @@ impl Drop for RequestLog {
             self.bytes_out,
         );
         // Model names are logged; prompts, keys and bodies never are.
-        tracing::info!(
-            target: crate::log_writer::REQUEST_TARGET,
-            provider = &*provider.name,
-            model = %crate::log_writer::Untrusted(&self.model),
-            route = ROUTES[self.route],
-            status = self.status,
-            stream = self.streaming,
-            // Whole microseconds: `1.537`, not `1.5367309999999998`.
-            duration_ms = elapsed.as_micros() as f64 / 1e3,
-            bytes_out = self.bytes_out,
-            complete = self.finished && self.failed.is_none(),
-            error = self.failed.as_deref().map(|e| tracing::field::display(crate::log_writer::Untrusted(e))),
-            "request"
-        );
+        crate::log_writer::request(RequestLine {
+            at: std::time::SystemTime::now(),
+            provider: provider.name.clone(),
+            model: std::mem::take(&mut self.model),
+            route: ROUTES[self.route],
+            status: self.status,
+            stream: self.streaming,
+            duration: elapsed,
+            bytes_out: self.bytes_out,
+            complete: self.finished && self.failed.is_none(),
+            error: self.failed.take(),
+        });
     }
 }
 
