@@ -163,7 +163,7 @@ impl Runtime {
     ) -> Self {
         crate::metrics::declare_tools(&config);
         Runtime {
-            upstreams: Upstreams::new(&config.server),
+            upstreams: Upstreams::new(&config),
             natural: natural::Engine::new(&config),
             tools,
             steps,

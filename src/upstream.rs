@@ -24,7 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use crate::body::coalesce::Coalesce;
 use crate::body::idle_timeout::IdleTimeout;
 use crate::body::{self, Body};
-use crate::config::{HttpTarget, Provider, ServerConfig, Target};
+use crate::config::{Config, HttpTarget, Provider, ServerConfig, Target};
 use crate::error::GatewayError;
 use crate::headers::strip_hop_by_hop;
 use crate::metrics as m;
@@ -36,10 +36,14 @@ pub struct Upstreams {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     first_byte_timeout: Duration,
     stream_idle_timeout: Duration,
+    /// Each configured provider's time-to-first-byte histogram, registered
+    /// once (a labelled lookup per request hashes its labels under a lock).
+    ttfb: std::sync::Arc<[(std::sync::Arc<Provider>, metrics::Histogram)]>,
 }
 
 impl Upstreams {
-    pub fn new(server: &ServerConfig) -> Self {
+    pub fn new(config: &Config) -> Self {
+        let server = &config.server;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(server.connect_timeout));
@@ -58,10 +62,30 @@ impl Upstreams {
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
         Upstreams {
-            pool: pool::Pool::new(server.connect_timeout),
+            pool: pool::Pool::new(server.connect_timeout, server.workers.get()),
             client,
             first_byte_timeout: server.first_byte_timeout,
             stream_idle_timeout: server.stream_idle_timeout,
+            ttfb: config
+                .providers
+                .iter()
+                .map(|p| {
+                    let name = p.name.clone();
+                    (
+                        p.clone(),
+                        metrics::histogram!(m::UPSTREAM_TTFB, "provider" => name),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn record_ttfb(&self, provider: &Provider, seconds: f64) {
+        match self.ttfb.iter().find(|(p, _)| std::ptr::eq(&**p, provider)) {
+            Some((_, histogram)) => histogram.record(seconds),
+            // A provider built on the fly (`toolgate probe` changes a copy's mode).
+            None => metrics::histogram!(m::UPSTREAM_TTFB, "provider" => provider.name.clone())
+                .record(seconds),
         }
     }
 
@@ -118,8 +142,7 @@ impl Upstreams {
                     }
                     Ok(Ok(response)) => response,
                 };
-                metrics::histogram!(m::UPSTREAM_TTFB, "provider" => provider.name.clone())
-                    .record(started.elapsed().as_secs_f64());
+                self.record_ttfb(provider, started.elapsed().as_secs_f64());
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
                 // Frames already waiting go out in one write (see `coalesce`).

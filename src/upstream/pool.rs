@@ -12,13 +12,14 @@
 //! Each worker thread keeps its own idle connections (see [`crate::workers`]):
 //! a socket is registered with the reactor of the worker that opened it, so
 //! a connection used by another worker would wake that one on every event.
+//! Each worker's list has its own (uncontended) lock and is searched
+//! linearly: no authority is hashed on checkout or checkin.
 //!
 //! A connection goes back to the pool only when its response was read to the
 //! end and hyper says it can take another request. Anything else (the client
 //! left mid-stream, `Connection: close`, an error) closes it, which is also
 //! how the upstream learns that a request was abandoned.
 
-use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -55,8 +56,6 @@ struct Conn {
     driver: Driver,
     /// The driver finished (the connection closed or failed); never poll it again.
     closed: bool,
-    /// The worker whose reactor the socket is registered with.
-    worker: usize,
 }
 
 impl Conn {
@@ -87,10 +86,22 @@ pub struct Pool {
     inner: Arc<Inner>,
 }
 
+/// One worker's unused connections, by upstream; each stack is ordered by
+/// age, the most recently used last. A handful of upstreams at most: a
+/// linear search beats hashing an authority.
+type IdleLists = Vec<(Authority, Vec<Idle>)>;
+
 struct Inner {
-    /// By worker and upstream.
-    idle: Mutex<HashMap<(usize, Authority), Vec<Idle>>>,
+    /// Indexed by worker (threads that are not workers share the first).
+    idle: Box<[Mutex<IdleLists>]>,
     connect_timeout: Duration,
+}
+
+impl Inner {
+    fn idle(&self) -> std::sync::MutexGuard<'_, IdleLists> {
+        let slot = &self.idle[workers::current() % self.idle.len()];
+        slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// Why a request got no response head.
@@ -106,10 +117,11 @@ pub enum SendError {
 }
 
 impl Pool {
-    pub fn new(connect_timeout: Duration) -> Self {
+    /// A pool for `workers` worker threads.
+    pub fn new(connect_timeout: Duration, workers: usize) -> Self {
         Pool {
             inner: Arc::new(Inner {
-                idle: Mutex::new(HashMap::new()),
+                idle: (0..workers.max(1)).map(|_| Mutex::default()).collect(),
                 connect_timeout,
             }),
         }
@@ -155,17 +167,18 @@ impl Pool {
 impl Inner {
     /// The most recently used live connection, if any.
     fn checkout(&self, authority: &Authority) -> Option<Box<Conn>> {
-        let key = (workers::current(), authority.clone());
         loop {
             let idle = {
-                let mut map = self.idle.lock().expect("pool lock");
-                map.get_mut(&key)?.pop()?
+                let mut lists = self.idle();
+                let (_, stack) = lists.iter_mut().find(|(a, _)| a == authority)?;
+                let idle = stack.pop()?;
+                if idle.since.elapsed() > IDLE_TIMEOUT {
+                    // Everything below it in the stack is older still.
+                    stack.clear();
+                    return None;
+                }
+                idle
             };
-            if idle.since.elapsed() > IDLE_TIMEOUT {
-                // Everything below it in the stack is older still.
-                self.idle.lock().expect("pool lock").remove(&key);
-                return None;
-            }
             let mut conn = idle.conn;
             // One poll notices an upstream that closed the connection while
             // it sat idle (hyper reads the EOF and finishes).
@@ -176,18 +189,29 @@ impl Inner {
         }
     }
 
-    fn checkin(&self, authority: Authority, conn: Box<Conn>) {
+    /// Keeps `conn` for this worker, whose reactor its socket is registered
+    /// with (a body is dropped by the task that polled it, on its worker).
+    fn checkin(&self, authority: &Authority, conn: Box<Conn>) {
         let now = Instant::now();
-        let mut map = self.idle.lock().expect("pool lock");
-        let stack = map.entry((conn.worker, authority)).or_default();
-        // The stack is ordered by age: expired connections sit at the bottom.
-        let expired = stack
-            .iter()
-            .take_while(|i| now.duration_since(i.since) > IDLE_TIMEOUT)
-            .count();
-        stack.drain(..expired);
-        if stack.len() < MAX_IDLE_PER_AUTHORITY {
-            stack.push(Idle { conn, since: now });
+        {
+            let mut lists = self.idle();
+            let at = match lists.iter().position(|(a, _)| a == authority) {
+                Some(at) => at,
+                None => {
+                    lists.push((authority.clone(), Vec::new()));
+                    lists.len() - 1
+                }
+            };
+            let stack = &mut lists[at].1;
+            // Ordered by age: expired connections sit at the bottom.
+            let expired = stack
+                .iter()
+                .take_while(|i| now.duration_since(i.since) > IDLE_TIMEOUT)
+                .count();
+            stack.drain(..expired);
+            if stack.len() < MAX_IDLE_PER_AUTHORITY {
+                stack.push(Idle { conn, since: now });
+            }
         }
     }
 
@@ -212,7 +236,6 @@ impl Inner {
             sender,
             driver,
             closed: false,
-            worker: workers::current(),
         }))
     }
 }
@@ -297,7 +320,7 @@ impl Drop for PooledBody {
         conn.drive(&mut Context::from_waker(Waker::noop()));
         if !conn.closed && conn.sender.is_ready() {
             let (pool, authority) = &self.home;
-            pool.checkin(authority.clone(), conn);
+            pool.checkin(authority, conn);
         }
     }
 }
