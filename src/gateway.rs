@@ -32,6 +32,7 @@ use crate::inbound;
 use crate::metrics::request::{ProviderMetrics, route_of};
 use crate::natural;
 use crate::router;
+use crate::server::InFlight;
 use crate::store::Store;
 use crate::tools::Tools;
 use crate::tools::steps::StepStore;
@@ -335,6 +336,76 @@ impl Gateway {
         B: HttpBody<Data = Bytes> + Send,
         B::Error: Into<BoxError>,
     {
+        self.serve(req, None).await
+    }
+
+    /// [`Gateway::handle`] for a request on a connection: `busy` is held
+    /// until the response body is done.
+    pub(crate) async fn serve<B>(&self, req: Request<B>, busy: Option<InFlight>) -> Response<Body>
+    where
+        B: HttpBody<Data = Bytes> + Send,
+        B::Error: Into<BoxError>,
+    {
+        let path = req.uri().path();
+        if !path.starts_with("/v1/") {
+            let response = self.operational(req).await;
+            return match busy {
+                None => response,
+                // Rare and small, but the transcript event stream is long.
+                Some(busy) => response.map(|b| {
+                    body::boxed(http_body_util::BodyExt::map_frame(b, move |frame| {
+                        let _busy = &busy;
+                        frame
+                    }))
+                }),
+            };
+        }
+        let runtime = self.runtime.load_full();
+        let mut log = RequestLog::start(route_of(path));
+        log.busy = busy;
+        let h2_stall = (req.version() == http::Version::HTTP_2)
+            .then_some(runtime.config.server.write_stall_timeout);
+        // The Messages door answers errors in Anthropic's shape.
+        let shape: fn(GatewayError) -> Response<Body> =
+            if crate::api::messages::is_messages_path(path) {
+                crate::api::messages::error_response
+            } else {
+                GatewayError::into_response
+            };
+        let response = match authorize(&runtime, &req) {
+            Err(e) => shape(e),
+            Ok(()) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
+                list_models(&runtime.config)
+            }
+            Ok(()) if path.starts_with("/v1/responses/") && req.method() != Method::POST => {
+                let id = &path["/v1/responses/".len()..];
+                match crate::api::responses::stored(self.store.as_ref(), req.method(), id).await {
+                    Ok(r) => r,
+                    Err(e) => e.into_response(),
+                }
+            }
+            Ok(()) => match proxy(&runtime, &self.limits, req, &mut log).await {
+                Ok(r) => r,
+                Err(e) => shape(e),
+            },
+        };
+        log.status = response.status().as_u16();
+        if is_event_stream(&response) {
+            log.set_streaming();
+            let drain = DrainGuard::new(self.grace_over.subscribe());
+            let observed = response.map(|b| body::boxed(Observed::new(drain.wrap(b), log)));
+            // HTTP/1 stalls show on the socket (`conn::Io`); an HTTP/2
+            // stream can stall alone.
+            return match h2_stall {
+                Some(timeout) => observed.map(|b| body::boxed(StallGuard::wrap(b, timeout))),
+                None => observed,
+            };
+        }
+        response.map(|b| body::boxed(Observed::new(b, log)))
+    }
+
+    /// Everything outside `/v1`: health, readiness, metrics, transcripts.
+    async fn operational<B>(&self, req: Request<B>) -> Response<Body> {
         match (req.method(), req.uri().path()) {
             (&Method::GET, "/healthz") => plain(StatusCode::OK, "ok\n"),
             (&Method::GET, "/readyz") => self.readiness(),
@@ -372,55 +443,6 @@ impl Gateway {
                     Ok(r) => r,
                     Err(e) => e.into_response(),
                 }
-            }
-            (_, path) if path.starts_with("/v1/") => {
-                let runtime = self.runtime.load_full();
-                let mut log = RequestLog::start(route_of(path));
-                let h2_stall = (req.version() == http::Version::HTTP_2)
-                    .then_some(runtime.config.server.write_stall_timeout);
-                // The Messages door answers errors in Anthropic's shape.
-                let shape: fn(GatewayError) -> Response<Body> =
-                    if crate::api::messages::is_messages_path(path) {
-                        crate::api::messages::error_response
-                    } else {
-                        GatewayError::into_response
-                    };
-                let response = match authorize(&runtime, &req) {
-                    Err(e) => shape(e),
-                    Ok(()) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
-                        list_models(&runtime.config)
-                    }
-                    Ok(())
-                        if path.starts_with("/v1/responses/") && req.method() != Method::POST =>
-                    {
-                        let id = &path["/v1/responses/".len()..];
-                        match crate::api::responses::stored(self.store.as_ref(), req.method(), id)
-                            .await
-                        {
-                            Ok(r) => r,
-                            Err(e) => e.into_response(),
-                        }
-                    }
-                    Ok(()) => match proxy(&runtime, &self.limits, req, &mut log).await {
-                        Ok(r) => r,
-                        Err(e) => shape(e),
-                    },
-                };
-                log.status = response.status().as_u16();
-                if is_event_stream(&response) {
-                    log.set_streaming();
-                    let drain = DrainGuard::new(self.grace_over.subscribe());
-                    let observed = response.map(|b| body::boxed(Observed::new(drain.wrap(b), log)));
-                    // HTTP/1 stalls show on the socket (`conn::StallIo`); an
-                    // HTTP/2 stream can stall alone.
-                    return match h2_stall {
-                        Some(timeout) => {
-                            observed.map(|b| body::boxed(StallGuard::wrap(b, timeout)))
-                        }
-                        None => observed,
-                    };
-                }
-                response.map(|b| body::boxed(Observed::new(b, log)))
             }
             (method, path) => GatewayError::UnknownRoute {
                 method: method.to_string(),

@@ -9,23 +9,93 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::body;
 use crate::gateway::Gateway;
 use crate::workers::Dealer;
 
 mod conn;
+mod sniff;
+mod sweep;
+
+pub use conn::InFlight;
 
 /// After the grace period, how long ended streams get to flush their last event.
 const FINAL_FLUSH: Duration = Duration::from_secs(2);
 /// Largest request head accepted; hyper answers 431 beyond it.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// The two protocol engines, configured once; cloned per connection.
+#[derive(Clone)]
+struct Engines {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+}
+
+impl Engines {
+    fn new(server: &crate::config::ServerConfig) -> Self {
+        let mut http1 = http1::Builder::new();
+        // Request heads are timed by the connection's sweep (`conn`), not
+        // by a timer per request.
+        http1
+            .header_read_timeout(None)
+            .max_buf_size(MAX_HEADER_BYTES);
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        http2
+            .timer(TokioTimer::new())
+            // A peer that stops answering pings is gone: free its streams.
+            .keep_alive_interval(server.h2_keepalive)
+            .keep_alive_timeout(server.h2_keepalive);
+        Engines { http1, http2 }
+    }
+
+    /// Serves one connection, already past TLS, in the protocol it speaks.
+    async fn serve<I>(
+        &self,
+        mut io: I,
+        alpn_h2: Option<bool>,
+        gateway: Arc<Gateway>,
+        activity: Arc<conn::Activity>,
+        watcher: Watcher,
+    ) -> Result<(), BoxedError>
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (protocol, prefix) = match alpn_h2 {
+            Some(true) => (sniff::Protocol::Http2, Default::default()),
+            Some(false) => (sniff::Protocol::Http1, Default::default()),
+            None => sniff::sniff(&mut io).await?,
+        };
+        let tracked = activity.clone();
+        let service = service_fn(move |req| {
+            let gateway = gateway.clone();
+            // Held until hyper drops the response body: the connection is busy until then.
+            let in_flight = tracked.begin();
+            async move { Ok::<_, Infallible>(gateway.serve(req, Some(in_flight)).await) }
+        });
+        let io = TokioIo::new(sniff::Rewound::new(prefix, io));
+        match protocol {
+            sniff::Protocol::Http1 => {
+                activity.set_http1();
+                let conn = self.http1.serve_connection(io, service);
+                watcher.watch(conn).await?;
+            }
+            sniff::Protocol::Http2 => {
+                let conn = self.http2.serve_connection(io, service);
+                watcher.watch(conn).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+type BoxedError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Serves until `shutdown` resolves, then stops accepting, marks the gateway
 /// as draining and waits up to the configured grace period for in-flight
@@ -38,22 +108,11 @@ pub async fn run(
     mut dealer: Dealer,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    let server = gateway.config().server.clone();
-    builder
-        .http1()
-        // Without a timer the header-read timeout silently does nothing.
-        .timer(TokioTimer::new())
-        .header_read_timeout(server.request_head_timeout)
-        .max_buf_size(MAX_HEADER_BYTES);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        // A peer that stops answering pings is gone: free its streams.
-        .keep_alive_interval(server.h2_keepalive)
-        .keep_alive_timeout(server.h2_keepalive);
+    let engines = Engines::new(&gateway.config().server);
     let graceful = GracefulShutdown::new();
     let upkeep = tokio::spawn(metrics_upkeep(gateway.clone()));
+    let sweep = sweep::Sweep::new(dealer.len());
+    let sweepers = dealer.on_each(|| sweep.clone().run());
     tokio::pin!(shutdown);
     tracing::info!(addr = %listener.local_addr()?, "toolgate listening");
     loop {
@@ -70,50 +129,37 @@ pub async fn run(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let gw = gateway.clone();
-        let activity = conn::Activity::new();
-        let tracked = activity.clone();
-        let service = service_fn(move |req| {
-            let gw = gw.clone();
-            // Held until hyper drops the response body: the connection is busy until then.
-            let in_flight = tracked.begin();
-            async move {
-                let response = gw.handle(req).await;
-                Ok::<_, Infallible>(response.map(|b| {
-                    body::boxed(http_body_util::BodyExt::map_frame(b, move |frame| {
-                        let _busy = &in_flight;
-                        frame
-                    }))
-                }))
-            }
-        });
+        let gateway = gateway.clone();
         // Read per connection, so a reload's new certificate and timeouts apply to new connections.
         let server = gateway.config().server.clone();
-        let builder = builder.clone();
+        let engines = engines.clone();
         let watcher = graceful.watcher();
+        let sweep = sweep.clone();
         dealer.spawn(stream, move |stream| async move {
-            let (first, idle) = (server.request_head_timeout, server.idle_timeout);
-            let stream = conn::StallIo::new(stream, server.write_stall_timeout);
+            let activity = conn::Activity::new(conn::Limits::of(&server));
             // The first-request deadline covers the TLS handshake and the protocol sniff.
+            sweep.register(&activity);
+            let stream = conn::Io::new(stream, activity.clone());
             let served = conn::serve(
                 async {
                     match server.tls {
                         None => {
-                            let conn = builder.serve_connection(TokioIo::new(stream), service);
-                            watcher.watch(conn.into_owned()).await
+                            engines
+                                .serve(stream, None, gateway, activity.clone(), watcher)
+                                .await
                         }
                         Some(config) => match TlsAcceptor::from(config).accept(stream).await {
                             Ok(tls) => {
-                                let conn = builder.serve_connection(TokioIo::new(tls), service);
-                                watcher.watch(conn.into_owned()).await
+                                let h2 = tls.get_ref().1.alpn_protocol().map(|p| p == b"h2");
+                                engines
+                                    .serve(tls, h2, gateway, activity.clone(), watcher)
+                                    .await
                             }
                             Err(e) => Err(e.into()),
                         },
                     }
                 },
                 &activity,
-                first,
-                idle,
             )
             .await;
             match served {
@@ -147,6 +193,9 @@ pub async fn run(
         }
     }
     upkeep.abort();
+    for sweeper in sweepers {
+        sweeper.abort();
+    }
     Ok(())
 }
 

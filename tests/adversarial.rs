@@ -131,6 +131,50 @@ async fn silent_partial_and_idle_connections_are_closed() {
     assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
 }
 
+/// On a keep-alive HTTP/1.1 connection, a later request head is timed from
+/// its first byte: a head that trickles in is cut at `request_head_timeout`,
+/// while a connection that merely waits between requests lives until
+/// `idle_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn later_request_heads_are_timed_from_their_first_byte() {
+    let gw = Binary::start(
+        "heads",
+        "request_head_timeout_secs = 1\nidle_timeout_secs = 4",
+        DEMO,
+    )
+    .await;
+    const HEALTH: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    async fn answer(stream: &mut TcpStream) -> String {
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(GUARD, stream.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+    let mut waiting = TcpStream::connect(gw.addr()).await.unwrap();
+    let mut trickling = TcpStream::connect(gw.addr()).await.unwrap();
+    for s in [&mut waiting, &mut trickling] {
+        s.write_all(HEALTH).await.unwrap();
+        assert!(answer(s).await.starts_with("HTTP/1.1 200"));
+    }
+    // Half a head, then silence: closed once it is a second old.
+    trickling.write_all(b"GET /hea").await.unwrap();
+    let started = std::time::Instant::now();
+    let rest = until_closed(&mut trickling).await;
+    assert_eq!(rest, "", "nothing answered to half a head");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "closed by the head deadline, not the idle one: {:?}",
+        started.elapsed()
+    );
+    // Meanwhile, past the head deadline but within the idle one, the quiet
+    // connection still serves a request.
+    tokio::time::sleep(Duration::from_millis(2500).saturating_sub(started.elapsed())).await;
+    waiting.write_all(HEALTH).await.unwrap();
+    assert!(answer(&mut waiting).await.starts_with("HTTP/1.1 200"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_bodies_get_408_without_starving_other_requests() {
     let gw = Binary::start(

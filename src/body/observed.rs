@@ -34,6 +34,8 @@ pub struct RequestLog {
     pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
     /// The request body's bytes counted under `max_buffered_request_bytes`.
     pub held: Option<crate::inbound::Reservation>,
+    /// Keeps the client's connection busy (not idle) until the body ends.
+    pub busy: Option<crate::server::InFlight>,
     finished: bool,
 }
 
@@ -52,6 +54,7 @@ impl RequestLog {
             failed: None,
             permit: None,
             held: None,
+            busy: None,
             finished: false,
         }
     }
