@@ -1,41 +1,51 @@
 #!/usr/bin/env bash
-# End-to-end load benchmark of toolgate, in one command:
+# End-to-end load benchmark of toolgate against reference hops, in one command:
 #
-#     bash benches/load.sh
+#     bash benches/load.sh                                  # toolgate, nginx
+#     TOOLIFY_BIN=/path/to/toolify bash benches/load.sh     # and the peer gateway
 #
 # It builds toolgate (release) and two helpers (benches/mock_upstream.rs, a
-# canned upstream, and benches/load_client.rs, a small measuring client),
-# starts the mock and toolgate on 127.0.0.1, and drives both with wrk
-# (installed from Debian's packages if missing) at concurrency 1 and 32 for:
+# canned upstream, and benches/load_client.rs, a small measuring client) and
+# starts, on 127.0.0.1:
 #
-#   - non-stream passthrough   (model bench-json:    canned JSON completion)
-#   - stream passthrough       (model bench-sse:     role + $CHUNKS content chunks + finish + DONE)
-#   - natural-mode stream      (model bench-natural: prose then a <GetWeather> call, 4-byte tokens)
-#   - to_natural stream        (model bench-tools:   a native tool_calls call, arguments in 4-byte fragments)
+#   - the mock upstream (one thread);
+#   - toolgate with a plain config (passthrough, natural and to_natural providers);
+#   - toolgate "+store+tools": the same providers plus a [store] recording every
+#     exchange to SQLite and a provider offering gateway tools (HTTP, built-in);
+#   - nginx (Debian's package, installed if missing; NGINX=0 skips it) as a plain
+#     keep-alive proxy hop, one worker, access log and buffering off;
+#   - when TOOLIFY_BIN names a toolify-rs binary (built from its public
+#     repository, outside this tree): that peer gateway, passthrough for the
+#     plain rows and its prompt-injected function calling for the natural row.
 #
-# For scale, the two passthrough scenarios also go through nginx (installed
-# from Debian's packages if missing; NGINX=0 skips it), configured as a plain
-# keep-alive proxy hop to the same mock with one worker process per core.
+# Every row is measured straight against the mock ("direct") and through each
+# hop, interleaved, REPEAT times; each cell is the median. wrk drives one
+# connection (c=1) or 32 (c=32) with `wrk -t1`. Rows:
 #
-# Every scenario is measured directly against the mock and through toolgate in
-# the same run, so the table shows what toolgate adds. It also measures the
-# time to first event of streams, toolgate's CPU per natural-mode upstream
-# chunk (/proc/PID/stat utime+stime over the natural runs / chunks relayed),
-# toolgate's RSS (VmRSS, VmHWM) after the load and with 1,000 open streams.
-# The output is a Markdown report ready for README's Performance section.
+#   - non-stream passthrough: a canned JSON completion;
+#   - stream passthrough: role + $CHUNKS content chunks + finish + [DONE];
+#   - natural-mode stream: prose then a call in 4-byte tokens, turned into a
+#     native tool_calls stream (toolgate: a <GetWeather> block; toolify-rs: the
+#     same prose and arguments in its own trigger + <function_calls> format;
+#     nginx: the same upstream stream passed through, the reference hop);
+#   - to_natural stream: a native call, arguments in 4-byte fragments, written
+#     out as text.
 #
-# Knobs (environment): DURATION (s per wrk run, default 5), CHUNKS (content
-# chunks of the passthrough stream, default 32), STREAMS (open streams,
-# default 1000), TOOLGATE_LOG (toolgate's log filter, default info; its log
-# goes to a temp file), MOCK_THREADS (default 1), NGINX (default 1).
+# It also reads each process's CPU time (utime + stime, /proc/PID/stat) around
+# its runs, toolgate's RSS after the load and with $STREAMS open streams, and
+# the store's own metrics. The output is Markdown for README's Performance
+# section. Knobs: DURATION (s per wrk run, default 3), REPEAT (default 3),
+# CHUNKS (default 32), STREAMS (default 1000), NGINX (default 1),
+# TOOLGATE_LOG (default info; the log goes to a temp file), TOOLIFY_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DURATION=${DURATION:-5}
+DURATION=${DURATION:-3}
+REPEAT=${REPEAT:-3}
 CHUNKS=${CHUNKS:-32}
 STREAMS=${STREAMS:-1000}
-MOCK_THREADS=${MOCK_THREADS:-1}
 NGINX=${NGINX:-1}
+TOOLIFY_BIN=${TOOLIFY_BIN:-}
 export TOOLGATE_LOG=${TOOLGATE_LOG:-info}
 
 log() { echo "load.sh: $*" >&2; }
@@ -72,30 +82,29 @@ CLIENT=$(exe load_client)
 log "building toolgate (cargo build --release)"
 cargo build --release --bin toolgate >&2
 cp target/release/toolgate "$TMP/toolgate"
-TOOLGATE="$TMP/toolgate"
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $((STREAMS * 2 + 100)) ]; then
     log "warning: open-file limit $(ulimit -n) is low for $STREAMS streams"
 fi
 
-# --- start the mock and toolgate --------------------------------------------
-"$MOCK" serve --listen 127.0.0.1:0 --threads "$MOCK_THREADS" --chunks "$CHUNKS" --slow-ms 1000 \
+# --- the mock ----------------------------------------------------------------
+"$MOCK" serve --listen 127.0.0.1:0 --threads 1 --chunks "$CHUNKS" --slow-ms 1000 \
     >"$TMP/mock.out" 2>"$TMP/mock.err" &
-PIDS+=($!)
+MOCK_PID=$!
+PIDS+=("$MOCK_PID")
 for _ in $(seq 100); do grep -q listening "$TMP/mock.out" && break; sleep 0.05; done
 MOCK_PORT=$(awk '/listening/ {print $2}' "$TMP/mock.out")
 [ -n "$MOCK_PORT" ] || { log "the mock did not start"; cat "$TMP/mock.err" >&2; exit 1; }
-read -r _ SSE_EVENTS < <("$MOCK" describe --chunks "$CHUNKS" | grep sse_events)
-read -r _ NATURAL_EVENTS < <("$MOCK" describe --chunks "$CHUNKS" | grep natural_events)
-read -r _ TOOLS_EVENTS < <("$MOCK" describe --chunks "$CHUNKS" | grep tools_events)
+describe() { "$MOCK" describe --chunks "$CHUNKS" | awk -v k="$1" '$1 == k {print $2}'; }
+SSE_EVENTS=$(describe sse_events)
+NATURAL_EVENTS=$(describe natural_events)
+TOOLS_EVENTS=$(describe tools_events)
+TOOLIFY_EVENTS=$(describe toolify_events)
 
-GW_PORT=$("$CLIENT" freeport)
-cat >"$TMP/toolgate.toml" <<EOF
-[server]
-listen = "127.0.0.1:$GW_PORT"
-shutdown_grace_secs = 1
-
+# --- toolgate, twice -----------------------------------------------------------
+providers() {
+    cat <<EOF
 [[providers]]
 name = "pt"
 base_url = "http://127.0.0.1:$MOCK_PORT/v1"
@@ -119,27 +128,59 @@ models = ["bench-tools"]
 mode = "to_natural"
 syntax = "tag"
 EOF
-"$TOOLGATE" check --config "$TMP/toolgate.toml" >/dev/null 2>"$TMP/check.err" ||
-    { cat "$TMP/check.err" >&2; exit 1; }
-"$TOOLGATE" --config "$TMP/toolgate.toml" 2>"$TMP/toolgate.log" &
-GW_PID=$!
-PIDS+=("$GW_PID")
-for _ in $(seq 100); do
-    curl -fs "http://127.0.0.1:$GW_PORT/healthz" >/dev/null 2>&1 && break
-    sleep 0.05
-done
-curl -fs "http://127.0.0.1:$GW_PORT/healthz" >/dev/null || { log "toolgate did not start"; cat "$TMP/toolgate.log" >&2; exit 1; }
+}
+# start_toolgate NAME EXTRA-CONFIG -> "port pid"
+start_toolgate() {
+    local port
+    port=$("$CLIENT" freeport)
+    {
+        printf '[server]\nlisten = "127.0.0.1:%s"\nshutdown_grace_secs = 1\n\n' "$port"
+        providers
+        printf '%s\n' "$2"
+    } >"$TMP/$1.toml"
+    "$TMP/toolgate" check --config "$TMP/$1.toml" >/dev/null 2>"$TMP/$1.check" ||
+        { cat "$TMP/$1.check" >&2; exit 1; }
+    "$TMP/toolgate" --config "$TMP/$1.toml" 2>"$TMP/$1.log" &
+    local pid=$!
+    PIDS+=("$pid")
+    for _ in $(seq 100); do
+        curl -fs "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+        sleep 0.05
+    done
+    curl -fs "http://127.0.0.1:$port/healthz" >/dev/null ||
+        { log "toolgate ($1) did not start"; cat "$TMP/$1.log" >&2; exit 1; }
+    echo "$port $pid"
+}
+read -r GW_PORT GW_PID < <(start_toolgate plain "")
+read -r FULL_PORT FULL_PID < <(start_toolgate full "
+[store]
+url = \"sqlite://$TMP/store.db\"
+record = \"all\"
 
-DIRECT="127.0.0.1:$MOCK_PORT"
-GATEWAY="127.0.0.1:$GW_PORT"
+[[http_tools]]
+name = \"GetForecast\"
+description = \"Forecast for a place.\"
+url = \"http://127.0.0.1:$MOCK_PORT/forecast\"
+parameters = { type = \"object\", properties = { location = { type = \"string\" } } }
+
+[[providers]]
+name = \"agent\"
+base_url = \"http://127.0.0.1:$MOCK_PORT/v1\"
+models = [\"bench-agent\"]
+
+[providers.tools]
+mode = \"natural\"
+gateway_tools = [\"GetForecast\", \"builtin:clock\"]
+")
 
 # --- nginx, the reference hop ------------------------------------------------
-NGINX_ADDR=
+NGINX_PORT=
+NGINX_PID=
 if [ "$NGINX" = 1 ]; then
-    NGINX_PORT=$("$CLIENT" freeport)
+    port=$("$CLIENT" freeport)
     mkdir -p "$TMP/nginx"
     cat >"$TMP/nginx/nginx.conf" <<EOF
-worker_processes $(nproc);
+worker_processes 1;
 pid $TMP/nginx/nginx.pid;
 error_log $TMP/nginx/error.log;
 events { worker_connections 4096; }
@@ -149,7 +190,7 @@ http {
     proxy_temp_path $TMP/nginx;
     upstream mock { server 127.0.0.1:$MOCK_PORT; keepalive 64; }
     server {
-        listen 127.0.0.1:$NGINX_PORT;
+        listen 127.0.0.1:$port;
         location / {
             proxy_pass http://mock;
             proxy_http_version 1.1;
@@ -161,13 +202,72 @@ http {
 EOF
     "$NGINX_BIN" -c "$TMP/nginx/nginx.conf" -g 'daemon off;' 2>"$TMP/nginx/stderr" &
     PIDS+=($!)
-    nginx_up() { curl -fs "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" -d '{"model":"bench-json"}' >/dev/null 2>&1; }
-    for _ in $(seq 100); do nginx_up && break; sleep 0.05; done
-    if nginx_up; then
-        NGINX_ADDR="127.0.0.1:$NGINX_PORT"
+    for _ in $(seq 100); do
+        curl -fs "http://127.0.0.1:$port/v1/chat/completions" -d '{"model":"bench-json"}' >/dev/null 2>&1 && break
+        sleep 0.05
+    done
+    NGINX_PID=$(pgrep -P "$(cat "$TMP/nginx/nginx.pid" 2>/dev/null || echo 0)" | head -1 || true)
+    if [ -n "$NGINX_PID" ]; then
+        NGINX_PORT=$port
     else
-        log "nginx did not start; the reference rows are left out"
+        log "nginx did not start; its rows are left out"
         cat "$TMP/nginx/stderr" >&2 || true
+    fi
+fi
+
+# --- toolify-rs, the peer gateway (optional) ----------------------------------
+TOOLIFY_PORT=
+TOOLIFY_PID=
+if [ -n "$TOOLIFY_BIN" ]; then
+    if [ -x "$TOOLIFY_BIN" ]; then
+        port=$("$CLIENT" freeport)
+        mkdir -p "$TMP/toolify"
+        # It reads ./config.yaml. Passthrough ("native") for the plain rows, its
+        # prompt-injected calling ("inject") for the natural row; no log; one
+        # worker per core, as toolgate.
+        cat >"$TMP/toolify/config.yaml" <<EOF
+server:
+  host: "127.0.0.1"
+  port: $port
+  timeout: 60
+  models_cache_ttl_secs: 0
+  http_use_env_proxy: false
+  http_pool_max_idle_per_host: 256
+upstream_services:
+  - name: "pt"
+    provider: "openai"
+    base_url: "http://127.0.0.1:$MOCK_PORT/v1"
+    api_key: "unused"
+    fc_mode: "native"
+    models: ["bench-json", "bench-sse"]
+  - name: "nat"
+    provider: "openai"
+    base_url: "http://127.0.0.1:$MOCK_PORT/v1"
+    api_key: "unused"
+    fc_mode: "inject"
+    models: ["bench-toolify"]
+client_authentication:
+  allowed_keys: ["sk-bench"]
+features:
+  enable_function_calling: true
+  log_level: "DISABLED"
+  enable_fc_error_retry: false
+EOF
+        (cd "$TMP/toolify" && exec "$TOOLIFY_BIN") >"$TMP/toolify/out" 2>&1 &
+        TOOLIFY_PID=$!
+        PIDS+=("$TOOLIFY_PID")
+        for _ in $(seq 100); do
+            curl -fs "http://127.0.0.1:$port/" >/dev/null 2>&1 && break
+            sleep 0.05
+        done
+        if curl -fs "http://127.0.0.1:$port/" >/dev/null 2>&1; then
+            TOOLIFY_PORT=$port
+        else
+            log "toolify-rs did not start; its rows are left out"
+            cat "$TMP/toolify/out" >&2 || true
+        fi
+    else
+        log "TOOLIFY_BIN=$TOOLIFY_BIN is not an executable; the peer rows are left out"
     fi
 fi
 
@@ -178,30 +278,51 @@ echo "{\"model\":\"bench-json\",$MSG}" >"$TMP/json.json"
 echo "{\"model\":\"bench-sse\",\"stream\":true,$MSG}" >"$TMP/sse.json"
 echo "{\"model\":\"bench-natural\",\"stream\":true,$MSG,$TOOLS}" >"$TMP/natural.json"
 echo "{\"model\":\"bench-tools\",\"stream\":true,$MSG,$TOOLS}" >"$TMP/tools.json"
+echo "{\"model\":\"bench-toolify\",\"stream\":true,$MSG,$TOOLS}" >"$TMP/toolify.json"
+# What the mock streams for toolify-rs's rewritten request, asked for directly:
+# a system prompt naming a trigger.
+echo "{\"model\":\"bench-toolify\",\"stream\":true,\"messages\":[{\"role\":\"system\",\"content\":\"<Function_abcd_Start/>\"},{\"role\":\"user\",\"content\":\"hi\"}]}" >"$TMP/toolify-direct.json"
 echo "{\"model\":\"bench-slow\",\"stream\":true,$MSG}" >"$TMP/slow.json"
 echo "{\"model\":\"bench-slow-natural\",\"stream\":true,$MSG,$TOOLS}" >"$TMP/slow-natural.json"
 
-# Sanity: the natural stream through toolgate must carry a native call.
-curl -fsN "http://$GATEWAY/v1/chat/completions" -H 'content-type: application/json' \
-    --data-binary @"$TMP/natural.json" >"$TMP/natural.out"
+post() { curl -fsN "http://$1/v1/chat/completions" -H 'content-type: application/json' -H 'authorization: Bearer sk-bench' --data-binary @"$TMP/$2.json"; }
+# Sanity: each hop does the job its row claims.
+post "127.0.0.1:$GW_PORT" natural >"$TMP/natural.out"
 grep -q '"tool_calls"' "$TMP/natural.out" && grep -q '"finish_reason":"tool_calls"' "$TMP/natural.out" ||
     { log "natural mode did not produce a tool call:"; head -c 2000 "$TMP/natural.out" >&2; exit 1; }
-# And the to_natural stream must carry the call as text.
-curl -fsN "http://$GATEWAY/v1/chat/completions" -H 'content-type: application/json' \
-    --data-binary @"$TMP/tools.json" >"$TMP/tools.out"
+post "127.0.0.1:$GW_PORT" tools >"$TMP/tools.out"
 grep -q 'GetWeather>' "$TMP/tools.out" && ! grep -q '"tool_calls"' "$TMP/tools.out" ||
     { log "to_natural did not render the call as text:"; head -c 2000 "$TMP/tools.out" >&2; exit 1; }
+if [ -n "$TOOLIFY_PORT" ]; then
+    post "127.0.0.1:$TOOLIFY_PORT" toolify >"$TMP/toolify.out" || true
+    if ! grep -q '"finish_reason":"tool_calls"' "$TMP/toolify.out"; then
+        log "toolify-rs did not turn the mock's call into tool_calls; its rows are left out"
+        head -c 1000 "$TMP/toolify.out" >&2
+        TOOLIFY_PORT=
+    fi
+fi
 
-# --- helpers -------------------------------------------------------------------
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$GW_PID/stat"; }
-status_kb() { awk -v f="$1:" '$1 == f {print $2}' "/proc/$GW_PID/status"; }
+# --- measuring -------------------------------------------------------------------
 field() { sed -n "s/.*[ ^]$1=\([0-9.]*\).*/\1/p" <<<" $2"; }
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+status_kb() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; }
+median() { tr ' ' '\n' | sed '/^$/d' | sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : int((v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 
-# wrk_run ADDR BODY CONNS [SECONDS] -> the RESULT line
+# The hops: name -> address and the process whose CPU is read.
+declare -A ADDR PID
+ADDR[direct]="127.0.0.1:$MOCK_PORT";  PID[direct]=$MOCK_PID
+ADDR[toolgate]="127.0.0.1:$GW_PORT";  PID[toolgate]=$GW_PID
+ADDR[full]="127.0.0.1:$FULL_PORT";    PID[full]=$FULL_PID
+if [ -n "$NGINX_PORT" ]; then ADDR[nginx]="127.0.0.1:$NGINX_PORT"; PID[nginx]=$NGINX_PID; fi
+if [ -n "$TOOLIFY_PORT" ]; then
+    ADDR[toolify]="127.0.0.1:$TOOLIFY_PORT"; PID[toolify]=$TOOLIFY_PID
+    ADDR[tdirect]="127.0.0.1:$MOCK_PORT";    PID[tdirect]=$MOCK_PID
+fi
+
+# wrk_run ADDR BODY CONNS SECONDS -> the RESULT line
 wrk_run() {
-    local out
-    out=$(BODY="$2" wrk -t1 -c"$3" -d"${4:-$DURATION}s" --timeout 10s -s benches/post.lua "http://$1" 2>&1)
-    local line
+    local out line
+    out=$(BODY="$TMP/$2.json" wrk -t1 -c"$3" -d"$4s" --timeout 10s -s benches/post.lua "http://$1" 2>&1)
     line=$(grep '^RESULT' <<<"$out") || { log "wrk failed: $out"; exit 1; }
     if [ "$(field errors "$line")" != 0 ] || [ "$(field non2xx "$line")" != 0 ]; then
         log "errors during wrk run against $1 with $2: $line"
@@ -209,168 +330,162 @@ wrk_run() {
     echo "$line"
 }
 
-rps() { awk -v r="$(field requests "$1")" -v d="$(field duration_us "$1")" 'BEGIN {printf "%.0f", r / (d / 1e6)}'; }
-
-ROWS=()
-declare -A R
-# measure NAME BODY CONNS [ADDR]: direct, then through ADDR (default toolgate)
-# in the same run; fills R[] and ROWS. toolgate's CPU is read around its run.
-measure() {
-    local name=$1 body=$2 conns=$3 via=${4:-$GATEWAY} direct gw t0 t1
-    log "$name, concurrency $conns: direct"
-    direct=$(wrk_run "$DIRECT" "$body" "$conns")
-    log "$name, concurrency $conns: through $via"
-    t0=$(cpu_ticks)
-    gw=$(wrk_run "$via" "$body" "$conns")
-    t1=$(cpu_ticks)
-    local k="$name/$conns"
-    R[$k.d_rps]=$(rps "$direct")
-    R[$k.g_rps]=$(rps "$gw")
-    R[$k.d_p50]=$(field p50_us "$direct")
-    R[$k.d_p99]=$(field p99_us "$direct")
-    R[$k.g_p50]=$(field p50_us "$gw")
-    R[$k.g_p99]=$(field p99_us "$gw")
-    R[$k.g_req]=$(field requests "$gw")
-    R[$k.cpu_ticks]=$((t1 - t0))
-    R[$k.ratio]=$(awk -v g="${R[$k.g_rps]}" -v d="${R[$k.d_rps]}" 'BEGIN {printf "%.0f", 100 * g / d}')
-    R[$k.add50]=$((R[$k.g_p50] - R[$k.d_p50]))
-    R[$k.add99]=$((R[$k.g_p99] - R[$k.d_p99]))
-    ROWS+=("| $name | $conns | ${R[$k.d_rps]} | ${R[$k.g_rps]} | ${R[$k.ratio]} % | ${R[$k.d_p50]} / ${R[$k.d_p99]} | ${R[$k.g_p50]} / ${R[$k.g_p99]} | **${R[$k.add50]} / ${R[$k.add99]}** |")
+# cell ROW CONNS HOP:BODY... : every hop REPEAT times, interleaved. Fills
+# M[row/conns/hop.rps|p50|p99] (medians), and per hop the CPU ticks and
+# requests of its runs.
+declare -A M SAMPLES
+cell() {
+    local row=$1 conns=$2
+    shift 2
+    local r spec hop body line t0 t1 k
+    for r in $(seq "$REPEAT"); do
+        for spec in "$@"; do
+            hop=${spec%%:*}
+            body=${spec#*:}
+            [ -n "${ADDR[$hop]:-}" ] || continue
+            log "$row c=$conns, run $r/$REPEAT: $hop"
+            t0=$(ticks "${PID[$hop]}")
+            line=$(wrk_run "${ADDR[$hop]}" "$body" "$conns" "$DURATION")
+            t1=$(ticks "${PID[$hop]}")
+            k="$row/$conns/$hop"
+            SAMPLES[$k.rps]+=" $(awk -v r="$(field requests "$line")" -v d="$(field duration_us "$line")" 'BEGIN {printf "%.0f", r / (d / 1e6)}')"
+            SAMPLES[$k.p50]+=" $(field p50_us "$line")"
+            SAMPLES[$k.p99]+=" $(field p99_us "$line")"
+            M[$k.ticks]=$(( ${M[$k.ticks]:-0} + t1 - t0 ))
+            M[$k.reqs]=$(( ${M[$k.reqs]:-0} + $(field requests "$line") ))
+        done
+    done
+    for spec in "$@"; do
+        hop=${spec%%:*}
+        k="$row/$conns/$hop"
+        [ -n "${SAMPLES[$k.rps]:-}" ] || continue
+        for s in rps p50 p99; do M[$k.$s]=$(median <<<"${SAMPLES[$k.$s]}"); done
+    done
 }
 
-# --- warm-up: connections pooled, contracts cached ---------------------------
 log "warming up"
-RSS_IDLE=$(status_kb VmRSS)
+RSS_IDLE=$(status_kb "$GW_PID" VmRSS)
 for b in json sse natural tools; do
-    wrk_run "$GATEWAY" "$TMP/$b.json" 8 1 >/dev/null
-    wrk_run "$DIRECT" "$TMP/$b.json" 8 1 >/dev/null
+    for hop in direct toolgate full; do wrk_run "${ADDR[$hop]}" "$b" 8 1 >/dev/null; done
 done
-if [ -n "$NGINX_ADDR" ]; then
-    wrk_run "$NGINX_ADDR" "$TMP/json.json" 8 1 >/dev/null
-fi
+[ -z "$NGINX_PORT" ] || wrk_run "${ADDR[nginx]}" json 8 1 >/dev/null
+[ -z "$TOOLIFY_PORT" ] || { wrk_run "${ADDR[toolify]}" json 8 1 >/dev/null; wrk_run "${ADDR[toolify]}" toolify 8 1 >/dev/null; }
 
-# --- throughput and latency --------------------------------------------------
 for conns in 1 32; do
-    measure "non-stream passthrough" "$TMP/json.json" "$conns"
-    measure "stream passthrough" "$TMP/sse.json" "$conns"
-    measure "natural-mode stream (1 call)" "$TMP/natural.json" "$conns"
-    measure "to_natural stream (1 call)" "$TMP/tools.json" "$conns"
-    if [ -n "$NGINX_ADDR" ]; then
-        measure "nginx: non-stream passthrough" "$TMP/json.json" "$conns" "$NGINX_ADDR"
-        measure "nginx: stream passthrough" "$TMP/sse.json" "$conns" "$NGINX_ADDR"
+    cell json "$conns" direct:json toolgate:json nginx:json toolify:json full:json
+    cell sse "$conns" direct:sse toolgate:sse nginx:sse toolify:sse
+    cell natural "$conns" direct:natural toolgate:natural nginx:natural tdirect:toolify-direct toolify:toolify
+    cell tools "$conns" direct:tools toolgate:tools
+done
+
+RSS_AFTER=$(status_kb "$GW_PID" VmRSS)
+HWM_AFTER=$(status_kb "$GW_PID" VmHWM)
+log "$STREAMS open passthrough streams"
+HOLD_PT=$("$CLIENT" hold "${ADDR[toolgate]}" "$TMP/slow.json" "$STREAMS" "$GW_PID")
+sleep 1
+log "$STREAMS open natural-mode streams"
+HOLD_NAT=$("$CLIENT" hold "${ADDR[toolgate]}" "$TMP/slow-natural.json" "$STREAMS" "$GW_PID")
+sleep 1
+RSS_END=$(status_kb "$GW_PID" VmRSS)
+STORE_METRICS=$(curl -fs "http://127.0.0.1:$FULL_PORT/metrics" || true)
+store_metric() { awk -v m="$1" '$1 == m {print $2}' <<<"$STORE_METRICS" | head -1; }
+
+for f in plain full; do
+    if grep -qiE '(^| )(ERROR|WARN)' "$TMP/$f.log"; then
+        log "toolgate ($f) logged warnings or errors:"
+        grep -iE '(^| )(ERROR|WARN)' "$TMP/$f.log" | head -5 >&2
     fi
 done
 
-# --- time to first event of a stream -----------------------------------------
-ttfb() { "$CLIENT" ttfb "$1" "$2" 300; }
-log "time to first event"
-TT_SSE_D=$(ttfb "$DIRECT" "$TMP/sse.json")
-TT_SSE_G=$(ttfb "$GATEWAY" "$TMP/sse.json")
-TT_NAT_D=$(ttfb "$DIRECT" "$TMP/natural.json")
-TT_NAT_G=$(ttfb "$GATEWAY" "$TMP/natural.json")
-
-RSS_AFTER=$(status_kb VmRSS)
-HWM_AFTER=$(status_kb VmHWM)
-
-# --- open streams ------------------------------------------------------------
-log "$STREAMS open passthrough streams"
-HOLD_PT=$("$CLIENT" hold "$GATEWAY" "$TMP/slow.json" "$STREAMS" "$GW_PID")
-sleep 1
-log "$STREAMS open natural-mode streams"
-HOLD_NAT=$("$CLIENT" hold "$GATEWAY" "$TMP/slow-natural.json" "$STREAMS" "$GW_PID")
-sleep 1
-RSS_END=$(status_kb VmRSS)
-
-if grep -qiE '(^| )(ERROR|WARN)' "$TMP/toolgate.log"; then
-    log "toolgate logged warnings or errors:"
-    grep -iE '(^| )(ERROR|WARN)' "$TMP/toolgate.log" | head -5 >&2
-fi
-
 # --- report --------------------------------------------------------------------
-CPU_MODEL=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 HZ=$(getconf CLK_TCK)
-NAT_CHUNKS=$(( (R["natural-mode stream (1 call)/1.g_req"] + R["natural-mode stream (1 call)/32.g_req"]) * NATURAL_EVENTS ))
-NAT_TICKS=$(( R["natural-mode stream (1 call)/1.cpu_ticks"] + R["natural-mode stream (1 call)/32.cpu_ticks"] ))
-US_PER_CHUNK=$(awk -v t="$NAT_TICKS" -v hz="$HZ" -v n="$NAT_CHUNKS" 'BEGIN {printf "%.2f", t / hz * 1e6 / n}')
-PT_TICKS=$(( R["stream passthrough/1.cpu_ticks"] + R["stream passthrough/32.cpu_ticks"] ))
-PT_CHUNKS=$(( (R["stream passthrough/1.g_req"] + R["stream passthrough/32.g_req"]) * SSE_EVENTS ))
-US_PER_PT_CHUNK=$(awk -v t="$PT_TICKS" -v hz="$HZ" -v n="$PT_CHUNKS" 'BEGIN {printf "%.2f", t / hz * 1e6 / n}')
-TN_TICKS=$(( R["to_natural stream (1 call)/1.cpu_ticks"] + R["to_natural stream (1 call)/32.cpu_ticks"] ))
-TN_CHUNKS=$(( (R["to_natural stream (1 call)/1.g_req"] + R["to_natural stream (1 call)/32.g_req"]) * TOOLS_EVENTS ))
-US_PER_TN_CHUNK=$(awk -v t="$TN_TICKS" -v hz="$HZ" -v n="$TN_CHUNKS" 'BEGIN {printf "%.2f", t / hz * 1e6 / n}')
-JSON_TICKS=$(( R["non-stream passthrough/1.cpu_ticks"] + R["non-stream passthrough/32.cpu_ticks"] ))
-JSON_REQS=$(( R["non-stream passthrough/1.g_req"] + R["non-stream passthrough/32.g_req"] ))
-US_PER_JSON=$(awk -v t="$JSON_TICKS" -v hz="$HZ" -v n="$JSON_REQS" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
+# µs of CPU per unit for one hop over both concurrencies: cpu ROW HOP EVENTS
+cpu() {
+    local t=$(( ${M[$1/1/$2.ticks]:-0} + ${M[$1/32/$2.ticks]:-0} ))
+    local n=$(( ${M[$1/1/$2.reqs]:-0} + ${M[$1/32/$2.reqs]:-0} ))
+    [ "$n" -gt 0 ] || { echo "–"; return; }
+    awk -v t="$t" -v hz="$HZ" -v n="$n" -v e="$3" 'BEGIN {printf "%.2f", t / hz * 1e6 / n / e}'
+}
+pct() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.0f", 100 * a / b}'; }
+# hop cell text: "req/s % of direct / added p50"
+hopcell() {
+    local row=$1 c=$2 hop=$3 base=${4:-direct}
+    local k="$row/$c/$hop" d="$row/$c/$base"
+    [ -n "${M[$k.rps]:-}" ] || { echo "–"; return; }
+    echo "$(pct "${M[$k.rps]}" "${M[$d.rps]}") % · +$(( M[$k.p50] - M[$d.p50] ))"
+}
+added() { echo $(( M[$1/$2/$3.p50] - M[$1/$2/${4:-direct}.p50] )); }
 mb() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
-added_tt() { awk -v g="$(field "$1" "$2")" -v d="$(field "$1" "$3")" 'BEGIN {printf "%.0f", g - d}'; }
 verdict() { awk -v v="$1" -v op="$2" -v lim="$3" 'BEGIN {ok = (op == "<=") ? (v <= lim) : (v >= lim); print ok ? "yes" : "**no**"}'; }
+have() { [ -n "${M[$1.rps]:-}" ]; }
 
-NGINX_NOTE=
-NGINX_ROWS=
-if [ -n "$NGINX_ADDR" ]; then
-    NGINX_NOTE="\"nginx:\" rows send the same requests through nginx $("$NGINX_BIN" -v 2>&1 | sed 's|.*/||') as a plain
-keep-alive proxy hop ($(nproc) workers, access log off, buffering off), for scale."
-    for c in 1 32; do
-        for s in "non-stream passthrough" "stream passthrough"; do
-            NGINX_ROWS+="| $s, concurrency $c | ${R[$s/$c.ratio]} % / ${R[nginx: $s/$c.ratio]} % | ${R[$s/$c.add50]} / ${R[nginx: $s/$c.add50]} µs |"$'\n'
-        done
-    done
-fi
-PT1="non-stream passthrough/1"
-PT32="non-stream passthrough/32"
-NAT1="natural-mode stream (1 call)/1"
-HOLD_PT_RSS=$(field rss_kb "$HOLD_PT")
-HOLD_NAT_RSS=$(field rss_kb "$HOLD_NAT")
+CPU_MODEL=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
+NGINX_VERSION=$("$NGINX_BIN" -v 2>&1 | sed 's|.*/||')
+PEER_NOTE="toolify-rs: not run (set TOOLIFY_BIN)."
+[ -z "$TOOLIFY_PORT" ] || PEER_NOTE="toolify-rs ($TOOLIFY_BIN): passthrough for the plain rows, its prompt-injected calling for the natural row (its own call format, $TOOLIFY_EVENTS events, measured against the same stream asked for directly)."
 
 cat <<EOF
 ### Load benchmark ($(date -u +%Y-%m-%d), toolgate $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- src 2>/dev/null || echo '+changes'))
 
-Machine: $(nproc) cores, $CPU_MODEL, shared by toolgate, the mock upstream
-($MOCK_THREADS thread) and wrk (1 thread) during the run. Each cell is one
-${DURATION}-second \`wrk -t1\` run; "direct" goes straight to the mock, "toolgate"
-through it, in the same run. Latencies in µs. Streams: passthrough = role +
-$CHUNKS content chunks + finish + DONE ($SSE_EVENTS JSON events); natural =
-$NATURAL_EVENTS JSON events of 4-byte tokens, prose then a \`<GetWeather>\`
-call, re-emitted as a native \`tool_calls\` stream; to_natural = $TOOLS_EVENTS JSON
-events of a native call (arguments in 4-byte fragments), re-emitted as text.
-$NGINX_NOTE
-toolgate log level: $TOOLGATE_LOG.
+$(nproc) cores ($CPU_MODEL) shared by the mock (1 thread), wrk (1 thread) and the hop. Each cell is the median
+of $REPEAT interleaved ${DURATION}-second \`wrk -t1\` runs; "direct" goes straight to the mock. A hop's cell is its
+requests/s as a share of direct, then the p50 latency it adds, in µs. nginx $NGINX_VERSION: one worker, keep-alive
+upstream, access log and buffering off. $PEER_NOTE Streams: passthrough $SSE_EVENTS events, natural
+$NATURAL_EVENTS, to_natural $TOOLS_EVENTS. toolgate log level: $TOOLGATE_LOG.
 
-| scenario | concurrency | direct req/s | toolgate req/s | toolgate / direct | direct p50 / p99 | toolgate p50 / p99 | added p50 / p99 |
-|---|---|---|---|---|---|---|---|
-$(printf '%s\n' "${ROWS[@]}")
+| row | c | direct req/s · p50 µs | toolgate | nginx | toolify-rs |
+|---|---|---|---|---|---|
+$(for c in 1 32; do
+    printf '| non-stream passthrough | %s | %s · %s | %s | %s | %s |\n' "$c" "${M[json/$c/direct.rps]}" "${M[json/$c/direct.p50]}" "$(hopcell json "$c" toolgate)" "$(hopcell json "$c" nginx)" "$(hopcell json "$c" toolify)"
+    printf '| stream passthrough | %s | %s · %s | %s | %s | %s |\n' "$c" "${M[sse/$c/direct.rps]}" "${M[sse/$c/direct.p50]}" "$(hopcell sse "$c" toolgate)" "$(hopcell sse "$c" nginx)" "$(hopcell sse "$c" toolify)"
+    printf '| natural-mode stream with a call | %s | %s · %s | %s | %s (plain hop) | %s |\n' "$c" "${M[natural/$c/direct.rps]}" "${M[natural/$c/direct.p50]}" "$(hopcell natural "$c" toolgate)" "$(hopcell natural "$c" nginx)" "$(hopcell natural "$c" toolify tdirect)"
+    printf '| to_natural stream | %s | %s · %s | %s | | |\n' "$c" "${M[tools/$c/direct.rps]}" "${M[tools/$c/direct.p50]}" "$(hopcell tools "$c" toolgate)"
+done)
 
-| stream (concurrency 1, keep-alive, 300 requests) | direct first event p50 / p99 | toolgate first event p50 / p99 | added time to first event p50 |
+| CPU (utime + stime) | toolgate | nginx | toolify-rs |
 |---|---|---|---|
-| passthrough | $(field ttfb_p50_us "$TT_SSE_D") / $(field ttfb_p99_us "$TT_SSE_D") | $(field ttfb_p50_us "$TT_SSE_G") / $(field ttfb_p99_us "$TT_SSE_G") | $(added_tt ttfb_p50_us "$TT_SSE_G" "$TT_SSE_D") |
-| natural mode | $(field ttfb_p50_us "$TT_NAT_D") / $(field ttfb_p99_us "$TT_NAT_D") | $(field ttfb_p50_us "$TT_NAT_G") / $(field ttfb_p99_us "$TT_NAT_G") | $(added_tt ttfb_p50_us "$TT_NAT_G" "$TT_NAT_D") |
-
-| toolgate CPU (utime + stime, /proc/PID/stat) | per unit |
-|---|---|
-| non-stream passthrough, per request | $US_PER_JSON µs |
-| stream passthrough, per upstream chunk | $US_PER_PT_CHUNK µs |
-| natural-mode stream, per upstream chunk (request rewrite included) | $US_PER_CHUNK µs |
-| to_natural stream, per upstream chunk (request rewrite included) | $US_PER_TN_CHUNK µs |
+| non-stream passthrough, per request | $(cpu json toolgate 1) µs | $(cpu json nginx 1) µs | $(cpu json toolify 1) µs |
+| stream passthrough, per upstream chunk | $(cpu sse toolgate "$SSE_EVENTS") µs | $(cpu sse nginx "$SSE_EVENTS") µs | $(cpu sse toolify "$SSE_EVENTS") µs |
+| natural-mode stream, per upstream chunk | $(cpu natural toolgate "$NATURAL_EVENTS") µs | $(cpu natural nginx "$NATURAL_EVENTS") µs (plain hop) | $(cpu natural toolify "$TOOLIFY_EVENTS") µs |
+| to_natural stream, per upstream chunk | $(cpu tools toolgate "$TOOLS_EVENTS") µs | | |
 
 | toolgate memory | VmRSS | VmHWM (peak) |
 |---|---|---|
 | idle, after start-up | $(mb "$RSS_IDLE") MB | |
 | after the load above | $(mb "$RSS_AFTER") MB | $(mb "$HWM_AFTER") MB |
-| $(field open "$HOLD_PT") open passthrough streams | $(mb "$HOLD_PT_RSS") MB | $(mb "$(field hwm_kb "$HOLD_PT")") MB |
-| $(field open "$HOLD_NAT") open natural-mode streams | $(mb "$HOLD_NAT_RSS") MB | $(mb "$(field hwm_kb "$HOLD_NAT")") MB |
+| $(field open "$HOLD_PT") open passthrough streams | $(mb "$(field rss_kb "$HOLD_PT")") MB | $(mb "$(field hwm_kb "$HOLD_PT")") MB |
+| $(field open "$HOLD_NAT") open natural-mode streams | $(mb "$(field rss_kb "$HOLD_NAT")") MB | $(mb "$(field hwm_kb "$HOLD_NAT")") MB |
 | after the streams closed | $(mb "$RSS_END") MB | |
 
-$(if [ -n "$NGINX_ROWS" ]; then
-    printf '| same requests, same run | req/s vs direct: toolgate / nginx | added p50: toolgate / nginx |\n|---|---|---|\n%s\n' "$NGINX_ROWS"
-fi)
+| non-stream passthrough, same run | c | toolgate | toolgate +store (record = all) +gateway tools on another provider |
+|---|---|---|---|
+$(for c in 1 32; do
+    printf '| req/s share · added p50 · added p99 | %s | %s · +%s | %s · +%s |\n' "$c" "$(hopcell json "$c" toolgate)" "$(( M[json/$c/toolgate.p99] - M[json/$c/direct.p99] ))" "$(hopcell json "$c" full)" "$(( M[json/$c/full.p99] - M[json/$c/direct.p99] ))"
+done)
+| CPU per request | | $(cpu json toolgate 1) µs | $(cpu json full 1) µs |
+
+The store wrote $(store_metric toolgate_store_write_seconds_count) batches (dropped rows: $(store_metric toolgate_store_dropped_total), queue depth at the end: $(store_metric toolgate_store_queue_depth)).
 
 | target | measured | limit | met |
 |---|---|---|---|
-| passthrough, concurrency 1: added p50 | ${R[$PT1.add50]} µs | 40 µs | $(verdict "${R[$PT1.add50]}" "<=" 40) |
-| passthrough, concurrency 1: added p99 | ${R[$PT1.add99]} µs | 150 µs | $(verdict "${R[$PT1.add99]}" "<=" 150) |
-| passthrough, concurrency 32: req/s vs direct | ${R[$PT32.ratio]} % | ≥ 70 % | $(verdict "${R[$PT32.ratio]}" ">=" 70) |
-| natural-mode stream: CPU per upstream chunk | $US_PER_CHUNK µs | 5 µs | $(verdict "$US_PER_CHUNK" "<=" 5) |
-| natural-mode stream, concurrency 1: added p50 | ${R[$NAT1.add50]} µs | 100 µs | $(verdict "${R[$NAT1.add50]}" "<=" 100) |
-| RSS after the load | $(mb "$RSS_AFTER") MB | 15 MB | $(verdict "$(mb "$RSS_AFTER")" "<=" 15) |
-| RSS with $(field open "$HOLD_PT") open streams (passthrough / natural) | $(mb "$HOLD_PT_RSS") / $(mb "$HOLD_NAT_RSS") MB | 60 MB | $(verdict "$(mb "$(( HOLD_PT_RSS > HOLD_NAT_RSS ? HOLD_PT_RSS : HOLD_NAT_RSS ))")" "<=" 60) |
 EOF
+if have json/1/nginx; then
+    echo "| non-stream c=1: added p50 vs nginx's | $(added json 1 toolgate) µs | $(added json 1 nginx) µs | $(verdict "$(added json 1 toolgate)" "<=" "$(added json 1 nginx)") |"
+    echo "| non-stream c=32: req/s vs nginx's | ${M[json/32/toolgate.rps]} | ${M[json/32/nginx.rps]} | $(verdict "${M[json/32/toolgate.rps]}" ">=" "${M[json/32/nginx.rps]}") |"
+    lim=$(awk -v a="$(added natural 1 nginx)" 'BEGIN {printf "%.0f", 1.5 * a}')
+    echo "| natural stream c=1: added p50 vs 1.5 × nginx's on the same stream | $(added natural 1 toolgate) µs | $lim µs | $(verdict "$(added natural 1 toolgate)" "<=" "$lim") |"
+fi
+echo "| natural stream: CPU per upstream chunk | $(cpu natural toolgate "$NATURAL_EVENTS") µs | 1.5 µs | $(verdict "$(cpu natural toolgate "$NATURAL_EVENTS")" "<=" 1.5) |"
+echo "| to_natural stream: CPU per upstream chunk | $(cpu tools toolgate "$TOOLS_EVENTS") µs | 3 µs | $(verdict "$(cpu tools toolgate "$TOOLS_EVENTS")" "<=" 3) |"
+if have json/1/toolify; then
+    for c in 1 32; do
+        for row in json sse; do
+            echo "| $row c=$c: ahead of toolify-rs (added p50; req/s) | +$(added $row $c toolgate) µs; ${M[$row/$c/toolgate.rps]} | +$(added $row $c toolify) µs; ${M[$row/$c/toolify.rps]} | $(awk -v a="$(added $row $c toolgate)" -v b="$(added $row $c toolify)" -v r="${M[$row/$c/toolgate.rps]}" -v s="${M[$row/$c/toolify.rps]}" 'BEGIN {print (a <= b && r >= s) ? "yes" : "**no**"}') |"
+        done
+        a=$(added natural $c toolgate); b=$(added natural $c toolify tdirect)
+        x=$(pct "${M[natural/$c/toolgate.rps]}" "${M[natural/$c/direct.rps]}"); y=$(pct "${M[natural/$c/toolify.rps]}" "${M[natural/$c/tdirect.rps]}")
+        echo "| natural c=$c: ahead of toolify-rs (added p50; req/s share) | +$a µs; $x % | +$b µs; $y % | $(awk -v a="$a" -v b="$b" -v x="$x" -v y="$y" 'BEGIN {print (a <= b && x >= y) ? "yes" : "**no**"}') |"
+    done
+fi
+echo "| RSS after the load | $(mb "$RSS_AFTER") MB | 15 MB | $(verdict "$(mb "$RSS_AFTER")" "<=" 15) |"
+echo "| RSS with $(field open "$HOLD_NAT") open natural-mode streams | $(mb "$(field rss_kb "$HOLD_NAT")") MB | 40 MB | $(verdict "$(mb "$(field rss_kb "$HOLD_NAT")")" "<=" 40) |"

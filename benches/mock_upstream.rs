@@ -17,6 +17,7 @@
 //! | `bench-sse`     | SSE: a role chunk, `--chunks` content chunks, a finish chunk, DONE  |
 //! | `bench-natural` | SSE whose content is prose then a `<GetWeather>` call (tag syntax)  |
 //! | `bench-tools`   | SSE of a native `tool_calls` call to `GetWeather`, arguments in 4-byte fragments |
+//! | `bench-toolify` | the natural-mode reply in the peer gateway toolify-rs's call format: the same prose, then the trigger its prompt announced and a `<function_calls>` block |
 //! | `bench-slow*`   | SSE that stays open: one content chunk every `--slow-ms`            |
 //! | anything else   | a non-streaming chat completion (JSON)                             |
 //!
@@ -75,6 +76,15 @@ const PROSE_WORDS: &[&str] = &[
     ".",
 ];
 
+/// The prose of [`NATURAL_TEXT`], before its call.
+const NATURAL_PROSE: &str = "Let me check the current weather in Paris for you, \
+so that you know whether to bring an umbrella today.\n\n";
+
+/// toolify-rs announces a trigger of this shape in the system prompt it
+/// writes (`<Function_` + 4 alphanumerics + `_Start/>`, random per process)
+/// and parses a call only after it, whole in one delta.
+const TOOLIFY_TRIGGER: (&str, &str) = ("<Function_", "_Start/>");
+
 /// The arguments of the native call in `bench-tools`.
 pub const TOOL_ARGUMENTS: &str = "{\"location\": \"Paris, France\", \"unit\": \"celsius\"}";
 
@@ -95,6 +105,23 @@ fn chunk(model: &str, delta: &str, finish: Option<&str>) -> Bytes {
 \"model\":\"{model}\",\"system_fingerprint\":\"fp_bench\",\"choices\":[{{\"index\":0,\"delta\":{delta},\
 \"logprobs\":null,\"finish_reason\":{finish}}}]}}\n\n"
     ))
+}
+
+/// The natural-mode reply in toolify-rs's format, for the trigger found in
+/// `request` (`None` without one): the same prose and arguments as
+/// [`NATURAL_TEXT`], the trigger in one delta, the rest in 4-byte tokens.
+fn toolify_stream(model: &str, request: &[u8]) -> Option<Arc<[Bytes]>> {
+    let text = std::str::from_utf8(request).ok()?;
+    let start = text.find(TOOLIFY_TRIGGER.0)?;
+    let len = text[start..].find(TOOLIFY_TRIGGER.1)? + TOOLIFY_TRIGGER.1.len();
+    let trigger = &text[start..start + len];
+    let call = format!(
+        "\n<function_calls>\n<function_call>\n<tool>GetWeather</tool>\n<args_json>{TOOL_ARGUMENTS}</args_json>\n</function_call>\n</function_calls>"
+    );
+    let mut pieces = tokens(NATURAL_PROSE);
+    pieces.push(trigger);
+    pieces.extend(tokens(&call));
+    Some(stream(model, &pieces))
 }
 
 fn content_delta(text: &str) -> String {
@@ -277,6 +304,10 @@ async fn answer(
             frames: canned.natural.clone(),
             next: 0,
         })
+    } else if contains(&body, b"\"bench-toolify\"")
+        && let Some(frames) = toolify_stream("bench-toolify", &body)
+    {
+        sse(MockBody::Frames { frames, next: 0 })
     } else if contains(&body, b"\"bench-tools\"") {
         sse(MockBody::Frames {
             frames: canned.tools.clone(),
@@ -356,6 +387,9 @@ fn main() {
             println!("sse_events {}", canned.sse.len() - 1);
             println!("natural_events {}", canned.natural.len() - 1);
             println!("tools_events {}", canned.tools.len() - 1);
+            let toolify =
+                toolify_stream("bench-toolify", b"<Function_abcd_Start/>").expect("a trigger");
+            println!("toolify_events {}", toolify.len() - 1);
         }
         // `cargo bench` runs every bench target with `--bench`: nothing to do here.
         _ => eprintln!("mock_upstream: a helper of benches/load.sh (`serve` or `describe`)"),

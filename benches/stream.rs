@@ -13,6 +13,9 @@
 //!   emitted call chunks).
 //! - `to_natural/call`: the reverse direction: a native call whose arguments
 //!   arrive in 4-byte fragments, written as a `<GetWeather>` block of text.
+//! - `chunk/read` and `chunk/serde`: reading one typical content chunk's
+//!   common shape with the borrowed reader both fast paths use, and with
+//!   serde_json (its reference).
 
 use bytes::{Bytes, BytesMut};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -190,6 +193,21 @@ fn bench_stream(c: &mut Criterion) {
             assert!(renderer.is_ended());
             black_box(sent)
         });
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("chunk");
+    let content = chunk(json!({"content": "Let "}), None);
+    let data = content
+        .strip_prefix(b"data: ")
+        .and_then(|d| d.strip_suffix(b"\n\n"))
+        .expect("an SSE frame");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("read", |b| {
+        b.iter(|| black_box(toolgate::natural::plain::read(black_box(data)).is_some()))
+    });
+    group.bench_function("serde", |b| {
+        b.iter(|| black_box(toolgate::natural::plain::reference(black_box(data)).is_some()))
     });
     group.finish();
 }

@@ -23,6 +23,7 @@ pub mod exchange;
 pub mod gateway;
 pub mod headers;
 pub mod inbound;
+pub mod json;
 pub mod log_writer;
 pub mod memory;
 pub mod metrics;

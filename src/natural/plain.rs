@@ -1,30 +1,58 @@
-//! The common shape of an upstream chunk's choice, read borrowed, without
-//! building a JSON tree: both stream rewriters take their fast path on it and
-//! fall back to the general path for anything else.
+//! The common shape of an upstream chunk, read borrowed, without building a
+//! JSON tree: both stream rewriters take their fast path on it and fall back
+//! to the general path for anything else.
+//!
+//! [`read`] walks the chunk once with [`crate::json::Reader`]. The serde
+//! derives below are the reference it must agree with: `reference` reads the
+//! same shape through serde_json, and the tests and the `chunk_reader` fuzz
+//! target require both to give the same answer whenever [`read`] gives one.
 //!
 //! Keys that the fast paths cannot carry over are read only so a rewriter can
-//! check that they are absent (or null); an unknown delta key fails the parse,
+//! check that they are absent (or null); an unknown delta key fails the read,
 //! which also means "take the general path".
 
 use std::borrow::Cow;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use crate::json::Reader;
+
+/// A value kept as its JSON text (never `null`: a null field is absent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Raw<'a>(pub &'a str);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&RawValue>::deserialize(d).map(|raw| Raw(raw.get()))
+    }
+}
+
+/// A chunk of exactly one choice.
+#[derive(Debug, PartialEq, Deserialize)]
+pub struct PlainChunk<'a> {
+    #[serde(borrow)]
+    pub choices: [PlainChoice<'a>; 1],
+    #[serde(default, borrow)]
+    pub usage: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    pub error: Option<Raw<'a>>,
+}
+
 /// One entry of `choices`.
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 pub struct PlainChoice<'a> {
     pub index: u64,
     #[serde(borrow)]
     pub delta: PlainDelta<'a>,
     #[serde(default, borrow)]
-    pub finish_reason: Option<&'a RawValue>,
+    pub finish_reason: Option<Raw<'a>>,
     #[serde(default, borrow)]
-    pub logprobs: Option<&'a RawValue>,
+    pub logprobs: Option<Raw<'a>>,
 }
 
 /// A delta of content and/or call fragments.
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlainDelta<'a> {
     #[serde(default, borrow)]
@@ -34,11 +62,11 @@ pub struct PlainDelta<'a> {
     #[serde(default, borrow)]
     pub tool_calls: Option<Vec<PlainCall<'a>>>,
     #[serde(default, borrow)]
-    pub refusal: Option<&'a RawValue>,
+    pub refusal: Option<Raw<'a>>,
     #[serde(default, borrow)]
-    pub function_call: Option<&'a RawValue>,
+    pub function_call: Option<Raw<'a>>,
     #[serde(default, borrow)]
-    pub reasoning_content: Option<&'a RawValue>,
+    pub reasoning_content: Option<Raw<'a>>,
 }
 
 impl PlainDelta<'_> {
@@ -51,7 +79,7 @@ impl PlainDelta<'_> {
 
 /// A call fragment; `id` and `type` are not needed by either rewriter's
 /// fast path.
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 pub struct PlainCall<'a> {
     #[serde(default)]
     pub index: u64,
@@ -59,7 +87,7 @@ pub struct PlainCall<'a> {
     pub function: Option<PlainFunction<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 pub struct PlainFunction<'a> {
     #[serde(default, borrow)]
     pub name: Option<Cow<'a, str>>,
@@ -67,8 +95,246 @@ pub struct PlainFunction<'a> {
     pub arguments: Option<Cow<'a, str>>,
 }
 
+/// A chunk read by [`read`]: the shape, and where its `choices` are.
+#[derive(Debug)]
+pub struct ReadChunk<'a> {
+    pub chunk: PlainChunk<'a>,
+    /// An `error` key is present, even with `null`.
+    pub error_key: bool,
+    data: &'a [u8],
+    choices: std::ops::Range<usize>,
+}
+
+impl ReadChunk<'_> {
+    /// The chunk again with the value of `choices` replaced by `choices`
+    /// (JSON text); every other byte is copied as it came.
+    pub fn write_with_choices(&self, choices: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.data[..self.choices.start]);
+        out.extend_from_slice(choices);
+        out.extend_from_slice(&self.data[self.choices.end..]);
+    }
+
+    /// The text of `choices` as it came.
+    pub fn choices_text(&self) -> &[u8] {
+        &self.data[self.choices.clone()]
+    }
+}
+
+/// Reads `data` as a chunk of the common shape; `None` for anything else
+/// (including anything that is not valid JSON), which sends the caller down
+/// its general path.
+pub fn read(data: &[u8]) -> Option<ReadChunk<'_>> {
+    let mut r = Reader::new(data)?;
+    let mut choice = None;
+    let mut span = None;
+    let (mut usage, mut error) = (None, None);
+    r.object(|r, key| match key {
+        "choices" => {
+            r.skip_ws();
+            let start = r.position();
+            let mut first = None;
+            r.array(|r| {
+                // Exactly one element.
+                if first.is_some() {
+                    return None;
+                }
+                first = Some(read_choice(r)?);
+                Some(())
+            })?;
+            once(&mut span, start..r.position())?;
+            choice = Some(first?);
+            Some(())
+        }
+        "usage" => once(&mut usage, raw(r)?),
+        "error" => once(&mut error, raw(r)?),
+        _ => r.skip().map(drop),
+    })?;
+    r.end()?;
+    Some(ReadChunk {
+        chunk: PlainChunk {
+            choices: [choice?],
+            usage: usage.flatten(),
+            error: error.flatten(),
+        },
+        error_key: error.is_some(),
+        data,
+        choices: span?,
+    })
+}
+
+fn non_null(value: &str) -> Option<Raw<'_>> {
+    (value != "null").then_some(Raw(value))
+}
+
+/// An optional field: `null` is absent.
+fn optional<'a, T>(
+    r: &mut Reader<'a>,
+    read: impl FnOnce(&mut Reader<'a>) -> Option<T>,
+) -> Option<Option<T>> {
+    if r.null() {
+        Some(None)
+    } else {
+        read(r).map(Some)
+    }
+}
+
+fn raw<'a>(r: &mut Reader<'a>) -> Option<Option<Raw<'a>>> {
+    r.skip().map(non_null)
+}
+
+/// Sets `slot` once: a repeated field is refused, as serde refuses it.
+fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(value);
+    Some(())
+}
+
+fn read_choice<'a>(r: &mut Reader<'a>) -> Option<PlainChoice<'a>> {
+    let (mut index, mut delta) = (None, None);
+    let (mut finish, mut logprobs) = (None, None);
+    r.object(|r, key| match key {
+        "index" => once(&mut index, r.u64()?),
+        "delta" => once(&mut delta, read_delta(r)?),
+        "finish_reason" => once(&mut finish, raw(r)?),
+        "logprobs" => once(&mut logprobs, raw(r)?),
+        _ => r.skip().map(drop),
+    })?;
+    Some(PlainChoice {
+        index: index?,
+        delta: delta?,
+        finish_reason: finish.flatten(),
+        logprobs: logprobs.flatten(),
+    })
+}
+
+fn read_delta<'a>(r: &mut Reader<'a>) -> Option<PlainDelta<'a>> {
+    let (mut content, mut role, mut calls) = (None, None, None);
+    let (mut refusal, mut function_call, mut reasoning) = (None, None, None);
+    r.object(|r, key| match key {
+        "content" => once(&mut content, optional(r, |r| r.string()?.decode())?),
+        "role" => once(&mut role, optional(r, |r| r.string()?.borrowed())?),
+        "tool_calls" => once(&mut calls, optional(r, read_calls)?),
+        "refusal" => once(&mut refusal, raw(r)?),
+        "function_call" => once(&mut function_call, raw(r)?),
+        "reasoning_content" => once(&mut reasoning, raw(r)?),
+        // `deny_unknown_fields`.
+        _ => None,
+    })?;
+    Some(PlainDelta {
+        content: content.flatten(),
+        role: role.flatten(),
+        tool_calls: calls.flatten(),
+        refusal: refusal.flatten(),
+        function_call: function_call.flatten(),
+        reasoning_content: reasoning.flatten(),
+    })
+}
+
+fn read_calls<'a>(r: &mut Reader<'a>) -> Option<Vec<PlainCall<'a>>> {
+    let mut calls = Vec::new();
+    r.array(|r| {
+        let (mut index, mut function) = (None, None);
+        r.object(|r, key| match key {
+            "index" => once(&mut index, r.u64()?),
+            "function" => once(&mut function, optional(r, read_function)?),
+            _ => r.skip().map(drop),
+        })?;
+        calls.push(PlainCall {
+            index: index.unwrap_or(0),
+            function: function.flatten(),
+        });
+        Some(())
+    })?;
+    Some(calls)
+}
+
+fn read_function<'a>(r: &mut Reader<'a>) -> Option<PlainFunction<'a>> {
+    let (mut name, mut arguments) = (None, None);
+    r.object(|r, key| match key {
+        "name" => once(&mut name, optional(r, |r| r.string()?.decode())?),
+        "arguments" => once(&mut arguments, optional(r, |r| r.string()?.decode())?),
+        _ => r.skip().map(drop),
+    })?;
+    Some(PlainFunction {
+        name: name.flatten(),
+        arguments: arguments.flatten(),
+    })
+}
+
+/// The same shape read through serde_json: what [`read`] must agree with.
+#[doc(hidden)]
+pub fn reference(data: &[u8]) -> Option<PlainChunk<'_>> {
+    serde_json::from_slice(data).ok()
+}
+
 /// Whether an event's data may take a fast path at all: a multi-line `data:`
 /// payload must be re-framed, never copied (conformance rule 1).
 pub fn single_line(data: &[u8]) -> bool {
     memchr::memchr(b'\n', data).is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`read`] agrees with serde_json whenever it answers, and answers on
+    /// the shapes upstreams send.
+    fn agrees(data: &str) -> bool {
+        let fast = read(data.as_bytes());
+        if let Some(fast) = &fast {
+            assert_eq!(
+                Some(&fast.chunk),
+                reference(data.as_bytes()).as_ref(),
+                "{data}"
+            );
+            assert!(serde_json::from_str::<serde_json::Value>(data).is_ok());
+            let mut again = Vec::new();
+            fast.write_with_choices(fast.choices_text(), &mut again);
+            let a: serde_json::Value = serde_json::from_slice(&again).unwrap();
+            let b: serde_json::Value = serde_json::from_str(data).unwrap();
+            assert_eq!(a, b, "the fields written back are the chunk");
+        }
+        fast.is_some()
+    }
+
+    #[test]
+    fn reads_the_common_shapes() {
+        for data in [
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":"fp","choices":[{"index":0,"delta":{"content":"Let "},"logprobs":null,"finish_reason":null}]}"#,
+            r#"{"id": "c", "choices": [{"delta": {"content": "a \"quoted\" é\n"}, "index": 0}], "usage": null}"#,
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"GetWeather","arguments":""}}]},"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":3,"delta":{"tool_calls":[{"function":{"arguments":"{\"loc"}}]},"finish_reason":"tool_calls","logprobs":{"content":[]}}],"usage":{"total_tokens":3}}"#,
+            r#"{"choices":[{"index":0,"delta":{"refusal":"no","function_call":null,"reasoning_content":"hm"}}],"obfuscation":"x"}"#,
+            r#"{"choices":[{"index":0,"delta":{}}],"error":{"message":"x"}}"#,
+            r#"{"choices":[{"index":0,"delta":{}}],"id":"a","id":"b"}"#,
+        ] {
+            assert!(agrees(data), "{data}");
+        }
+    }
+
+    #[test]
+    fn anything_else_takes_the_general_path() {
+        for data in [
+            r#"{"choices":[]}"#,
+            r#"{"choices":[{"index":0,"delta":{}},{"index":1,"delta":{}}]}"#,
+            r#"{"choices":[{"delta":{"content":"no index"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"x","extra":1}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"role":"assist\u0061nt"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"\ud800"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":1}}]}"#,
+            r#"{"choices":[{"index":0.0,"delta":{}}]}"#,
+            r#"{"choices":[{"index":0,"index":1,"delta":{}}]}"#,
+            r#"{"ch\u006fices":[{"index":0,"delta":{}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{}}],"choices":[{"index":0,"delta":{}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{}}],"usage":null,"usage":null}"#,
+            r#"{"choices":[{"index":0,"delta":{}}]} trailing"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"x"}}],"broken":[1,]}"#,
+            r#"[{"index":0,"delta":{}}]"#,
+            "",
+        ] {
+            assert!(!agrees(data), "{data}");
+        }
+    }
 }

@@ -11,13 +11,11 @@ use bytes::BytesMut;
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::error::GatewayError;
 use crate::natural::emit::{self, ChunkHeader};
-use crate::natural::plain::{self, PlainChoice};
+use crate::natural::plain::{self, PlainChunk};
 use crate::natural::reply::{InvalidCall, RepairRequest, ReplyParser, ReplySettings};
 use crate::sse::encoder;
 use crate::sse::transform::{self, Incoming};
@@ -132,8 +130,8 @@ impl StreamRewriter {
         // re-framed, never copied (rule 1), so they take the general path.
         if self.header.is_some()
             && plain::single_line(data)
-            && let Ok(plain) = serde_json::from_slice::<PlainChunk<'_>>(data)
-            && let Some((index, has_role, content)) = plain.content_only()
+            && let Some(plain) = plain::read(data)
+            && let Some((index, has_role, content)) = content_only(plain.chunk)
             && self.forward_plain(index, has_role, &content, data, out)
         {
             return;
@@ -427,32 +425,20 @@ impl StreamRewriter {
     }
 }
 
-/// The common chunk shape: exactly one choice whose delta holds content
-/// (and perhaps the role) and nothing else.
-#[derive(Deserialize)]
-struct PlainChunk<'a> {
-    #[serde(borrow)]
-    choices: [PlainChoice<'a>; 1],
-    #[serde(default, borrow)]
-    usage: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    error: Option<&'a RawValue>,
-}
-
-impl<'a> PlainChunk<'a> {
-    /// `(choice index, has role, content)` when this is a plain content delta.
-    fn content_only(self) -> Option<(u64, bool, Cow<'a, str>)> {
-        let [choice] = self.choices;
-        let d = choice.delta;
-        let plain = self.usage.is_none()
-            && self.error.is_none()
-            && choice.finish_reason.is_none()
-            && d.tool_calls.is_none()
-            && d.is_plain()
-            && d.role.is_none_or(|r| r == "assistant");
-        let content = d.content?;
-        plain.then(|| (choice.index, d.role.is_some(), content))
-    }
+/// `(choice index, has role, content)` when a chunk of the common shape is
+/// a plain content delta: one choice whose delta holds content (and perhaps
+/// the role) and nothing else.
+fn content_only(chunk: PlainChunk<'_>) -> Option<(u64, bool, Cow<'_, str>)> {
+    let [choice] = chunk.choices;
+    let d = choice.delta;
+    let plain = chunk.usage.is_none()
+        && chunk.error.is_none()
+        && choice.finish_reason.is_none()
+        && d.tool_calls.is_none()
+        && d.is_plain()
+        && d.role.is_none_or(|r| r == "assistant");
+    let content = d.content?;
+    plain.then(|| (choice.index, d.role.is_some(), content))
 }
 
 /// Without a fallback model the rewriter is the whole transform: it asks for

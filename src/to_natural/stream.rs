@@ -18,13 +18,11 @@
 use std::collections::BTreeMap;
 
 use bytes::BytesMut;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::error::GatewayError;
 use crate::natural::emit::{self, ChunkHeader};
-use crate::natural::fields::Fields;
-use crate::natural::plain::{self, PlainChoice};
+use crate::natural::plain;
 use crate::sse::encoder;
 use crate::sse::transform::{self, Incoming, Transform};
 use crate::to_natural::RenderOptions;
@@ -151,19 +149,14 @@ impl StreamRenderer {
     /// fragments. `false`: not that shape; nothing was changed, take the
     /// general path.
     fn on_plain(&mut self, data: &[u8], out: &mut BytesMut) -> bool {
-        let Ok(fields) = Fields::parse(data) else {
+        let Some(read) = plain::read(data) else {
             return false;
         };
-        let is_null = |raw: Option<&RawValue>| raw.is_none_or(|raw| raw.get() == "null");
-        if !is_null(fields.get("usage")) || fields.get("error").is_some() {
+        // Any `error` key, even `null`, is an error event to the general path.
+        if read.chunk.usage.is_some() || read.error_key {
             return false;
         }
-        let Some(Ok([choice])) = fields
-            .get("choices")
-            .map(|raw| serde_json::from_str::<[PlainChoice<'_>; 1]>(raw.get()))
-        else {
-            return false;
-        };
+        let [choice] = &read.chunk.choices;
         let delta = &choice.delta;
         let plain = choice.finish_reason.is_none()
             && choice.logprobs.is_none()
@@ -198,7 +191,11 @@ impl StreamRenderer {
         }
         if !self.text.is_empty() {
             let choices = emit::text_choices(choice.index, &self.text);
-            encoder::write_raw(out, &fields.write(&[], "choices", &choices));
+            let mut chunk = Vec::with_capacity(data.len() + self.text.len());
+            // Serializing a `Value` into a Vec cannot fail.
+            let choices = serde_json::to_vec(&choices).unwrap_or_default();
+            read.write_with_choices(&choices, &mut chunk);
+            encoder::write_raw(out, &chunk);
         }
         true
     }

@@ -1,0 +1,22 @@
+//! The borrowed chunk reader both stream rewriters take their fast path on,
+//! against serde_json: whenever it reads a chunk, serde_json reads the same
+//! chunk (whole-text validity included) to the same values, and the fields
+//! it writes back are the chunk. It may decline what serde_json accepts
+//! (the general path takes those), never the reverse.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use toolgate::natural::plain;
+
+fuzz_target!(|data: &[u8]| {
+    let Some(fast) = plain::read(data) else {
+        return;
+    };
+    assert_eq!(Some(&fast.chunk), plain::reference(data).as_ref());
+    let whole: serde_json::Value =
+        serde_json::from_slice(data).expect("accepted text must be valid JSON");
+    let mut again = Vec::new();
+    fast.write_with_choices(fast.choices_text(), &mut again);
+    let again: serde_json::Value = serde_json::from_slice(&again).expect("written back as JSON");
+    assert_eq!(again, whole);
+});
