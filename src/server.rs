@@ -87,8 +87,10 @@ impl Engines {
                 watcher.watch(conn).await?;
             }
             sniff::Protocol::Http2 => {
+                // Boxed: HTTP/2's connection state is several times
+                // HTTP/1.1's, and a task is as large as its largest branch.
                 let conn = self.http2.serve_connection(io, service);
-                watcher.watch(conn).await?;
+                Box::pin(watcher.watch(conn)).await?;
             }
         }
         Ok(())
@@ -148,15 +150,23 @@ pub async fn run(
                                 .serve(stream, None, gateway, activity.clone(), watcher)
                                 .await
                         }
-                        Some(config) => match TlsAcceptor::from(config).accept(stream).await {
-                            Ok(tls) => {
-                                let h2 = tls.get_ref().1.alpn_protocol().map(|p| p == b"h2");
-                                engines
-                                    .serve(tls, h2, gateway, activity.clone(), watcher)
-                                    .await
-                            }
-                            Err(e) => Err(e.into()),
-                        },
+                        // Boxed, as above: the handshake and the TLS stream
+                        // would make every plain connection's task as large.
+                        Some(config) => {
+                            Box::pin(async {
+                                match TlsAcceptor::from(config).accept(stream).await {
+                                    Ok(tls) => {
+                                        let h2 =
+                                            tls.get_ref().1.alpn_protocol().map(|p| p == b"h2");
+                                        engines
+                                            .serve(tls, h2, gateway, activity.clone(), watcher)
+                                            .await
+                                    }
+                                    Err(e) => Err(e.into()),
+                                }
+                            })
+                            .await
+                        }
                     }
                 },
                 &activity,

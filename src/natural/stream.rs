@@ -57,7 +57,8 @@ impl StreamRewriter {
         StreamRewriter {
             settings,
             header: None,
-            choices: Vec::new(),
+            // One choice is the rule (n > 1 is rare): no room for four.
+            choices: Vec::with_capacity(1),
             positions: HashMap::new(),
             usage: None,
             include_usage,
