@@ -402,6 +402,46 @@ fn consolidated_messages_and_undeclared_names() {
     );
 }
 
+/// A first turn holds no block: it is forwarded without a parse, yet its
+/// declarations are still checked, and a block written with JSON escapes,
+/// or in bracket syntax, is still found.
+#[test]
+fn histories_are_read_only_when_they_can_hold_a_block() {
+    let opts = |syntax| HistoryOptions {
+        syntax,
+        max_tool_result_chars: 100,
+    };
+    let plain = br#"{"model":"m","tools":[{"type":"function","function":{"name":"GetWeather"}}],"messages":[{"role":"user","content":"[1, 2] hi"}]}"#;
+    assert!(
+        history::rewrite(plain, &opts(Syntax::Tag))
+            .unwrap()
+            .is_none()
+    );
+    let broken = br#"{"model":"m","tools":[{"type":"function"}],"messages":[{"role":"user","content":"hi"}]}"#;
+    assert!(
+        history::rewrite(broken, &opts(Syntax::Tag)).is_err(),
+        "a tool without a function is refused"
+    );
+    let escaped = br#"{"model":"m","tools":[{"type":"function","function":{"name":"GetWeather"}}],"messages":[{"role":"assistant","content":"\u003cGetWeather>\n{\"location\": \"Oslo\"}\n\u003c/GetWeather>"}]}"#;
+    let out = history::rewrite(escaped, &opts(Syntax::Tag))
+        .unwrap()
+        .expect("found");
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        v["messages"][0]["tool_calls"][0]["function"]["name"],
+        "GetWeather"
+    );
+    let bracket = br#"{"model":"m","tools":[{"type":"function","function":{"name":"GetWeather"}}],"messages":[{"role":"assistant","content":"[Calling GetWeather]{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Oslo\"}}"}]}"#;
+    let out = history::rewrite(bracket, &opts(Syntax::Bracket))
+        .unwrap()
+        .expect("found");
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        v["messages"][0]["tool_calls"][0]["function"]["name"],
+        "GetWeather"
+    );
+}
+
 #[test]
 fn long_tool_responses_are_truncated_visibly() {
     let long = "x".repeat(150);

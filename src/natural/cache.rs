@@ -31,6 +31,24 @@ pub struct Prepared {
     pub tools: Arc<ToolSet>,
     /// The system block: instructions and contracts.
     pub block: Arc<str>,
+    /// `block` as it reads inside a JSON string (escaped, without quotes):
+    /// written into each request as it is, not escaped again.
+    pub block_json: Arc<str>,
+}
+
+impl Prepared {
+    pub fn new(tools: Arc<ToolSet>, block: String) -> Self {
+        let quoted = serde_json::to_string(&block).unwrap_or_default();
+        let block_json = quoted
+            .get(1..quoted.len().saturating_sub(1))
+            .unwrap_or_default()
+            .into();
+        Prepared {
+            tools,
+            block: Arc::from(block),
+            block_json,
+        }
+    }
 }
 
 /// Everything the rendering depends on, borrowed from the request.
@@ -63,7 +81,7 @@ impl Key {
     /// tool set, which holds the same schemas) plus the block.
     fn weight(key: &KeyRef<'_>, prepared: &Prepared) -> usize {
         let texts = key.tools.len() + key.functions.len() + key.template.map_or(0, str::len);
-        2 * texts + prepared.block.len() + 256
+        2 * texts + prepared.block.len() + prepared.block_json.len() + 256
     }
 
     fn matches(&self, key: &KeyRef<'_>) -> bool {
@@ -243,10 +261,7 @@ mod tests {
     use super::*;
 
     fn prepared(text: &str) -> Prepared {
-        Prepared {
-            tools: Arc::new(ToolSet::default()),
-            block: Arc::from(text),
-        }
+        Prepared::new(Arc::new(ToolSet::default()), text.to_owned())
     }
 
     fn key<'a>(tools: &'a str, policy: &'a Policy) -> KeyRef<'a> {

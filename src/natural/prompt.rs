@@ -151,6 +151,30 @@ fn policy_rules(syntax: Syntax, policy: &Policy, all: bool) -> Vec<String> {
     rules
 }
 
+/// A 32-character alphanumeric string, random per process, that stands for
+/// the block while a request is written (see [`splice`]).
+pub fn placeholder() -> &'static str {
+    static PLACEHOLDER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PLACEHOLDER.get_or_init(|| {
+        use rand::RngExt;
+        let tail: String = rand::rng()
+            .sample_iter(rand::distr::Alphanumeric)
+            .take(24)
+            .map(char::from)
+            .collect();
+        format!("tgblock_{tail}")
+    })
+}
+
+/// Replaces the one `placeholder` in a written body with `block_json` (the
+/// block as it reads inside a JSON string). JSON escapes one character at a
+/// time, so the result is what writing the block itself would have given.
+pub fn splice(body: &mut Vec<u8>, placeholder: &str, block_json: &str) {
+    if let Some(at) = memchr::memmem::find(body, placeholder.as_bytes()) {
+        body.splice(at..at + placeholder.len(), block_json.bytes());
+    }
+}
+
 /// Puts `block` before the system prompt: into the first `system` or
 /// `developer` message (`developer` is the newer name for the same thing),
 /// or as a new system message at position 0 when there is none.
@@ -193,6 +217,37 @@ mod tests {
             assert_eq!(
                 messages,
                 vec![json!({"role": "system", "content": "BLOCK"})]
+            );
+        }
+    }
+
+    #[test]
+    fn splicing_the_escaped_block_writes_what_injecting_it_writes() {
+        let block = "## GetWeather\n\"quoted\" \\ back\tslash é 🌦 \u{1} </script>";
+        let block_json = {
+            let q = serde_json::to_string(block).unwrap();
+            q[1..q.len() - 1].to_owned()
+        };
+        for messages in [
+            json!([{"role": "system", "content": "Be brief."}]),
+            json!([{"role": "system", "content": ""}, {"role": "user", "content": "x"}]),
+            json!([{"role": "user", "content": "u"}, {"role": "developer", "content": "dev"}]),
+            json!([{"role": "system", "content": [{"type": "text", "text": "parts"}]}]),
+            json!([{"role": "system"}]),
+            json!([{"role": "user", "content": "no system"}]),
+        ] {
+            let Value::Array(list) = messages else {
+                unreachable!()
+            };
+            let mut direct = list.clone();
+            inject(&mut direct, block);
+            let mut spliced = list.clone();
+            inject(&mut spliced, placeholder());
+            let mut written = serde_json::to_vec(&spliced).unwrap();
+            splice(&mut written, placeholder(), &block_json);
+            assert_eq!(
+                String::from_utf8(written).unwrap(),
+                serde_json::to_string(&direct).unwrap()
             );
         }
     }

@@ -154,8 +154,22 @@ pub fn rewrite(
         result_role: options.result_role,
     };
     history::rewrite(list, &history_options)?;
+    // The block goes in as a placeholder and its escaped text replaces it
+    // once the body is written: escaping a few KiB of contracts again for
+    // every request was a twentieth of a natural-mode stream's work. (The
+    // placeholder is random per process; a body that holds it anyway takes
+    // the plain way.)
+    let placeholder = prompt::placeholder();
+    let splice = prepared
+        .as_ref()
+        .filter(|_| memchr::memmem::find(body, placeholder.as_bytes()).is_none());
     if let Some(prepared) = &prepared {
-        prompt::inject(list, &prepared.block);
+        let text = if splice.is_some() {
+            placeholder
+        } else {
+            &prepared.block
+        };
+        prompt::inject(list, text);
     }
 
     let include_usage = fields
@@ -164,7 +178,10 @@ pub fn rewrite(
         .unwrap_or(false);
     let declared_some = |raw: Option<&RawValue>| raw.is_some_and(|r| r.get() != "null");
     let legacy_functions = declared_some(declared.functions) && !declared_some(declared.tools);
-    let body = fields.write(&TOOL_FIELDS, "messages", &messages);
+    let mut body = fields.write(&TOOL_FIELDS, "messages", &messages);
+    if let Some(prepared) = splice {
+        prompt::splice(&mut body, placeholder, &prepared.block_json);
+    }
     let plan = prepared.map(|prepared| ResponsePlan {
         tools: prepared.tools,
         choice: policy.choice,
@@ -232,10 +249,7 @@ fn prepare(
                 options.instructions.as_deref(),
             )?
         };
-        Ok(Prepared {
-            tools: Arc::new(offered),
-            block: Arc::from(block),
-        })
+        Ok(Prepared::new(Arc::new(offered), block))
     })?;
     Ok((!prepared.tools.is_empty()).then_some(prepared))
 }

@@ -26,6 +26,21 @@ pub struct HistoryOptions {
 /// The rewritten body, or `None` when nothing in the history is natural text
 /// (the original bytes are then forwarded unchanged).
 pub fn rewrite(body: &[u8], options: &HistoryOptions) -> Result<Option<Vec<u8>>, RequestError> {
+    if let Some(fields) = Quick::read(body)
+        && !fields.may_hold_blocks
+    {
+        // Only the declarations are left to check: they are forwarded.
+        let parse = |raw: Option<&str>| {
+            raw.map(serde_json::from_str::<Value>)
+                .transpose()
+                .map_err(|e| RequestError::InvalidJson {
+                    message: e.to_string(),
+                })
+        };
+        let (tools, functions) = (parse(fields.tools)?, parse(fields.functions)?);
+        ToolSet::from_request(tools.as_ref(), functions.as_ref())?;
+        return Ok(None);
+    }
     let mut request: Value =
         serde_json::from_slice(body).map_err(|e| RequestError::InvalidJson {
             message: e.to_string(),
@@ -56,6 +71,59 @@ pub fn rewrite(body: &[u8], options: &HistoryOptions) -> Result<Option<Vec<u8>>,
         return Ok(None);
     }
     Ok(Some(serde_json::to_vec(&request).unwrap_or_default()))
+}
+
+/// What a request's raw text says without parsing it into a tree: whether
+/// its `messages` can hold a call block or a tool response at all, and its
+/// tool declarations. Most first turns hold neither, and then the body is
+/// forwarded as it came.
+struct Quick<'a> {
+    may_hold_blocks: bool,
+    tools: Option<&'a str>,
+    functions: Option<&'a str>,
+}
+
+impl<'a> Quick<'a> {
+    /// `None` when the fast reader declines the body (the full path decides).
+    fn read(body: &'a [u8]) -> Option<Self> {
+        let mut r = crate::json::Reader::new(body)?;
+        let (mut messages, mut tools, mut functions) = (None, None, None);
+        // A repeated key: the last one counts, as in the parsed object.
+        r.object(|r, key| {
+            let value = r.skip()?;
+            match key {
+                "messages" => messages = Some(value),
+                "tools" => tools = Some(value),
+                "functions" => functions = Some(value),
+                _ => {}
+            }
+            Some(())
+        })?;
+        r.end()?;
+        Some(Quick {
+            may_hold_blocks: messages.is_some_and(may_hold_blocks),
+            tools: tools.filter(|t| *t != "null"),
+            functions: functions.filter(|f| *f != "null"),
+        })
+    }
+}
+
+/// Every block this module turns back into messages opens with `<` (tag and
+/// tool_call calls, `<tool_response`) or `[Calling` (bracket calls), written
+/// as such or escaped in the JSON text. JSON's own `[` is never followed by
+/// a letter, so `[Calling` cannot be structure.
+fn may_hold_blocks(messages: &str) -> bool {
+    let text = messages.as_bytes();
+    memchr::memchr(b'<', text).is_some()
+        || [
+            "\\u003c",
+            "\\u003C",
+            "[Calling",
+            "\\u005bCalling",
+            "\\u005BCalling",
+        ]
+        .iter()
+        .any(|needle| memchr::memmem::find(text, needle.as_bytes()).is_some())
 }
 
 enum Piece {
