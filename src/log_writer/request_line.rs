@@ -319,21 +319,8 @@ mod tests {
             Layout::Text => Box::new(builder.finish()),
             Layout::Json => Box::new(builder.json().finish()),
         };
-        tracing::subscriber::with_default(subscriber, || {
-            tracing::info!(
-                target: super::super::REQUEST_TARGET,
-                provider = &*line.provider,
-                model = %super::super::Untrusted(&line.model),
-                route = line.route,
-                status = line.status,
-                stream = line.stream,
-                duration_ms = line.duration.as_micros() as f64 / 1e3,
-                bytes_out = line.bytes_out,
-                complete = line.complete,
-                error = line.error.as_deref().map(|e| tracing::field::display(super::super::Untrusted(e))),
-                "request"
-            );
-        });
+        // The same call the log writer makes when it leaves the line to tracing.
+        tracing::subscriber::with_default(subscriber, || super::super::through_tracing(line));
         String::from_utf8(capture.0.lock().unwrap().clone()).unwrap()
     }
 
