@@ -133,13 +133,18 @@ pub fn request(line: request_line::RequestLine) {
     if !PARKS.get() {
         return write_lines(&[line]);
     }
-    let full = PENDING.with_borrow_mut(|pending| {
-        pending.push(line);
-        pending.len() >= MAX_PENDING
-    });
-    if full {
+    if hold(line) {
         write_pending();
     }
+}
+
+/// Adds `line` to this thread's pending lines; true when they reached
+/// [`MAX_PENDING`] and must be written now.
+fn hold(line: request_line::RequestLine) -> bool {
+    PENDING.with_borrow_mut(|pending| {
+        pending.push(line);
+        pending.len() >= MAX_PENDING
+    })
 }
 
 /// Formats this thread's pending request lines into the buffer.
@@ -306,6 +311,31 @@ mod tests {
         let mut probe = Probe(false);
         write_out(lock(), &mut probe);
         assert!(probe.0, "the buffer's lock is free during the write");
+    }
+
+    #[test]
+    fn a_worker_holds_at_most_max_pending_lines() {
+        // On a thread of its own: the pending list is thread-local.
+        std::thread::spawn(|| {
+            let line = request_line::RequestLine {
+                at: std::time::SystemTime::now(),
+                provider: "p".into(),
+                model: "m".into(),
+                route: "chat_completions",
+                status: 200,
+                stream: false,
+                duration: Duration::from_millis(1),
+                bytes_out: 0,
+                complete: true,
+                error: None,
+            };
+            for _ in 1..MAX_PENDING {
+                assert!(!hold(line.clone()));
+            }
+            assert!(hold(line), "the 256th line must be written at once");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
