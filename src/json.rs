@@ -305,9 +305,7 @@ impl<'a> Reader<'a> {
         let mut i = start + 1;
         let mut escaped = false;
         loop {
-            while i < bytes.len() && PLAIN[bytes[i] as usize] {
-                i += 1;
-            }
+            i = plain_run(bytes, i);
             match *bytes.get(i)? {
                 b'"' => break,
                 b'\\' => {
@@ -334,6 +332,34 @@ impl<'a> Reader<'a> {
             escaped,
         })
     }
+}
+
+/// The end of the run of plain bytes (see [`PLAIN`]) starting at `at`.
+///
+/// Eight bytes at a time while they last: a word holds no special byte
+/// when none of its bytes is below 0x20, a quote or a backslash. Each test
+/// is the classic "has a zero/less byte" bit trick; its flags are exact up
+/// to the first special byte, so the lowest flag marks it.
+#[inline]
+fn plain_run(bytes: &[u8], mut at: usize) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    const QUOTE: u64 = u64::from_ne_bytes([b'"'; 8]);
+    const BACKSLASH: u64 = u64::from_ne_bytes([b'\\'; 8]);
+    const SPACE: u64 = u64::from_ne_bytes([0x20; 8]);
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    while let Some(word) = bytes.get(at..at + 8) {
+        let x = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        let special = zero(x ^ QUOTE) | zero(x ^ BACKSLASH) | (x.wrapping_sub(SPACE) & !x & HIGH);
+        if special != 0 {
+            return at + (special.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    while at < bytes.len() && PLAIN[bytes[at] as usize] {
+        at += 1;
+    }
+    at
 }
 
 /// Bytes a string holds as they are: not `"`, `\\` or a control character.
@@ -435,6 +461,36 @@ mod tests {
         assert_eq!(escaped.borrowed(), None);
         let lone = r.string().unwrap();
         assert_eq!(lone.decode(), None, "a lone surrogate does not decode");
+    }
+
+    #[test]
+    fn the_word_scan_stops_where_the_byte_table_does() {
+        let slow = |bytes: &[u8], mut at: usize| {
+            while at < bytes.len() && PLAIN[bytes[at] as usize] {
+                at += 1;
+            }
+            at
+        };
+        // Every byte value at every offset of a word, after plain bytes of
+        // every kind (ASCII, UTF-8 high bytes, just above the control range).
+        for fill in [b'a', 0xc3, 0x7f, 0x20, b'!', b'#', b'[', b']'] {
+            for len in 0..20 {
+                for special in 0..=255u8 {
+                    let mut bytes = vec![fill; len];
+                    bytes.push(special);
+                    bytes.extend_from_slice(b"tail\"\x01");
+                    for start in 0..bytes.len().min(3) {
+                        assert_eq!(
+                            plain_run(&bytes, start),
+                            slow(&bytes, start),
+                            "{fill:#x} x{len} then {special:#x} from {start}"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(plain_run(b"", 0), 0);
+        assert_eq!(plain_run(b"abcdefghijklmnopq", 0), 17);
     }
 
     #[test]
