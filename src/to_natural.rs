@@ -7,6 +7,7 @@
 //! calls become text in the configured syntax, streamed as they arrive.
 
 pub mod complete;
+pub mod declared;
 pub mod history;
 pub mod pretty;
 pub mod stream;

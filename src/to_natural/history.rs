@@ -17,6 +17,7 @@ use crate::natural::error::RequestError;
 use crate::natural::parser::{Event, Parser, ParserOptions};
 use crate::natural::syntax::Syntax;
 use crate::natural::tools::ToolSet;
+use crate::to_natural::declared;
 
 pub struct HistoryOptions {
     pub syntax: Syntax,
@@ -30,15 +31,7 @@ pub fn rewrite(body: &[u8], options: &HistoryOptions) -> Result<Option<Vec<u8>>,
         && !fields.may_hold_blocks
     {
         // Only the declarations are left to check: they are forwarded.
-        let parse = |raw: Option<&str>| {
-            raw.map(serde_json::from_str::<Value>)
-                .transpose()
-                .map_err(|e| RequestError::InvalidJson {
-                    message: e.to_string(),
-                })
-        };
-        let (tools, functions) = (parse(fields.tools)?, parse(fields.functions)?);
-        ToolSet::from_request(tools.as_ref(), functions.as_ref())?;
+        declared::check(fields.tools, fields.functions)?;
         return Ok(None);
     }
     let mut request: Value =
