@@ -23,6 +23,7 @@ pub mod repair;
 pub mod repairing;
 pub mod reply;
 pub mod request;
+pub mod stencil;
 pub mod stream;
 pub mod syntax;
 pub mod tools;

@@ -9,6 +9,7 @@ use bytes::{BufMut, BytesMut};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use crate::natural::plain::HeaderFields;
 use crate::natural::reply::ReadyCall;
 use crate::sse::encoder;
 
@@ -85,20 +86,6 @@ struct FunctionCallDelta<'a> {
     function_call: CallFunction<'a>,
 }
 
-/// `choices` holding one text delta that is not a choice's first, for a
-/// chunk written around someone else's header fields.
-pub fn text_choices(index: u64, text: &str) -> impl Serialize + '_ {
-    [Choice {
-        index,
-        delta: TextDelta {
-            role: None,
-            content: text,
-        },
-        logprobs: (),
-        finish_reason: None,
-    }]
-}
-
 impl ChunkHeader {
     /// Reads `id`, `created`, `model`, `system_fingerprint` from an upstream chunk.
     pub fn from_chunk(chunk: &Map<String, Value>) -> Self {
@@ -131,6 +118,44 @@ impl ChunkHeader {
         open.pop();
         open.push(b',');
         ChunkHeader { open }
+    }
+
+    /// The header [`ChunkHeader::from_chunk`] makes of the same chunk, from
+    /// the fields' text, without a parsed chunk; `None` when a value is not
+    /// in the form serde_json would write it back in (then the caller parses
+    /// the chunk and calls `from_chunk`).
+    pub fn from_fields(fields: &HeaderFields<'_>) -> Option<Self> {
+        // A string without escapes is written back byte for byte; absent is
+        // absent. Anything else (escapes, numbers, null) takes the long way.
+        let plain = |text: Option<&str>| {
+            text.is_none_or(|t| t.len() >= 2 && t.starts_with('"') && !t.contains('\\'))
+        };
+        if !(plain(fields.id) && plain(fields.model) && plain(fields.system_fingerprint)) {
+            return None;
+        }
+        let mut open = Vec::with_capacity(128);
+        open.extend_from_slice(b"{\"id\":");
+        open.extend_from_slice(fields.id.unwrap_or("\"chatcmpl-toolgate\"").as_bytes());
+        open.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
+        // `from_chunk` keeps `created` only when it reads as a u64: digits
+        // without a leading zero that fit.
+        let created = fields.created.filter(|c| {
+            c.bytes().all(|b| b.is_ascii_digit())
+                && (c == &"0" || !c.starts_with('0'))
+                && c.parse::<u64>().is_ok()
+        });
+        match created {
+            Some(created) => open.extend_from_slice(created.as_bytes()),
+            None => open.extend_from_slice(now().to_string().as_bytes()),
+        }
+        open.extend_from_slice(b",\"model\":");
+        open.extend_from_slice(fields.model.unwrap_or("\"\"").as_bytes());
+        if let Some(fp) = fields.system_fingerprint {
+            open.extend_from_slice(b",\"system_fingerprint\":");
+            open.extend_from_slice(fp.as_bytes());
+        }
+        open.push(b',');
+        Some(ChunkHeader { open })
     }
 
     /// Used when the upstream failed before sending any chunk.
@@ -307,6 +332,51 @@ fn now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_header_from_the_fields_text_is_the_header_from_the_parsed_chunk() {
+        let mut taken = 0;
+        for chunk in [
+            r#"{"id":"c1","object":"chat.completion.chunk","created":1700000000,"model":"m","system_fingerprint":"fp","choices":[{"index":0,"delta":{}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{}}],"model":"ünï","id":"x"}"#,
+            r#"{"choices":[{"index":0,"delta":{}}]}"#,
+            r#"{"id":"a","id":"b","created":0,"choices":[{"index":0,"delta":{}}]}"#,
+            r#"{"id":"c","created":18446744073709551615,"choices":[{"index":0,"delta":{}}]}"#,
+            r#"{"id":"c\n","choices":[{"index":0,"delta":{}}]}"#,
+            r#"{"id":7,"choices":[{"index":0,"delta":{}}]}"#,
+            r#"{"id":"c","system_fingerprint":null,"choices":[{"index":0,"delta":{}}]}"#,
+            r#"{"id":"c","model":null,"choices":[{"index":0,"delta":{}}]}"#,
+        ] {
+            let fields = crate::natural::plain::read(chunk.as_bytes())
+                .unwrap()
+                .header;
+            let Some(fast) = ChunkHeader::from_fields(&fields) else {
+                continue;
+            };
+            taken += 1;
+            let parsed: Value = serde_json::from_str(chunk).unwrap();
+            let slow = ChunkHeader::from_chunk(parsed.as_object().unwrap());
+            assert_eq!(
+                String::from_utf8(fast.open).unwrap(),
+                String::from_utf8(slow.open).unwrap(),
+                "{chunk}"
+            );
+        }
+        assert_eq!(taken, 5, "the first five are plain");
+        // `created` that is not a u64 is replaced by the clock, as `from_chunk` does.
+        for created in ["1.5", "-1", "\"1\"", "18446744073709551616", "1e3"] {
+            let fields = HeaderFields {
+                created: Some(created),
+                ..HeaderFields::default()
+            };
+            let open = ChunkHeader::from_fields(&fields).unwrap().open;
+            assert!(
+                !String::from_utf8(open)
+                    .unwrap()
+                    .contains(&format!(":{created},"))
+            );
+        }
+    }
 
     fn header() -> ChunkHeader {
         let upstream = json!({"id": "c1", "object": "chat.completion.chunk", "created": 7,

@@ -12,6 +12,7 @@
 //! which also means "take the general path".
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
@@ -29,7 +30,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
 }
 
 /// A chunk of exactly one choice.
-#[derive(Debug, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct PlainChunk<'a> {
     #[serde(borrow)]
     pub choices: [PlainChoice<'a>; 1],
@@ -40,7 +41,7 @@ pub struct PlainChunk<'a> {
 }
 
 /// One entry of `choices`.
-#[derive(Debug, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct PlainChoice<'a> {
     pub index: u64,
     #[serde(borrow)]
@@ -52,7 +53,7 @@ pub struct PlainChoice<'a> {
 }
 
 /// A delta of content and/or call fragments.
-#[derive(Debug, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlainDelta<'a> {
     #[serde(default, borrow)]
@@ -79,7 +80,7 @@ impl PlainDelta<'_> {
 
 /// A call fragment; `id` and `type` are not needed by either rewriter's
 /// fast path.
-#[derive(Debug, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct PlainCall<'a> {
     #[serde(default)]
     pub index: u64,
@@ -87,7 +88,7 @@ pub struct PlainCall<'a> {
     pub function: Option<PlainFunction<'a>>,
 }
 
-#[derive(Debug, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct PlainFunction<'a> {
     #[serde(default, borrow)]
     pub name: Option<Cow<'a, str>>,
@@ -101,8 +102,34 @@ pub struct ReadChunk<'a> {
     pub chunk: PlainChunk<'a>,
     /// An `error` key is present, even with `null`.
     pub error_key: bool,
+    /// Where the delta's string values sit.
+    pub holes: Holes,
+    /// The fields a chunk header is made of, as they came.
+    pub header: HeaderFields<'a>,
     data: &'a [u8],
-    choices: std::ops::Range<usize>,
+    choices: Range<usize>,
+}
+
+/// The top-level fields [`crate::natural::emit::ChunkHeader`] is made of:
+/// each value's JSON text (the last one when a key repeats, as in a parsed
+/// object).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderFields<'a> {
+    pub id: Option<&'a str>,
+    pub created: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub system_fingerprint: Option<&'a str>,
+}
+
+/// Where the string values that change from chunk to chunk of one stream
+/// sit in a chunk's text: each string token, quotes included. A
+/// [`crate::natural::stencil::Stencil`] is cut around one of them.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Holes {
+    /// The delta's `content`, when it is a string.
+    pub content: Option<Range<usize>>,
+    /// The last call fragment's `function.arguments`, when it is a string.
+    pub arguments: Option<Range<usize>>,
 }
 
 impl ReadChunk<'_> {
@@ -118,6 +145,11 @@ impl ReadChunk<'_> {
     pub fn choices_text(&self) -> &[u8] {
         &self.data[self.choices.clone()]
     }
+
+    /// Where `choices` is.
+    pub fn choices_span(&self) -> Range<usize> {
+        self.choices.clone()
+    }
 }
 
 /// Reads `data` as a chunk of the common shape; `None` for anything else
@@ -125,6 +157,8 @@ impl ReadChunk<'_> {
 /// its general path.
 pub fn read(data: &[u8]) -> Option<ReadChunk<'_>> {
     let mut r = Reader::new(data)?;
+    let mut holes = Holes::default();
+    let mut header = HeaderFields::default();
     let mut choice = None;
     let mut span = None;
     let (mut usage, mut error) = (None, None);
@@ -138,7 +172,7 @@ pub fn read(data: &[u8]) -> Option<ReadChunk<'_>> {
                 if first.is_some() {
                     return None;
                 }
-                first = Some(read_choice(r)?);
+                first = Some(read_choice(r, &mut holes)?);
                 Some(())
             })?;
             once(&mut span, start..r.position())?;
@@ -147,6 +181,10 @@ pub fn read(data: &[u8]) -> Option<ReadChunk<'_>> {
         }
         "usage" => once(&mut usage, raw(r)?),
         "error" => once(&mut error, raw(r)?),
+        "id" => r.skip().map(|v| header.id = Some(v)),
+        "created" => r.skip().map(|v| header.created = Some(v)),
+        "model" => r.skip().map(|v| header.model = Some(v)),
+        "system_fingerprint" => r.skip().map(|v| header.system_fingerprint = Some(v)),
         _ => r.skip().map(drop),
     })?;
     r.end()?;
@@ -157,6 +195,8 @@ pub fn read(data: &[u8]) -> Option<ReadChunk<'_>> {
             error: error.flatten(),
         },
         error_key: error.is_some(),
+        holes,
+        header,
         data,
         choices: span?,
     })
@@ -191,12 +231,21 @@ fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
     Some(())
 }
 
-fn read_choice<'a>(r: &mut Reader<'a>) -> Option<PlainChoice<'a>> {
+/// A string whose token's span is kept in `hole`.
+fn string_in<'a>(r: &mut Reader<'a>, hole: &mut Option<Range<usize>>) -> Option<Cow<'a, str>> {
+    r.skip_ws();
+    let start = r.position();
+    let text = r.string()?.decode()?;
+    *hole = Some(start..r.position());
+    Some(text)
+}
+
+fn read_choice<'a>(r: &mut Reader<'a>, holes: &mut Holes) -> Option<PlainChoice<'a>> {
     let (mut index, mut delta) = (None, None);
     let (mut finish, mut logprobs) = (None, None);
     r.object(|r, key| match key {
         "index" => once(&mut index, r.u64()?),
-        "delta" => once(&mut delta, read_delta(r)?),
+        "delta" => once(&mut delta, read_delta(r, holes)?),
         "finish_reason" => once(&mut finish, raw(r)?),
         "logprobs" => once(&mut logprobs, raw(r)?),
         _ => r.skip().map(drop),
@@ -209,13 +258,16 @@ fn read_choice<'a>(r: &mut Reader<'a>) -> Option<PlainChoice<'a>> {
     })
 }
 
-fn read_delta<'a>(r: &mut Reader<'a>) -> Option<PlainDelta<'a>> {
+fn read_delta<'a>(r: &mut Reader<'a>, holes: &mut Holes) -> Option<PlainDelta<'a>> {
     let (mut content, mut role, mut calls) = (None, None, None);
     let (mut refusal, mut function_call, mut reasoning) = (None, None, None);
     r.object(|r, key| match key {
-        "content" => once(&mut content, optional(r, |r| r.string()?.decode())?),
+        "content" => once(
+            &mut content,
+            optional(r, |r| string_in(r, &mut holes.content))?,
+        ),
         "role" => once(&mut role, optional(r, |r| r.string()?.borrowed())?),
-        "tool_calls" => once(&mut calls, optional(r, read_calls)?),
+        "tool_calls" => once(&mut calls, optional(r, |r| read_calls(r, holes))?),
         "refusal" => once(&mut refusal, raw(r)?),
         "function_call" => once(&mut function_call, raw(r)?),
         "reasoning_content" => once(&mut reasoning, raw(r)?),
@@ -232,13 +284,13 @@ fn read_delta<'a>(r: &mut Reader<'a>) -> Option<PlainDelta<'a>> {
     })
 }
 
-fn read_calls<'a>(r: &mut Reader<'a>) -> Option<Vec<PlainCall<'a>>> {
+fn read_calls<'a>(r: &mut Reader<'a>, holes: &mut Holes) -> Option<Vec<PlainCall<'a>>> {
     let mut calls = Vec::new();
     r.array(|r| {
         let (mut index, mut function) = (None, None);
         r.object(|r, key| match key {
             "index" => once(&mut index, r.u64()?),
-            "function" => once(&mut function, optional(r, read_function)?),
+            "function" => once(&mut function, optional(r, |r| read_function(r, holes))?),
             _ => r.skip().map(drop),
         })?;
         calls.push(PlainCall {
@@ -250,11 +302,14 @@ fn read_calls<'a>(r: &mut Reader<'a>) -> Option<Vec<PlainCall<'a>>> {
     Some(calls)
 }
 
-fn read_function<'a>(r: &mut Reader<'a>) -> Option<PlainFunction<'a>> {
+fn read_function<'a>(r: &mut Reader<'a>, holes: &mut Holes) -> Option<PlainFunction<'a>> {
     let (mut name, mut arguments) = (None, None);
     r.object(|r, key| match key {
         "name" => once(&mut name, optional(r, |r| r.string()?.decode())?),
-        "arguments" => once(&mut arguments, optional(r, |r| r.string()?.decode())?),
+        "arguments" => once(
+            &mut arguments,
+            optional(r, |r| string_in(r, &mut holes.arguments))?,
+        ),
         _ => r.skip().map(drop),
     })?;
     Some(PlainFunction {

@@ -17,6 +17,7 @@ use crate::error::GatewayError;
 use crate::natural::emit::{self, ChunkHeader};
 use crate::natural::plain::{self, PlainChunk};
 use crate::natural::reply::{InvalidCall, RepairRequest, ReplyParser, ReplySettings};
+use crate::natural::stencil::Stencil;
 use crate::sse::encoder;
 use crate::sse::transform::{self, Incoming};
 
@@ -38,6 +39,10 @@ pub struct StreamRewriter {
     /// Repairs asked for since the driver last took them, by choice index.
     repairs: Vec<(u64, RepairRequest)>,
     text: String,
+    /// The last content chunk read in full, and its choice: the next ones
+    /// usually differ only in their content.
+    stencil: Stencil,
+    stencil_choice: Option<u64>,
 }
 
 struct ChoiceState {
@@ -66,6 +71,8 @@ impl StreamRewriter {
             done_requested: false,
             repairs: Vec::new(),
             text: String::new(),
+            stencil: Stencil::default(),
+            stencil_choice: None,
         }
     }
 
@@ -126,15 +133,11 @@ impl StreamRewriter {
             return;
         }
         // Almost every chunk is one plain content delta: read it borrowed,
-        // without building a JSON tree, and forward its bytes if the parser
-        // lets its text through. Multi-line `data:` payloads must be
-        // re-framed, never copied (rule 1), so they take the general path.
-        if self.header.is_some()
-            && plain::single_line(data)
-            && let Some(plain) = plain::read(data)
-            && let Some((index, has_role, content)) = content_only(plain.chunk)
-            && self.forward_plain(index, has_role, &content, data, out)
-        {
+        // without building a JSON tree (through the stencil of the previous
+        // one when it fits), and forward its bytes if the parser lets its
+        // text through. Multi-line `data:` payloads must be re-framed, never
+        // copied (rule 1), so they take the general path.
+        if plain::single_line(data) && self.on_plain(data, out) {
             return;
         }
         let mut chunk = match transform::classify(data) {
@@ -166,6 +169,61 @@ impl StreamRewriter {
                 }
             }
         }
+    }
+
+    /// A plain content delta, read through the stencil or in full; `false`:
+    /// not one, or not handled here, take the general path.
+    fn on_plain(&mut self, data: &[u8], out: &mut BytesMut) -> bool {
+        if let Some(index) = self.stencil_choice
+            && let Some(fit) = self.stencil.fit(data)
+        {
+            // A lone surrogate does not decode: the general path reports it.
+            return fit
+                .text
+                .decode()
+                .is_some_and(|content| self.forward_plain(index, false, &content, data, out));
+        }
+        let Some(plain) = plain::read(data) else {
+            return false;
+        };
+        if self.header.is_none() {
+            let Some(header) = ChunkHeader::from_fields(&plain.header) else {
+                return false;
+            };
+            self.header = Some(header);
+        }
+        let (hole, choices) = (plain.holes.content.clone(), plain.choices_span());
+        if let Some((index, reason)) = finish_only(&plain.chunk) {
+            return self.finish_plain(index, reason, out);
+        }
+        let Some((index, has_role, content)) = content_only(plain.chunk) else {
+            return false;
+        };
+        if !self.forward_plain(index, has_role, &content, data, out) {
+            return false;
+        }
+        if let (false, Some(hole)) = (has_role, hole) {
+            self.stencil.learn(data, hole, choices);
+            self.stencil_choice = Some(index);
+        }
+        true
+    }
+
+    /// A choice's finish chunk with nothing else in it; what the general path
+    /// does with it, without its tree.
+    fn finish_plain(&mut self, index: u64, reason: plain::Raw<'_>, out: &mut BytesMut) -> bool {
+        let Ok(reason) = serde_json::from_str::<Value>(reason.0) else {
+            return false;
+        };
+        let Some(pos) = self.state(index, out) else {
+            return true;
+        };
+        if self.choices[pos].finished {
+            return true;
+        }
+        self.write_ready(pos, out);
+        self.finish_choice(pos, Some(reason), out);
+        true
     }
 
     /// The fast path: a plain content delta that the parser passes through
@@ -200,8 +258,12 @@ impl StreamRewriter {
                 self.fail(out, &err);
             }
             Ok(()) if self.text == content => {
+                // An empty delta after the first says nothing; the general
+                // path drops it as well.
+                if !(content.is_empty() && state.started) {
+                    encoder::write_raw(out, data);
+                }
                 state.started = true;
-                encoder::write_raw(out, data);
                 // A block the parser closed on this text's first character.
                 self.write_ready(pos, out);
             }
@@ -429,6 +491,19 @@ impl StreamRewriter {
 /// `(choice index, has role, content)` when a chunk of the common shape is
 /// a plain content delta: one choice whose delta holds content (and perhaps
 /// the role) and nothing else.
+/// A chunk that only finishes its choice: its index and finish reason.
+fn finish_only<'a>(chunk: &PlainChunk<'a>) -> Option<(u64, plain::Raw<'a>)> {
+    let [choice] = &chunk.choices;
+    let d = &choice.delta;
+    let only = chunk.usage.is_none()
+        && chunk.error.is_none()
+        && d.content.is_none()
+        && d.role.is_none()
+        && d.tool_calls.is_none()
+        && d.is_plain();
+    only.then_some((choice.index, choice.finish_reason?))
+}
+
 fn content_only(chunk: PlainChunk<'_>) -> Option<(u64, bool, Cow<'_, str>)> {
     let [choice] = chunk.choices;
     let d = choice.delta;
@@ -504,6 +579,82 @@ mod tests {
         r.on_event(br#"{"id": "x", "choices": [{"index": 0, "delta": {"content": "a <Get"}, "finish_reason": null}]}"#, &mut out);
         let text = String::from_utf8(out.to_vec()).unwrap();
         assert!(text.contains("\"content\":\"a \""), "{text}");
+    }
+
+    /// A chunk of the upstream's stream, in its own field order and spacing.
+    fn chunk(delta: &str, finish: &str) -> String {
+        format!(
+            r#"{{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","system_fingerprint":"fp","choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{finish}}}]}}"#
+        )
+    }
+
+    #[test]
+    fn the_fast_paths_write_what_the_general_path_writes() {
+        let content = |text: &str| chunk(&format!(r#"{{"content":{}}}"#, json!(text)), "null");
+        let streams = [
+            // The role and prose, a call split across chunks, the finish.
+            vec![
+                chunk(r#"{"role":"assistant","content":""}"#, "null"),
+                content("Let me "),
+                content("check \"that\".\n\n<GetW"),
+                content("eather>\n```json\n{\"location\": \"Paris\"}\n```\n</GetWeather>"),
+                chunk("{}", r#""stop""#),
+            ],
+            // The role with text, no call, a finish of its own.
+            vec![
+                chunk(r#"{"role":"assistant","content":"Hi"}"#, "null"),
+                content(" there"),
+                content(""),
+                chunk("{}", r#""length""#),
+            ],
+            // No finish chunk: the end of the stream finishes the choice.
+            vec![
+                chunk(r#"{"role":"assistant","content":"Hi"}"#, "null"),
+                content("<GetWeather>{\"location\": \"Oslo\"}</GetWeather>"),
+            ],
+            // Header fields only the general path can carry: same output.
+            vec![
+                r#"{"id":"c\u0031","object":"chat.completion.chunk","created":7.5,"model":"","choices":[{"index":0,"delta":{"role":"assistant","content":"a"},"finish_reason":null}]}"#.into(),
+                r#"{"id":"c\u0031","object":"chat.completion.chunk","created":7.5,"model":"","choices":[{"index":0,"delta":{"content":"b"},"finish_reason":null}]}"#.into(),
+            ],
+        ];
+        for stream in streams {
+            let mut chunks: Vec<&str> = stream.iter().map(String::as_str).collect();
+            chunks.push("[DONE]");
+            let (mut fast, mut general) =
+                crate::sse::transform::twin::fast_and_general(rewriter, &chunks);
+            // Call ids are drawn at random.
+            for event in fast.iter_mut().chain(general.iter_mut()) {
+                if let Some(Value::String(id)) =
+                    event.pointer_mut("/choices/0/delta/tool_calls/0/id")
+                {
+                    *id = "call".into();
+                }
+            }
+            let created = |events: &[Value]| {
+                events
+                    .iter()
+                    .map(|e| e.get("created").cloned())
+                    .collect::<Vec<_>>()
+            };
+            if created(&fast) != created(&general) {
+                // A clock time stood in for `created` on both sides.
+                assert!(stream[0].contains("7.5"));
+                let strip = |events: Vec<Value>| {
+                    events
+                        .into_iter()
+                        .map(|mut e| {
+                            e.as_object_mut().map(|o| o.remove("created"));
+                            e
+                        })
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(strip(fast), strip(general));
+                continue;
+            }
+            assert_eq!(fast, general, "{chunks:#?}");
+            assert!(fast.len() >= 3, "{fast:#?}");
+        }
     }
 
     #[test]

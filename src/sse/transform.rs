@@ -184,6 +184,56 @@ where
     }
 }
 
+/// For the rewriters' tests: their fast paths must write what their general
+/// path writes.
+#[cfg(test)]
+pub(crate) mod twin {
+    use super::*;
+
+    /// Runs `chunks` (event payloads, then the end of the stream) through
+    /// two fresh transforms: one as they are, one with a line break after
+    /// each payload's first byte. A multi-line payload always takes the
+    /// general path (it must be re-framed), and a line break is whitespace
+    /// to JSON, so the second run reads the same chunks the slow way.
+    /// Returns both outputs' events, parsed (`[DONE]` as a string).
+    pub fn fast_and_general<T: Transform>(
+        make: impl Fn() -> T,
+        chunks: &[&str],
+    ) -> (Vec<Value>, Vec<Value>) {
+        let run = |broken: bool| {
+            let mut transform = make();
+            let mut out = BytesMut::new();
+            for chunk in chunks {
+                let chunk = if broken && chunk.len() > 1 && *chunk != "[DONE]" {
+                    format!("{}\n{}", &chunk[..1], &chunk[1..])
+                } else {
+                    chunk.to_string()
+                };
+                transform.on_event(chunk.as_bytes(), &mut out);
+            }
+            transform.finish(&mut out);
+            events(&out)
+        };
+        (run(false), run(true))
+    }
+
+    /// The `data:` payloads of SSE output, each parsed.
+    pub fn events(out: &[u8]) -> Vec<Value> {
+        let text = std::str::from_utf8(out).expect("UTF-8 output");
+        text.split("\n\n")
+            .filter(|event| !event.is_empty())
+            .map(|event| {
+                let data: String = event
+                    .lines()
+                    .map(|line| line.strip_prefix("data: ").expect("data lines only"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                serde_json::from_str(&data).unwrap_or(Value::String(data))
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,11 +18,13 @@
 use std::collections::BTreeMap;
 
 use bytes::BytesMut;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::error::GatewayError;
 use crate::natural::emit::{self, ChunkHeader};
 use crate::natural::plain;
+use crate::natural::stencil::Stencil;
 use crate::sse::encoder;
 use crate::sse::transform::{self, Incoming, Transform};
 use crate::to_natural::RenderOptions;
@@ -46,6 +48,46 @@ pub struct StreamRenderer {
     text: String,
     /// A limit the upstream crossed while handling the current event.
     overflow: Option<String>,
+    /// The last plain chunk read in full, its choice and what its hole
+    /// holds: the next chunks usually differ only there.
+    stencil: Stencil,
+    stencil_hole: Option<(u64, Hole)>,
+}
+
+/// What a plain chunk brings to one choice.
+struct Fragments<'a, C> {
+    index: u64,
+    /// `role: "assistant"`, as a choice's first delta has it.
+    role: bool,
+    content: Option<&'a str>,
+    /// Call fragments: `(index, name, arguments)`.
+    calls: C,
+    finish: Option<Value>,
+}
+
+/// One choice of a chunk the fast path writes.
+#[derive(Serialize)]
+struct OutChoice<'a> {
+    index: u64,
+    delta: OutDelta<'a>,
+    logprobs: (),
+    finish_reason: Option<&'a Value>,
+}
+
+#[derive(Serialize)]
+struct OutDelta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    content: &'a str,
+}
+
+/// The string a stencil's hole holds.
+#[derive(Clone, Copy)]
+enum Hole {
+    Content,
+    /// The `arguments` of the call at this index.
+    Arguments(u64),
 }
 
 #[derive(Default)]
@@ -78,6 +120,8 @@ impl StreamRenderer {
             ended: false,
             text: String::new(),
             overflow: None,
+            stencil: Stencil::default(),
+            stencil_hole: None,
         }
     }
 
@@ -145,10 +189,33 @@ impl StreamRenderer {
         }
     }
 
-    /// The fast path: a chunk of one choice holding only content and call
-    /// fragments. `false`: not that shape; nothing was changed, take the
-    /// general path.
+    /// The fast path: a chunk of one choice holding only its role, content,
+    /// call fragments and finish reason, read through the stencil of the
+    /// previous one when it fits. `false`: not that shape; nothing was
+    /// changed, take the general path.
     fn on_plain(&mut self, data: &[u8], out: &mut BytesMut) -> bool {
+        if let Some((index, hole)) = self.stencil_hole
+            && let Some(fit) = self.stencil.fit(data)
+        {
+            // A lone surrogate does not decode: the general path reports it.
+            let Some(text) = fit.text.decode() else {
+                return false;
+            };
+            let (content, call) = match hole {
+                Hole::Content => (Some(&*text), None),
+                Hole::Arguments(call) => (None, Some((call, None, Some(&*text)))),
+            };
+            let delta = Fragments {
+                index,
+                role: false,
+                content,
+                calls: call,
+                finish: None,
+            };
+            return self.on_fragments(delta, out, data.len(), |choices, chunk| {
+                fit.write_with_choices(choices, chunk)
+            });
+        }
         let Some(read) = plain::read(data) else {
             return false;
         };
@@ -158,43 +225,109 @@ impl StreamRenderer {
         }
         let [choice] = &read.chunk.choices;
         let delta = &choice.delta;
-        let plain = choice.finish_reason.is_none()
-            && choice.logprobs.is_none()
-            && delta.role.is_none()
+        let plain = choice.logprobs.is_none()
+            && delta.role.is_none_or(|role| role == "assistant")
             && delta.is_plain();
         if !plain {
             return false;
         }
-        let Some(state) = choice_state(&mut self.choices, &mut self.overflow, choice.index) else {
+        let finish = match choice.finish_reason {
+            None => None,
+            Some(raw) => match serde_json::from_str::<Value>(raw.0) {
+                Ok(reason) => Some(reason),
+                Err(_) => return false,
+            },
+        };
+        if self.header.is_none() {
+            let Some(header) = ChunkHeader::from_fields(&read.header) else {
+                return false;
+            };
+            self.header = Some(header);
+        }
+        // What a later chunk may change while the rest stays the same.
+        let hole = match (&delta.content, delta.tool_calls.as_deref()) {
+            _ if delta.role.is_some() || finish.is_some() => None,
+            (Some(_), None) => read.holes.content.clone().map(|at| (Hole::Content, at)),
+            (None, Some([call])) if call.function.as_ref().is_some_and(|f| f.name.is_none()) => {
+                let at = read.holes.arguments.clone();
+                at.map(|at| (Hole::Arguments(call.index), at))
+            }
+            _ => None,
+        };
+        let calls = delta.tool_calls.iter().flatten().map(|call| {
+            let function = call.function.as_ref();
+            (
+                call.index,
+                function.and_then(|f| f.name.as_deref()),
+                function.and_then(|f| f.arguments.as_deref()),
+            )
+        });
+        let fragments = Fragments {
+            index: choice.index,
+            role: delta.role.is_some(),
+            content: delta.content.as_deref(),
+            calls,
+            finish,
+        };
+        self.on_fragments(fragments, out, data.len(), |choices, chunk| {
+            read.write_with_choices(choices, chunk)
+        });
+        if let Some((hole, at)) = hole {
+            self.stencil.learn(data, at, read.choices_span());
+            self.stencil_hole = Some((choice.index, hole));
+        }
+        true
+    }
+
+    /// What a plain chunk brings to one choice; the text it releases goes
+    /// out in a chunk that `write` builds around new `choices` (from a chunk
+    /// of `size` bytes).
+    fn on_fragments<'a>(
+        &mut self,
+        delta: Fragments<'a, impl IntoIterator<Item = (u64, Option<&'a str>, Option<&'a str>)>>,
+        out: &mut BytesMut,
+        size: usize,
+        write: impl FnOnce(&[u8], &mut Vec<u8>),
+    ) -> bool {
+        let Some(state) = choice_state(&mut self.choices, &mut self.overflow, delta.index) else {
             return true;
         };
         if state.finished {
             return true;
         }
         self.text.clear();
-        if let Some(content) = &delta.content {
+        if let Some(content) = delta.content {
             state.content(content, &mut self.text);
         }
-        for call in delta.tool_calls.iter().flatten() {
-            let function = call.function.as_ref();
-            state.fragment(
-                call.index,
-                function.and_then(|f| f.name.as_deref()),
-                function.and_then(|f| f.arguments.as_deref()),
-            );
+        for (call, name, arguments) in delta.calls {
+            state.fragment(call, name, arguments);
         }
-        let held = state.held();
-        advance(state, &self.options, &mut self.text, false);
-        if let Some(message) = held {
+        if let Some(message) = state.held() {
             self.overflow = Some(message);
             return true;
         }
-        if !self.text.is_empty() {
-            let choices = emit::text_choices(choice.index, &self.text);
-            let mut chunk = Vec::with_capacity(data.len() + self.text.len());
-            // Serializing a `Value` into a Vec cannot fail.
+        advance(state, &self.options, &mut self.text, delta.finish.is_some());
+        let finish = delta.finish.map(|reason| {
+            state.finished = true;
+            match reason.as_str() {
+                Some("tool_calls" | "function_call") => json!("stop"),
+                _ => reason,
+            }
+        });
+        if !self.text.is_empty() || delta.role || finish.is_some() {
+            let choices = [OutChoice {
+                index: delta.index,
+                delta: OutDelta {
+                    role: delta.role.then_some("assistant"),
+                    content: &self.text,
+                },
+                logprobs: (),
+                finish_reason: finish.as_ref(),
+            }];
+            // Serializing into a Vec cannot fail.
             let choices = serde_json::to_vec(&choices).unwrap_or_default();
-            read.write_with_choices(&choices, &mut chunk);
+            let mut chunk = Vec::with_capacity(size + choices.len());
+            write(&choices, &mut chunk);
             encoder::write_raw(out, &chunk);
         }
         true
@@ -417,5 +550,76 @@ fn advance(state: &mut ChoiceState, options: &RenderOptions, out: &mut String, f
     }
     if flush && !state.waiting_text.is_empty() {
         out.push_str(&std::mem::take(&mut state.waiting_text));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::natural::syntax::Syntax;
+    use crate::sse::transform::twin;
+
+    fn renderer() -> StreamRenderer {
+        StreamRenderer::new(RenderOptions {
+            syntax: Syntax::Tag,
+            pretty: true,
+            separator: "---".into(),
+        })
+    }
+
+    fn chunk(delta: &str, finish: &str) -> String {
+        format!(
+            r#"{{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","system_fingerprint":"fp","choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{finish}}}]}}"#
+        )
+    }
+
+    fn arguments(call: u64, text: &str) -> String {
+        let fragment = json!([{"index": call, "function": {"arguments": text}}]);
+        chunk(&format!(r#"{{"tool_calls":{fragment}}}"#), "null")
+    }
+
+    fn open(call: u64, name: &str) -> String {
+        let open = json!([{"index": call, "id": format!("call_{call}"), "type": "function",
+            "function": {"name": name, "arguments": ""}}]);
+        chunk(&format!(r#"{{"tool_calls":{open}}}"#), "null")
+    }
+
+    #[test]
+    fn the_fast_paths_write_what_the_general_path_writes() {
+        let streams = [
+            // Text, then two calls whose arguments arrive in pieces.
+            vec![
+                chunk(r#"{"role":"assistant","content":null}"#, "null"),
+                chunk(r#"{"content":"Checking \"both\".\n"}"#, "null"),
+                open(0, "GetWeather"),
+                arguments(0, "{\"loc"),
+                arguments(0, "ation\": \"Pa"),
+                arguments(0, "ris\"}"),
+                open(1, "GetTime"),
+                arguments(1, "{}"),
+                chunk("{}", r#""tool_calls""#),
+            ],
+            // Content that arrives while a call is open waits for it.
+            vec![
+                chunk(r#"{"role":"assistant","content":"Hi"}"#, "null"),
+                open(0, "GetWeather"),
+                chunk(r#"{"content":" later"}"#, "null"),
+                arguments(0, "{\"location\": \"Oslo\"}"),
+                chunk("{}", r#""stop""#),
+            ],
+            // No finish chunk: the end of the stream closes the call.
+            vec![
+                chunk(r#"{"role":"assistant","content":null}"#, "null"),
+                open(0, "GetWeather"),
+                arguments(0, "{\"location\""),
+            ],
+        ];
+        for stream in streams {
+            let mut chunks: Vec<&str> = stream.iter().map(String::as_str).collect();
+            chunks.push("[DONE]");
+            let (fast, general) = twin::fast_and_general(renderer, &chunks);
+            assert_eq!(fast, general, "{chunks:#?}");
+            assert!(fast.len() >= 3, "{fast:#?}");
+        }
     }
 }
