@@ -171,7 +171,12 @@ pub fn placeholder() -> &'static str {
 /// time, so the result is what writing the block itself would have given.
 pub fn splice(body: &mut Vec<u8>, placeholder: &str, block_json: &str) {
     if let Some(at) = memchr::memmem::find(body, placeholder.as_bytes()) {
-        body.splice(at..at + placeholder.len(), block_json.bytes());
+        // Three copies, not `Vec::splice`, which moves the block a byte at a time.
+        let mut spliced = Vec::with_capacity(body.len() - placeholder.len() + block_json.len());
+        spliced.extend_from_slice(&body[..at]);
+        spliced.extend_from_slice(block_json.as_bytes());
+        spliced.extend_from_slice(&body[at + placeholder.len()..]);
+        *body = spliced;
     }
 }
 
