@@ -26,6 +26,9 @@ pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// that sends `data:` lines and never a blank line must not either.
 pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
+/// A dispatched event's buffer up to this size is kept for the next event.
+const MAX_RECYCLED_BYTES: usize = 64 * 1024;
+
 /// Why decoding stopped; the stream cannot continue after either.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -92,6 +95,15 @@ impl Decoder {
         }
         self.line.extend_from_slice(input);
         Ok(())
+    }
+
+    /// Hands back a dispatched event's `data` for the next event to fill, so
+    /// a stream of small events reuses one buffer. Large buffers are let go.
+    pub fn recycle(&mut self, mut data: Vec<u8>) {
+        if self.event.data.capacity() == 0 && data.capacity() <= MAX_RECYCLED_BYTES {
+            data.clear();
+            self.event.data = data;
+        }
     }
 
     /// End of the byte stream: an event not terminated by a blank line is
@@ -175,6 +187,28 @@ mod tests {
                 data: b"[DONE]".to_vec(),
             },
         ]
+    }
+
+    #[test]
+    fn a_recycled_buffer_is_reused_and_never_mixes_events() {
+        let mut d = Decoder::new();
+        let mut out = Vec::new();
+        d.feed(b"data: first event\n\n", &mut out).unwrap();
+        let data = out.pop().unwrap().data;
+        let at = data.as_ptr();
+        d.recycle(data);
+        d.feed(b"data: x\n\n", &mut out).unwrap();
+        let event = out.pop().unwrap();
+        assert_eq!(event.data, b"x");
+        assert_eq!(event.data.as_ptr(), at, "the same buffer");
+        // An event being filled keeps its own buffer.
+        d.feed(b"data: a\n", &mut out).unwrap();
+        d.recycle(b"stale".to_vec());
+        d.feed(b"data: b\n\n", &mut out).unwrap();
+        assert_eq!(out.pop().unwrap().data, b"a\nb");
+        // A large buffer is let go.
+        d.recycle(Vec::with_capacity(MAX_RECYCLED_BYTES + 1));
+        assert_eq!(d.event.data.capacity(), 0);
     }
 
     #[test]

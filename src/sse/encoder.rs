@@ -18,6 +18,24 @@ pub fn write_json<T: Serialize + ?Sized>(out: &mut BytesMut, value: &T) {
     out.put_slice(b"\n\n");
 }
 
+/// Appends `data: <before><value><after>\n\n`: a payload whose middle is
+/// rewritten and the rest copied as it came.
+pub fn write_spliced<T: Serialize + ?Sized>(
+    out: &mut BytesMut,
+    before: &[u8],
+    value: &T,
+    after: &[u8],
+) {
+    out.put_slice(b"data: ");
+    out.put_slice(before);
+    let mut writer = out.writer();
+    // Serializing plain data into memory cannot fail.
+    let _ = serde_json::to_writer(&mut writer, value);
+    let out = writer.into_inner();
+    out.put_slice(after);
+    out.put_slice(b"\n\n");
+}
+
 /// Appends `data: <raw>\n\n` for an already-serialized payload.
 pub fn write_raw(out: &mut BytesMut, raw: &[u8]) {
     out.reserve(raw.len() + 8);

@@ -140,6 +140,7 @@ where
             }
             if let Some(event) = this.events.pop_front() {
                 this.transform.on_event(&event.data, this.out);
+                this.decoder.recycle(event.data);
                 *this.done = this.transform.is_ended();
                 continue;
             }
