@@ -209,6 +209,22 @@ fn bench_stream(c: &mut Criterion) {
     group.bench_function("serde", |b| {
         b.iter(|| black_box(toolgate::natural::plain::reference(black_box(data)).is_some()))
     });
+    // The next chunk of the same stream, read through the stencil of this one.
+    let read = toolgate::natural::plain::read(data).expect("a plain chunk");
+    let mut stencil = toolgate::natural::stencil::Stencil::default();
+    stencil.learn(
+        data,
+        read.holes.content.clone().expect("content"),
+        read.choices_span(),
+    );
+    let next = chunk(json!({"content": "me c"}), None);
+    let next = next
+        .strip_prefix(b"data: ")
+        .and_then(|d| d.strip_suffix(b"\n\n"))
+        .expect("an SSE frame");
+    group.bench_function("stencil", |b| {
+        b.iter(|| black_box(stencil.fit(black_box(next)).is_some()))
+    });
     group.finish();
 }
 

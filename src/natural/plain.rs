@@ -133,12 +133,12 @@ pub struct Holes {
 }
 
 impl ReadChunk<'_> {
-    /// The chunk again with the value of `choices` replaced by `choices`
-    /// (JSON text); every other byte is copied as it came.
-    pub fn write_with_choices(&self, choices: &[u8], out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.data[..self.choices.start]);
-        out.extend_from_slice(choices);
-        out.extend_from_slice(&self.data[self.choices.end..]);
+    /// The bytes before and after the value of `choices`.
+    pub fn around_choices(&self) -> (&[u8], &[u8]) {
+        (
+            &self.data[..self.choices.start],
+            &self.data[self.choices.end..],
+        )
     }
 
     /// The text of `choices` as it came.
@@ -345,8 +345,8 @@ mod tests {
                 "{data}"
             );
             assert!(serde_json::from_str::<serde_json::Value>(data).is_ok());
-            let mut again = Vec::new();
-            fast.write_with_choices(fast.choices_text(), &mut again);
+            let (before, after) = fast.around_choices();
+            let again = [before, fast.choices_text(), after].concat();
             let a: serde_json::Value = serde_json::from_slice(&again).unwrap();
             let b: serde_json::Value = serde_json::from_str(data).unwrap();
             assert_eq!(a, b, "the fields written back are the chunk");

@@ -212,9 +212,7 @@ impl StreamRenderer {
                 calls: call,
                 finish: None,
             };
-            return self.on_fragments(delta, out, data.len(), |choices, chunk| {
-                fit.write_with_choices(choices, chunk)
-            });
+            return self.on_fragments(delta, fit.around_choices(), out);
         }
         let Some(read) = plain::read(data) else {
             return false;
@@ -269,9 +267,7 @@ impl StreamRenderer {
             calls,
             finish,
         };
-        self.on_fragments(fragments, out, data.len(), |choices, chunk| {
-            read.write_with_choices(choices, chunk)
-        });
+        self.on_fragments(fragments, read.around_choices(), out);
         if let Some((hole, at)) = hole {
             self.stencil.learn(data, at, read.choices_span());
             self.stencil_hole = Some((choice.index, hole));
@@ -280,14 +276,13 @@ impl StreamRenderer {
     }
 
     /// What a plain chunk brings to one choice; the text it releases goes
-    /// out in a chunk that `write` builds around new `choices` (from a chunk
-    /// of `size` bytes).
+    /// out in the upstream's chunk, its `choices` replaced: `around` is the
+    /// chunk's bytes before and after them.
     fn on_fragments<'a>(
         &mut self,
         delta: Fragments<'a, impl IntoIterator<Item = (u64, Option<&'a str>, Option<&'a str>)>>,
+        around: (&[u8], &[u8]),
         out: &mut BytesMut,
-        size: usize,
-        write: impl FnOnce(&[u8], &mut Vec<u8>),
     ) -> bool {
         let Some(state) = choice_state(&mut self.choices, &mut self.overflow, delta.index) else {
             return true;
@@ -324,11 +319,7 @@ impl StreamRenderer {
                 logprobs: (),
                 finish_reason: finish.as_ref(),
             }];
-            // Serializing into a Vec cannot fail.
-            let choices = serde_json::to_vec(&choices).unwrap_or_default();
-            let mut chunk = Vec::with_capacity(size + choices.len());
-            write(&choices, &mut chunk);
-            encoder::write_raw(out, &chunk);
+            encoder::write_spliced(out, around.0, &choices, around.1);
         }
         true
     }
