@@ -25,11 +25,11 @@ pub struct ChunkHeader {
 
 /// One entry of `choices`; `logprobs` is always null.
 #[derive(Serialize)]
-struct Choice<'a, D> {
-    index: u64,
-    delta: D,
-    logprobs: (),
-    finish_reason: Option<&'a Value>,
+pub struct Choice<'a, D> {
+    pub index: u64,
+    pub delta: D,
+    pub logprobs: (),
+    pub finish_reason: Option<&'a Value>,
 }
 
 /// A text delta; the first delta of a choice also names the role (rule 4).

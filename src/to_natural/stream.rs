@@ -65,15 +65,7 @@ struct Fragments<'a, C> {
     finish: Option<Value>,
 }
 
-/// One choice of a chunk the fast path writes.
-#[derive(Serialize)]
-struct OutChoice<'a> {
-    index: u64,
-    delta: OutDelta<'a>,
-    logprobs: (),
-    finish_reason: Option<&'a Value>,
-}
-
+/// The delta of a chunk the fast path writes.
 #[derive(Serialize)]
 struct OutDelta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -310,7 +302,7 @@ impl StreamRenderer {
             }
         });
         if !self.text.is_empty() || delta.role || finish.is_some() {
-            let choices = [OutChoice {
+            let choices = [emit::Choice {
                 index: delta.index,
                 delta: OutDelta {
                     role: delta.role.then_some("assistant"),
