@@ -6,9 +6,11 @@
 //! by `IgnoredAny`. [`Reader`] walks the same bytes once, borrowing, and
 //! lets the caller pick the fields it needs. It is at least as strict as
 //! serde_json: anything serde_json rejects, it rejects, so a fast path built
-//! on it never accepts a chunk the general path would refuse. Where it is
-//! stricter (a key with escapes, nesting past [`MAX_DEPTH`], a lone
-//! surrogate in a skipped string), its caller simply takes the general path.
+//! on it never accepts a chunk the general path would refuse (a lone
+//! surrogate escape included, even in a value the caller skips, which
+//! serde_json's `IgnoredAny` would let pass but its `Value` refuses). Where
+//! it is stricter (a key with escapes, nesting past [`MAX_DEPTH`]), its
+//! caller simply takes the general path.
 //!
 //! The fuzz target `chunk_reader` checks the fast chunk reader built on it
 //! against serde_json on arbitrary input.
@@ -42,7 +44,7 @@ impl<'a> Str<'a> {
     }
 
     /// The decoded string: borrowed unless it holds escapes. `None` for an
-    /// escape serde_json refuses to decode (a lone surrogate).
+    /// escape serde_json refuses to decode (the reader refuses those already).
     pub fn decode(&self) -> Option<Cow<'a, str>> {
         if !self.escaped {
             return Some(Cow::Borrowed(self.raw()));
@@ -312,13 +314,7 @@ impl<'a> Reader<'a> {
                     escaped = true;
                     match *bytes.get(i + 1)? {
                         b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
-                        b'u' => {
-                            let hex = bytes.get(i + 2..i + 6)?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                return None;
-                            }
-                            i += 6;
-                        }
+                        b'u' => i = unicode_escape(bytes, i)?,
                         _ => return None,
                     }
                 }
@@ -331,6 +327,29 @@ impl<'a> Reader<'a> {
             quoted: &self.text[start..self.at],
             escaped,
         })
+    }
+}
+
+/// The end of the `\\uXXXX` escape at `at`, or of the surrogate pair it
+/// opens. A lone surrogate is refused wherever it is: serde_json refuses
+/// one in any string it reads into a value.
+fn unicode_escape(bytes: &[u8], at: usize) -> Option<usize> {
+    let hex = |at: usize| -> Option<u16> {
+        let digits = std::str::from_utf8(bytes.get(at..at + 4)?).ok()?;
+        if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        u16::from_str_radix(digits, 16).ok()
+    };
+    match hex(at + 2)? {
+        0xD800..=0xDBFF => {
+            if bytes.get(at + 6..at + 8)? != b"\\u" {
+                return None;
+            }
+            matches!(hex(at + 8)?, 0xDC00..=0xDFFF).then_some(at + 12)
+        }
+        0xDC00..=0xDFFF => None,
+        _ => Some(at + 6),
     }
 }
 
@@ -452,15 +471,40 @@ mod tests {
 
     #[test]
     fn strings_decode_like_serde_json() {
-        let mut r = Reader::new(br#""plain" "a\u00e9\n\"b" "\ud800""#).unwrap();
+        let mut r = Reader::new(br#""plain" "a\u00e9\n\"b\ud83d\ude00""#).unwrap();
         let plain = r.string().unwrap();
         assert_eq!(plain.decode().unwrap(), "plain");
         assert!(matches!(plain.decode().unwrap(), Cow::Borrowed(_)));
         let escaped = r.string().unwrap();
-        assert_eq!(escaped.decode().unwrap(), "aé\n\"b");
+        assert_eq!(escaped.decode().unwrap(), "aé\n\"b😀");
         assert_eq!(escaped.borrowed(), None);
-        let lone = r.string().unwrap();
-        assert_eq!(lone.decode(), None, "a lone surrogate does not decode");
+    }
+
+    #[test]
+    fn a_lone_surrogate_is_refused_even_in_a_skipped_value() {
+        for text in [
+            r#""\ud800""#,
+            r#""\udc00""#,
+            r#""\ud800\u0041""#,
+            r#""\ud800x""#,
+            r#""\ud800\""#,
+            r#""\ud800\ud800""#,
+            r#"{"skipped":"\uDBFF"}"#,
+        ] {
+            assert!(!skips(text), "{text}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(text).is_err(),
+                "{text}"
+            );
+        }
+        for text in [
+            r#""\ud800\udc00""#,
+            r#""\uDBFF\uDFFF""#,
+            r#""\uE000\uFFFF""#,
+        ] {
+            assert!(skips(text), "{text}");
+            assert!(serde_json::from_str::<serde_json::Value>(text).is_ok());
+        }
     }
 
     #[test]

@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         let Some(text) = fit.text.decode() else {
-            // A lone surrogate: the full reader refuses it as well.
+            // Not decodable: the full reader must refuse it as well.
             assert!(plain::read(second).is_none());
             continue;
         };

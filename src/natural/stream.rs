@@ -177,7 +177,7 @@ impl StreamRewriter {
         if let Some(index) = self.stencil_choice
             && let Some(fit) = self.stencil.fit(data)
         {
-            // A lone surrogate does not decode: the general path reports it.
+            // A string the reader accepted decodes; should it not, the general path decides.
             return fit
                 .text
                 .decode()

@@ -189,7 +189,7 @@ impl StreamRenderer {
         if let Some((index, hole)) = self.stencil_hole
             && let Some(fit) = self.stencil.fit(data)
         {
-            // A lone surrogate does not decode: the general path reports it.
+            // A string the reader accepted decodes; should it not, the general path decides.
             let Some(text) = fit.text.decode() else {
                 return false;
             };
