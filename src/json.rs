@@ -141,55 +141,43 @@ impl<'a> Reader<'a> {
         &mut self,
         mut field: impl FnMut(&mut Self, &'a str) -> Option<()>,
     ) -> Option<()> {
-        self.eat(b'{')?;
-        self.enter()?;
-        self.ws();
-        if self.peek()? == b'}' {
-            self.at += 1;
-            self.depth -= 1;
-            return Some(());
-        }
-        loop {
-            self.ws();
-            let key = self.string()?.borrowed()?;
-            self.eat(b':')?;
-            field(self, key)?;
-            self.ws();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    self.depth -= 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
+        self.sequence(b'{', b'}', |r| {
+            r.ws();
+            let key = r.string()?.borrowed()?;
+            r.eat(b':')?;
+            field(r, key)
+        })
     }
 
     /// An array: `element` is called for each element and must consume it.
-    pub fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.eat(b'[')?;
+    pub fn array(&mut self, element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.sequence(b'[', b']', element)
+    }
+
+    /// `open`, then `item`s separated by commas, then `close`; one level deeper.
+    fn sequence(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(open)?;
         self.enter()?;
         self.ws();
-        if self.peek()? == b']' {
-            self.at += 1;
-            self.depth -= 1;
-            return Some(());
-        }
-        loop {
-            element(self)?;
-            self.ws();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    self.depth -= 1;
-                    return Some(());
+        if self.peek()? != close {
+            loop {
+                item(self)?;
+                self.ws();
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b if b == close => break,
+                    _ => return None,
                 }
-                _ => return None,
             }
         }
+        self.at += 1;
+        self.depth -= 1;
+        Some(())
     }
 
     fn enter(&mut self) -> Option<()> {

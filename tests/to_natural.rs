@@ -423,23 +423,17 @@ fn histories_are_read_only_when_they_can_hold_a_block() {
         "a tool without a function is refused"
     );
     let escaped = br#"{"model":"m","tools":[{"type":"function","function":{"name":"GetWeather"}}],"messages":[{"role":"assistant","content":"\u003cGetWeather>\n{\"location\": \"Oslo\"}\n\u003c/GetWeather>"}]}"#;
-    let out = history::rewrite(escaped, &opts(Syntax::Tag))
-        .unwrap()
-        .expect("found");
-    let v: Value = serde_json::from_slice(&out).unwrap();
-    assert_eq!(
-        v["messages"][0]["tool_calls"][0]["function"]["name"],
-        "GetWeather"
-    );
     let bracket = br#"{"model":"m","tools":[{"type":"function","function":{"name":"GetWeather"}}],"messages":[{"role":"assistant","content":"[Calling GetWeather]{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Oslo\"}}"}]}"#;
-    let out = history::rewrite(bracket, &opts(Syntax::Bracket))
-        .unwrap()
-        .expect("found");
-    let v: Value = serde_json::from_slice(&out).unwrap();
-    assert_eq!(
-        v["messages"][0]["tool_calls"][0]["function"]["name"],
-        "GetWeather"
-    );
+    for (body, syntax) in [(&escaped[..], Syntax::Tag), (&bracket[..], Syntax::Bracket)] {
+        let out = history::rewrite(body, &opts(syntax))
+            .unwrap()
+            .expect("found");
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v["messages"][0]["tool_calls"][0]["function"]["name"],
+            "GetWeather"
+        );
+    }
 }
 
 #[test]
