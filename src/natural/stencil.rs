@@ -20,6 +20,10 @@ use std::ops::Range;
 
 use crate::json::{Reader, Str};
 
+/// A longer chunk is not kept: the stencil lives as long as its stream, and
+/// a chunk that size is rare enough to read in full.
+pub const MAX_STENCIL_BYTES: usize = 16 * 1024;
+
 /// The bytes of a chunk read in full, with the span of one string token:
 /// the hole later chunks may fill differently.
 #[derive(Debug, Default)]
@@ -40,9 +44,14 @@ pub struct Fit<'a> {
 
 impl Stencil {
     /// Cuts a stencil from `data` (a chunk [`crate::natural::plain::read`]
-    /// accepted) around `hole`, a string token inside `choices`.
+    /// accepted) around `hole`, a string token inside `choices`. A chunk
+    /// over [`MAX_STENCIL_BYTES`] leaves the stencil empty.
     pub fn learn(&mut self, data: &[u8], hole: Range<usize>, choices: Range<usize>) {
         debug_assert!(choices.start <= hole.start && hole.end <= choices.end);
+        if data.len() > MAX_STENCIL_BYTES {
+            *self = Stencil::default();
+            return;
+        }
         self.bytes.clear();
         self.bytes.extend_from_slice(data);
         self.hole = hole;
@@ -145,6 +154,15 @@ mod tests {
             assert!(stencil.fit(next.as_bytes()).is_none(), "{next}");
         }
         assert!(Stencil::default().fit(FIRST.as_bytes()).is_none());
+        // A chunk too large to keep leaves nothing behind.
+        let mut forgotten = self::stencil(FIRST);
+        let long = FIRST.replace("Let ", &"x".repeat(MAX_STENCIL_BYTES));
+        let read = plain::read(long.as_bytes()).unwrap();
+        let hole = read.holes.content.clone().unwrap();
+        forgotten.learn(long.as_bytes(), hole, read.choices_span());
+        assert_eq!(forgotten.bytes.capacity(), 0);
+        assert!(forgotten.fit(FIRST.as_bytes()).is_none());
+        assert!(forgotten.fit(long.as_bytes()).is_none());
         let mut bad = FIRST.replace("\"Let \"", "\"é\"").into_bytes();
         let at = bad.iter().position(|&b| b == 0xa9).unwrap();
         bad[at] = 0xff;
