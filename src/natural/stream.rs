@@ -567,7 +567,10 @@ mod tests {
     fn plain_content_chunks_are_forwarded_byte_for_byte() {
         let mut r = rewriter();
         let mut out = BytesMut::new();
-        r.on_event(br#"{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#, &mut out);
+        // The role chunk too, header included.
+        let first: &[u8] = br#"{"id": "x", "object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#;
+        r.on_event(first, &mut out);
+        assert_eq!(&out[..], [b"data: ", first, b"\n\n"].concat());
         out.clear();
         // Spaces and key order that re-serializing would change: only a
         // forwarded chunk keeps them.

@@ -146,7 +146,7 @@ impl StreamRenderer {
         }
         // Multi-line `data:` payloads must be re-framed, never copied (rule 1),
         // so they take the general path.
-        if self.header.is_some() && plain::single_line(data) && self.on_plain(data, out) {
+        if plain::single_line(data) && self.on_plain(data, out) {
             return;
         }
         let mut chunk = match transform::classify(data) {
@@ -565,6 +565,20 @@ mod tests {
         let open = json!([{"index": call, "id": format!("call_{call}"), "type": "function",
             "function": {"name": name, "arguments": ""}}]);
         chunk(&format!(r#"{{"tool_calls":{open}}}"#), "null")
+    }
+
+    #[test]
+    fn the_role_chunk_takes_the_fast_path() {
+        let mut r = renderer();
+        let mut out = BytesMut::new();
+        // Spacing that re-serializing would change: only the fast path,
+        // which copies the bytes around `choices`, keeps it.
+        let first = r#"{"id": "c1", "created": 7, "model": "m", "choices":[{"index":0,"delta":{"role":"assistant","content":null},"logprobs":null,"finish_reason":null}], "service_tier": "default"}"#;
+        r.on_event(first.as_bytes(), &mut out);
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "data: {\"id\": \"c1\", \"created\": 7, \"model\": \"m\", \"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"},\"logprobs\":null,\"finish_reason\":null}], \"service_tier\": \"default\"}\n\n"
+        );
     }
 
     #[test]
