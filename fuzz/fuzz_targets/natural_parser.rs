@@ -1,6 +1,7 @@
-//! The natural-text call parser in every syntax, fed arbitrary text in
-//! pieces: it never panics, and text, calls and invalid blocks together hold
-//! no more than the input (nothing invented, nothing doubled).
+//! The natural-text call parser in every syntax (and rescue, all at once),
+//! fed arbitrary text in pieces: it never panics, and text, calls and invalid
+//! blocks together hold no more than the input (nothing invented, nothing
+//! doubled).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -21,6 +22,7 @@ fuzz_target!(|data: &[u8]| {
         syntax,
         skip_think: mode & 4 != 0,
         max_block_bytes: 4096,
+        rescue: mode & 8 != 0,
     };
     let mut parser = Parser::new(["a", "ab", "Get_Weather", "tool_call", "think"], options);
     let mut events = Vec::new();

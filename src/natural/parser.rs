@@ -13,14 +13,21 @@
 //! the visible `[description]` is part of the `Text` and the call's `raw` is
 //! the JSON object after it, so the same concatenation still holds.
 //!
+//! With [`ParserOptions::rescue`] the parser reads an answer written by a
+//! model with no tool format given: every syntax's openers are live, and so
+//! are JSON-object calls (`{"name": …, "arguments": …}` bare at a line
+//! start, in a fence, or in `<tool_call>`).
+//!
 //! The submodules each hold one concept: [`names`] (declared tools), [`opener`]
-//! (opening tags), [`text`] (prose scanning), [`json_scan`] (where a JSON value
-//! ends), [`block`] (tag-style block bodies and their error rules),
-//! [`bracket`] (the bracket syntax) and [`event`] (what is emitted).
+//! (opening tags and fences), [`text`] (prose scanning), [`json_scan`] (where a
+//! JSON value ends), [`block`] (tag-style block bodies and their error rules),
+//! [`json_call`] (a call written as one JSON object), [`bracket`] (the
+//! bracket syntax's description) and [`event`] (what is emitted).
 
 mod block;
 mod bracket;
 mod event;
+mod json_call;
 mod json_scan;
 mod names;
 mod opener;
@@ -33,12 +40,13 @@ mod tests;
 pub use event::{Event, InvalidBlock, InvalidReason, ParsedCall};
 
 use block::{Block, floor_char_boundary};
-use bracket::{BracketBlock, Desc};
+use bracket::Desc;
 use event::Sink;
+use json_call::JsonBlock;
 use names::ToolNames;
-use opener::{OpenMatch, Opened, THINK_CLOSE, match_literal, max_opener_len};
+use opener::{OpenMatch, Opened, Openers, THINK_CLOSE, match_literal, max_opener_len};
 use outcome::{Outcome, Step};
-use text::{Matcher, TextStop, scan_think};
+use text::{Matcher, Position, TextStop, scan_think};
 
 use crate::natural::syntax::Syntax;
 
@@ -52,6 +60,9 @@ pub struct ParserOptions {
     /// Largest block (opening tag to closing tag, or bracket JSON) held before
     /// it is rejected as `TooLarge`; bounds memory per stream.
     pub max_block_bytes: usize,
+    /// Recognise calls in every syntax and as JSON objects, not `syntax`
+    /// alone: for answers of models that were given no tool format.
+    pub rescue: bool,
 }
 
 impl Default for ParserOptions {
@@ -60,6 +71,17 @@ impl Default for ParserOptions {
             syntax: Syntax::default(),
             skip_think: true,
             max_block_bytes: 256 * 1024,
+            rescue: false,
+        }
+    }
+}
+
+impl ParserOptions {
+    fn openers(&self) -> Openers {
+        if self.rescue {
+            Openers::Rescue
+        } else {
+            Openers::Syntax(self.syntax)
         }
     }
 }
@@ -73,8 +95,8 @@ enum Mode {
     Think,
     /// A tag-style block; `held` is its source so far.
     Block(Box<Block>),
-    /// A bracket JSON object; `held` is its source so far.
-    Bracket(Box<BracketBlock>),
+    /// A JSON-object call; `held` is its source so far.
+    Json(Box<JsonBlock>),
 }
 
 /// Incremental natural-text tool-call parser for one message.
@@ -84,7 +106,7 @@ pub struct Parser {
     options: ParserOptions,
     mode: Mode,
     held: String,
-    desc: Desc,
+    at: Position,
     max_opener: usize,
     /// Reused buffer for matching a held opener against new input.
     scratch: Vec<u8>,
@@ -99,13 +121,13 @@ impl Parser {
         S: AsRef<str>,
     {
         let names = ToolNames::new(tool_names);
-        let max_opener = max_opener_len(options.syntax, &names);
+        let max_opener = max_opener_len(options.openers(), &names);
         Parser {
             names,
             options,
             mode: Mode::Text,
             held: String::new(),
-            desc: Desc::Outside,
+            at: Position::default(),
             max_opener,
             scratch: Vec::new(),
         }
@@ -119,7 +141,7 @@ impl Parser {
 
     /// Whether a call block is open (its bytes are held until it closes).
     pub fn in_block(&self) -> bool {
-        matches!(self.mode, Mode::Block(_) | Mode::Bracket(_))
+        matches!(self.mode, Mode::Block(_) | Mode::Json(_))
     }
 
     /// Feeds the next piece of the message and appends the resulting events.
@@ -141,7 +163,7 @@ impl Parser {
                     break;
                 }
                 Mode::Block(block) => block.finish(held_len),
-                Mode::Bracket(block) => block.finish(&self.held, &self.names),
+                Mode::Json(block) => block.finish(&self.held, &self.names),
             };
             if let Some(tail) = self.apply(outcome, &mut sink) {
                 self.run(&tail, &mut sink);
@@ -149,7 +171,7 @@ impl Parser {
         }
         self.held.clear();
         self.mode = Mode::Text;
-        self.desc = Desc::Outside;
+        self.at = Position::default();
     }
 
     /// Runs `text` through the state machine. Bytes a block looked at but
@@ -190,14 +212,14 @@ impl Parser {
         let (used, outcome) = match &mut self.mode {
             Mode::Text | Mode::Think => return (self.step_text(input, sink), None),
             Mode::Block(block) if limited.is_empty() => (0, block.too_large(held_len)),
-            Mode::Bracket(block) if limited.is_empty() => {
+            Mode::Json(block) if limited.is_empty() => {
                 (0, block.too_large(&self.held, &self.names))
             }
             Mode::Block(block) => match block.step(&mut self.held, limited) {
                 Step::Continue(n) => return (n, None),
                 Step::Finished(n, outcome) => (n, outcome),
             },
-            Mode::Bracket(block) => match block.step(&mut self.held, limited, &self.names) {
+            Mode::Json(block) => match block.step(&mut self.held, limited, &self.names) {
                 Step::Continue(n) => return (n, None),
                 Step::Finished(n, outcome) => (n, outcome),
             },
@@ -210,10 +232,14 @@ impl Parser {
     fn apply(&mut self, outcome: Outcome, sink: &mut Sink<'_>) -> Option<String> {
         let mut held = std::mem::take(&mut self.held);
         self.mode = Mode::Text;
-        self.desc = Desc::Outside;
+        self.at = Position {
+            line_start: false,
+            ..Position::default()
+        };
         let raw_len = match &outcome {
-            Outcome::Call { .. } => held.len(),
-            Outcome::Invalid { raw_len, .. } | Outcome::Text { raw_len } => *raw_len,
+            Outcome::Call { raw_len, .. }
+            | Outcome::Invalid { raw_len, .. }
+            | Outcome::Text { raw_len } => *raw_len,
         };
         let tail = if raw_len < held.len() && held.is_char_boundary(raw_len) {
             Some(held.split_off(raw_len))
@@ -221,7 +247,9 @@ impl Parser {
             None
         };
         match outcome {
-            Outcome::Call { name, arguments } => sink.call(ParsedCall {
+            Outcome::Call {
+                name, arguments, ..
+            } => sink.call(ParsedCall {
                 name,
                 arguments,
                 raw: held,
@@ -243,18 +271,18 @@ impl Parser {
         }
         let think = matches!(self.mode, Mode::Think);
         let matcher = Matcher {
-            syntax: self.options.syntax,
+            openers: self.options.openers(),
             names: &self.names,
             skip_think: self.options.skip_think,
         };
         let stop = if think {
             scan_think(input.as_bytes())
         } else {
-            matcher.scan_prose(input.as_bytes(), &mut self.desc)
+            matcher.scan_prose(input.as_bytes(), &mut self.at)
         };
         let (before, rest) = match stop {
             TextStop::End => (input, ""),
-            TextStop::Open { at, .. } | TextStop::Hold { at } | TextStop::Bracket { at } => {
+            TextStop::Open { at, .. } | TextStop::Hold { at } | TextStop::Json { at } => {
                 input.split_at_checked(at).unwrap_or((input, ""))
             }
         };
@@ -265,8 +293,8 @@ impl Parser {
                 self.held.push_str(rest);
                 input.len()
             }
-            TextStop::Bracket { at } => {
-                self.mode = Mode::Bracket(Box::new(BracketBlock::new()));
+            TextStop::Json { at } => {
+                self.mode = Mode::Json(Box::new(JsonBlock::bare()));
                 at
             }
             TextStop::Open { at, len, opened } => {
@@ -306,9 +334,11 @@ impl Parser {
             }
             _ => {
                 // Refuted: the held bytes are text. They hold no other `<`
-                // (names cannot contain one), so nothing in them is re-read.
+                // (names cannot contain one) or backtick, so nothing in them
+                // is re-read; and they are no longer a line's start.
                 sink.text(&self.held);
                 self.held.clear();
+                self.at.line_start = false;
                 0
             }
         }
@@ -324,26 +354,41 @@ impl Parser {
             (_, Opened::Think) => {
                 sink.text(opener);
                 self.mode = Mode::Think;
-                self.desc = Desc::Outside;
+                self.at.desc = Desc::Outside;
             }
-            (_, Opened::Call(index)) => {
+            (_, Opened::Tag(index)) => {
                 let name = self.names.get(index).unwrap_or_default().to_owned();
-                let close = match self.options.syntax {
-                    Syntax::ToolCall => b"</tool_call>".to_vec(),
-                    _ => format!("</{name}>").into_bytes(),
-                };
-                self.held.clear();
-                // Typical calls fit; saves the reallocations of growing from empty.
-                self.held.reserve(256);
-                self.held.push_str(opener);
-                self.mode = Mode::Block(Box::new(Block::new(name, close)));
+                let close = format!("</{name}>").into_bytes();
+                self.open_block(opener, Mode::Block(Box::new(Block::new(name, close))));
+            }
+            (_, Opened::NamedToolCall(index)) => {
+                let name = self.names.get(index).unwrap_or_default().to_owned();
+                let close = b"</tool_call>".to_vec();
+                self.open_block(opener, Mode::Block(Box::new(Block::new(name, close))));
+            }
+            (_, Opened::ToolCall) => {
+                let block = JsonBlock::enclosed(b"</tool_call>");
+                self.open_block(opener, Mode::Json(Box::new(block)));
+            }
+            (_, Opened::Fence) => {
+                let block = JsonBlock::enclosed(b"```");
+                self.open_block(opener, Mode::Json(Box::new(block)));
             }
         }
     }
 
+    /// Holds `opener` as the start of a block in `mode`.
+    fn open_block(&mut self, opener: &str, mode: Mode) {
+        self.held.clear();
+        // Typical calls fit; saves the reallocations of growing from empty.
+        self.held.reserve(256);
+        self.held.push_str(opener);
+        self.mode = mode;
+    }
+
     fn matcher(&self) -> Matcher<'_> {
         Matcher {
-            syntax: self.options.syntax,
+            openers: self.options.openers(),
             names: &self.names,
             skip_think: self.options.skip_think,
         }

@@ -167,6 +167,7 @@ impl Rewriter<'_> {
                 syntax: self.options.syntax,
                 skip_think: true,
                 max_block_bytes: usize::MAX,
+                rescue: false,
             };
             let mut parser = Parser::new(self.tools.names(), options);
             parser.feed(text, &mut events);

@@ -15,6 +15,11 @@
 //!   the error: if found, the invalid block's raw runs through it; if not,
 //!   the raw ends where the error was found and the bytes looked at are
 //!   parsed again as ordinary text.
+//! * Near misses whose intent is plain: when the JSON object itself was
+//!   complete and valid, a block that never gets its closing tag (the
+//!   message ends, or other text follows and no closing tag comes within the
+//!   window) is the call, its raw ending where the trouble began; what
+//!   follows is text.
 
 use memchr::memmem;
 
@@ -64,6 +69,14 @@ pub(crate) struct Block {
     value_start: usize,
     arguments: Option<serde_json::Map<String, serde_json::Value>>,
     error: Option<InvalidReason>,
+    /// The JSON object was complete and valid: a missing closing tag is a
+    /// near miss, not an invalid block.
+    value_ok: bool,
+    /// An opening fence came before the value.
+    opened_fence: bool,
+    /// Where a closing fence after an unfenced value began: if text follows
+    /// on its line, it opened something else, and a near miss ends before it.
+    stray_fence: Option<usize>,
 }
 
 fn is_ws(b: u8) -> bool {
@@ -86,6 +99,9 @@ impl Block {
             value_start: 0,
             arguments: None,
             error: None,
+            value_ok: false,
+            opened_fence: false,
+            stray_fence: None,
         }
     }
 
@@ -135,6 +151,7 @@ impl Block {
                 }
                 Phase::FenceInfo(0 | 4) | Phase::FenceSpace if b == b'\r' => Phase::FenceCr,
                 Phase::FenceInfo(0 | 4) | Phase::FenceSpace | Phase::FenceCr if b == b'\n' => {
+                    self.opened_fence = true;
                     Phase::AfterFence
                 }
                 Phase::Lead
@@ -164,6 +181,9 @@ impl Block {
                 ),
                 Phase::TrailerTicks { n, start } if b == b'`' => {
                     if n >= 2 {
+                        if !self.opened_fence {
+                            self.stray_fence = Some(start);
+                        }
                         Phase::Trailer { fenced: true }
                     } else {
                         Phase::TrailerTicks { n: n + 1, start }
@@ -233,7 +253,10 @@ impl Block {
     fn value_done(&mut self, held: &str) {
         let text = held.get(self.value_start..).unwrap_or_default();
         match serde_json::from_str::<serde_json::Value>(text) {
-            Ok(serde_json::Value::Object(map)) => self.arguments = Some(map),
+            Ok(serde_json::Value::Object(map)) => {
+                self.value_ok = self.error.is_none();
+                self.arguments = Some(map);
+            }
             Ok(_) => {
                 self.error.get_or_insert(InvalidReason::NotAnObject);
             }
@@ -287,11 +310,32 @@ impl Block {
     }
 
     fn give_up(&mut self, error_at: usize) -> Outcome {
+        // A fence followed by text on its line (` ```json `) opened a new block.
+        let raw_len = match self.stray_fence {
+            Some(start) if error_at == start + 3 => start,
+            _ => error_at,
+        };
+        if let Some(call) = self.near_miss(raw_len) {
+            return call;
+        }
         Outcome::Invalid {
             name: Some(self.name.clone()),
             reason: self.take_error(),
             raw_len: error_at,
         }
+    }
+
+    /// The call, when only the closing tag went wrong after a valid object.
+    fn near_miss(&mut self, raw_len: usize) -> Option<Outcome> {
+        if !self.value_ok {
+            return None;
+        }
+        self.error = None;
+        Some(Outcome::Call {
+            name: self.name.clone(),
+            arguments: self.arguments.take()?,
+            raw_len,
+        })
     }
 
     /// The closing tag matched.
@@ -300,6 +344,7 @@ impl Block {
             (None, Some(arguments)) => Outcome::Call {
                 name: self.name.clone(),
                 arguments,
+                raw_len,
             },
             (error, _) => Outcome::Invalid {
                 name: Some(self.name.clone()),
@@ -327,6 +372,12 @@ impl Block {
         match self.phase {
             _ if !self.committed() => Outcome::Text { raw_len: held_len },
             Phase::Recover { error_at, .. } => self.give_up(error_at),
+            Phase::Trailer { .. } | Phase::TrailerTicks { .. } | Phase::Close { .. }
+                if self.value_ok =>
+            {
+                self.near_miss(held_len)
+                    .unwrap_or(Outcome::Text { raw_len: held_len })
+            }
             _ => Outcome::Invalid {
                 name: Some(self.name.clone()),
                 reason: self.take_error(),

@@ -20,8 +20,25 @@ const MAX_TAG_SPACE: usize = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Opened {
     Think,
-    /// A call of the declared tool at this index.
-    Call(usize),
+    /// `<Name>`: a call of the declared tool at this index, closed by `</Name>`.
+    Tag(usize),
+    /// `<tool_call name="Name">`: closed by `</tool_call>`.
+    NamedToolCall(usize),
+    /// `<tool_call>` (rescue only): the body is `{"name": …, "arguments": …}`,
+    /// closed by `</tool_call>`, as Hermes-style chat templates write calls.
+    ToolCall,
+    /// ```` ```json ```` or ```` ``` ```` and a line break at a line start
+    /// (rescue only): the body is `{"name": …, "arguments": …}`, closed by
+    /// ```` ``` ````.
+    Fence,
+}
+
+/// Which openers are live: one syntax's, or (rescue) every syntax's plus
+/// the bare `<tool_call>` of chat templates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Openers {
+    Syntax(Syntax),
+    Rescue,
 }
 
 /// Result of matching an opener at the start of a byte string.
@@ -32,11 +49,14 @@ pub(crate) enum OpenMatch {
     Full { len: usize, opened: Opened },
 }
 
-/// Matches `bytes` (which start with `<`) against every opener active for the
-/// syntax. Think wins over a tool that happens to be called `think`.
+/// Matches `bytes` (which start with `<`) against every opener active for
+/// `openers`. Think wins over a tool that happens to be called `think`; a
+/// complete opener wins over one still partial (`<tool_call>` is whole while
+/// `<tool_call name=` may still follow only if the byte after `<tool_call`
+/// is a space, so the two never both match).
 pub(crate) fn match_opener(
     bytes: &[u8],
-    syntax: Syntax,
+    openers: Openers,
     names: &ToolNames,
     skip_think: bool,
 ) -> OpenMatch {
@@ -48,15 +68,82 @@ pub(crate) fn match_opener(
     if let OpenMatch::Full { .. } = think {
         return think;
     }
-    let call = match syntax {
-        Syntax::Tag => match_tag(bytes, names),
-        Syntax::ToolCall => match_tool_call(bytes, names),
-        Syntax::Bracket => OpenMatch::No,
+    if bytes.first() == Some(&b'`') {
+        // Only the rescue scanner holds a backtick, and only at a line start.
+        return match openers {
+            Openers::Rescue => match_fence(bytes),
+            Openers::Syntax(_) => OpenMatch::No,
+        };
+    }
+    let candidates = match openers {
+        Openers::Syntax(Syntax::Tag) => [match_tag(bytes, names), OpenMatch::No, OpenMatch::No],
+        Openers::Syntax(Syntax::ToolCall) => {
+            [match_tool_call(bytes, names), OpenMatch::No, OpenMatch::No]
+        }
+        Openers::Syntax(Syntax::Bracket) => [OpenMatch::No; 3],
+        Openers::Rescue => [
+            match_tag(bytes, names),
+            match_tool_call(bytes, names),
+            match_bare_tool_call(bytes),
+        ],
     };
-    match (think, call) {
-        (_, OpenMatch::Full { .. }) => call,
-        (OpenMatch::Partial, _) | (_, OpenMatch::Partial) => OpenMatch::Partial,
-        _ => OpenMatch::No,
+    let mut partial = think == OpenMatch::Partial;
+    for candidate in candidates {
+        match candidate {
+            OpenMatch::Full { .. } => return candidate,
+            OpenMatch::Partial => partial = true,
+            OpenMatch::No => {}
+        }
+    }
+    if partial {
+        OpenMatch::Partial
+    } else {
+        OpenMatch::No
+    }
+}
+
+/// ```` ``` ````, an optional `json` (any case), spaces, a line break.
+fn match_fence(bytes: &[u8]) -> OpenMatch {
+    let mut c = Cursor { bytes, pos: 0 };
+    let fence = (|| -> Result<bool, NeedMore> {
+        if !c.literal(b"```")? {
+            return Ok(false);
+        }
+        if matches!(c.bytes.get(c.pos), Some(b'j' | b'J')) {
+            for want in b"json" {
+                match c.bytes.get(c.pos) {
+                    None => return Err(NeedMore),
+                    Some(b) if b.to_ascii_lowercase() == *want => c.pos += 1,
+                    Some(_) => return Ok(false),
+                }
+            }
+        }
+        if !c.spaces(0)? {
+            return Ok(false);
+        }
+        if c.bytes.get(c.pos) == Some(&b'\r') {
+            c.pos += 1;
+        }
+        c.literal(b"\n")
+    })();
+    match fence {
+        Err(NeedMore) => OpenMatch::Partial,
+        Ok(false) => OpenMatch::No,
+        Ok(true) => OpenMatch::Full {
+            len: c.pos,
+            opened: Opened::Fence,
+        },
+    }
+}
+
+/// `<tool_call>`, exactly.
+fn match_bare_tool_call(bytes: &[u8]) -> OpenMatch {
+    match match_literal(bytes, b"<tool_call>") {
+        OpenMatch::Full { len, .. } => OpenMatch::Full {
+            len,
+            opened: Opened::ToolCall,
+        },
+        other => other,
     }
 }
 
@@ -88,7 +175,7 @@ fn match_tag(bytes: &[u8], names: &ToolNames) -> OpenMatch {
         NameMatch::Partial => OpenMatch::Partial,
         NameMatch::Full { index, len } => OpenMatch::Full {
             len: len + 2,
-            opened: Opened::Call(index),
+            opened: Opened::Tag(index),
         },
     }
 }
@@ -146,7 +233,7 @@ fn match_tool_call(bytes: &[u8], names: &ToolNames) -> OpenMatch {
         Ok(None) => OpenMatch::No,
         Ok(Some(index)) => OpenMatch::Full {
             len: c.pos,
-            opened: Opened::Call(index),
+            opened: Opened::NamedToolCall(index),
         },
     }
 }
@@ -181,11 +268,12 @@ fn tool_call_inner(c: &mut Cursor<'_>, names: &ToolNames) -> Result<Option<usize
 
 /// Longest opener for these names; openers never exceed it, so a held
 /// candidate never grows beyond it.
-pub(crate) fn max_opener_len(syntax: Syntax, names: &ToolNames) -> usize {
-    let call = match syntax {
-        Syntax::Tag => names.longest() + 2,
-        Syntax::ToolCall => b"<tool_call name=\"\">".len() + names.longest() + 4 * MAX_TAG_SPACE,
-        Syntax::Bracket => 0,
+pub(crate) fn max_opener_len(openers: Openers, names: &ToolNames) -> usize {
+    let tool_call = b"<tool_call name=\"\">".len() + names.longest() + 4 * MAX_TAG_SPACE;
+    let call = match openers {
+        Openers::Syntax(Syntax::Tag) => names.longest() + 2,
+        Openers::Syntax(Syntax::ToolCall) | Openers::Rescue => tool_call,
+        Openers::Syntax(Syntax::Bracket) => 0,
     };
     call.max(THINK_CLOSE.len())
 }
@@ -199,7 +287,7 @@ mod tests {
     }
 
     fn m(s: &str, syntax: Syntax) -> OpenMatch {
-        match_opener(s.as_bytes(), syntax, &names(), true)
+        match_opener(s.as_bytes(), Openers::Syntax(syntax), &names(), true)
     }
 
     #[test]
@@ -211,7 +299,7 @@ mod tests {
             m("<GetWeather>{", Syntax::Tag),
             OpenMatch::Full {
                 len: 12,
-                opened: Opened::Call(1)
+                opened: Opened::Tag(1)
             }
         );
         assert_eq!(m("<GetWeatherX>", Syntax::Tag), OpenMatch::No);
@@ -255,5 +343,55 @@ mod tests {
         assert_eq!(m("<tool_call>", Syntax::ToolCall), OpenMatch::No);
         let long = format!("<tool_call{}", " ".repeat(MAX_TAG_SPACE + 1));
         assert_eq!(m(&long, Syntax::ToolCall), OpenMatch::No);
+    }
+
+    #[test]
+    fn rescue_opens_every_syntax_and_the_bare_tool_call_tag() {
+        let r = |s: &str| match_opener(s.as_bytes(), Openers::Rescue, &names(), true);
+        assert!(matches!(
+            r("<GetWeather>"),
+            OpenMatch::Full {
+                opened: Opened::Tag(1),
+                ..
+            }
+        ));
+        assert!(matches!(
+            r("<tool_call name=\"GetWeather\">"),
+            OpenMatch::Full {
+                opened: Opened::NamedToolCall(1),
+                ..
+            }
+        ));
+        assert_eq!(
+            r("<tool_call>\n{"),
+            OpenMatch::Full {
+                len: 11,
+                opened: Opened::ToolCall
+            }
+        );
+        assert_eq!(r("<tool_call"), OpenMatch::Partial);
+        assert_eq!(r("<tool_call name=\"Get"), OpenMatch::Partial);
+        assert_eq!(r("<tool_calls>"), OpenMatch::No);
+        assert_eq!(r("<b>"), OpenMatch::No);
+        assert_eq!(
+            m("<tool_call>", Syntax::ToolCall),
+            OpenMatch::No,
+            "natural mode keeps to its syntax"
+        );
+        let fence = |s: &str| match r(s) {
+            OpenMatch::Full {
+                len,
+                opened: Opened::Fence,
+            } => Some(len),
+            _ => None,
+        };
+        assert_eq!(fence("```json\n{"), Some(8));
+        assert_eq!(fence("```JSON  \r\n"), Some(11));
+        assert_eq!(fence("```\n"), Some(4));
+        assert_eq!(r("```js"), OpenMatch::Partial);
+        assert_eq!(r("``"), OpenMatch::Partial);
+        assert_eq!(r("```python\n"), OpenMatch::No);
+        assert_eq!(r("```jsonl\n"), OpenMatch::No);
+        assert_eq!(m("```json\n", Syntax::Tag), OpenMatch::No);
     }
 }

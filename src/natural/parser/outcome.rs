@@ -1,5 +1,5 @@
 //! The common result type of the two block state machines (tag-style blocks
-//! and bracket JSON), so the parser can apply either the same way.
+//! and JSON-object calls), so the parser can apply either the same way.
 
 use crate::natural::parser::event::InvalidReason;
 
@@ -18,10 +18,11 @@ pub(crate) enum Step {
 /// through the parser again (it was only looked at while searching).
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// All held bytes are one call.
+    /// The first `raw_len` held bytes are one call.
     Call {
         name: String,
         arguments: serde_json::Map<String, serde_json::Value>,
+        raw_len: usize,
     },
     /// The first `raw_len` held bytes are one rejected block.
     Invalid {

@@ -18,13 +18,22 @@ pub(super) fn options(syntax: Syntax) -> ParserOptions {
 
 /// Feeds `chunks` then finishes, checking the hold-back rule after each feed.
 pub(super) fn run_chunks(opts: &ParserOptions, chunks: &[&str]) -> Vec<Event> {
-    let mut parser = Parser::new(NAMES, opts.clone());
+    run_chunks_with(NAMES, opts, chunks)
+}
+
+/// [`run_chunks`] with other tool names (the hold-back rule is checked for
+/// [`NAMES`] only).
+pub(super) fn run_chunks_with(names: &[&str], opts: &ParserOptions, chunks: &[&str]) -> Vec<Event> {
+    let checked = names == NAMES;
+    let mut parser = Parser::new(names, opts.clone());
     let mut out = Vec::new();
     let mut fed = String::new();
     for chunk in chunks {
         parser.feed(chunk, &mut out);
         fed.push_str(chunk);
-        check_held(&parser, opts, &fed);
+        if checked {
+            check_held(&parser, opts, &fed);
+        }
     }
     parser.finish(&mut out);
     assert_eq!(parser.held_bytes(), 0);
@@ -112,6 +121,13 @@ fn check_held(parser: &Parser, opts: &ParserOptions, fed: &str) {
     if held == 0 {
         return;
     }
+    if opts.rescue && suffix.starts_with('`') {
+        assert!(
+            fence_prefix(suffix),
+            "held {suffix:?} cannot become a fence"
+        );
+        return;
+    }
     assert!(
         suffix.starts_with('<'),
         "held {suffix:?} must start at a '<'"
@@ -120,19 +136,45 @@ fn check_held(parser: &Parser, opts: &ParserOptions, fed: &str) {
         !suffix[1..].contains('<'),
         "held {suffix:?} holds more than one '<'"
     );
+    let tag = || {
+        NAMES
+            .iter()
+            .any(|n| is_proper_prefix(suffix, &format!("<{n}>")))
+    };
     let ok = if matches!(parser.mode, Mode::Think) {
         is_proper_prefix(suffix, "</think>")
+    } else if opts.rescue {
+        (opts.skip_think && is_proper_prefix(suffix, "<think>"))
+            || tag()
+            || tool_call_prefix(suffix)
+            || is_proper_prefix(suffix, "<tool_call>")
     } else {
         (opts.skip_think && is_proper_prefix(suffix, "<think>"))
             || match opts.syntax {
-                Syntax::Tag => NAMES
-                    .iter()
-                    .any(|n| is_proper_prefix(suffix, &format!("<{n}>"))),
+                Syntax::Tag => tag(),
                 Syntax::ToolCall => tool_call_prefix(suffix),
                 Syntax::Bracket => false,
             }
     };
     assert!(ok, "held {suffix:?} cannot become an opener");
+}
+
+/// Reference for an unfinished fence line: three backticks, `json` in any
+/// case, spaces, a carriage return; the line break would complete it.
+fn fence_prefix(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix("```") else {
+        return "```".starts_with(s);
+    };
+    let lower = rest.to_ascii_lowercase();
+    let rest = if lower.starts_with("json") {
+        &rest[4..]
+    } else if "json".starts_with(&lower) {
+        return true;
+    } else {
+        rest
+    };
+    let spaces = rest.trim_start_matches([' ', '\t']);
+    rest.len() - spaces.len() <= 16 && (spaces.is_empty() || spaces == "\r")
 }
 
 fn is_proper_prefix(s: &str, of: &str) -> bool {

@@ -4,12 +4,18 @@
 //! `<` (or `[` in bracket syntax), and only the bytes after it are checked.
 //! Scanning stops at an opener, at a suffix that may still become one (which
 //! the parser holds back), or at the end of the input (all of it is text).
+//!
+//! Rescue (every syntax at once, and JSON-object calls) looks at each byte:
+//! besides `<` and bracket descriptions, a line that starts (after spaces)
+//! with `{` or a ```` ``` ```` fence may be a call.
 
 use memchr::{memchr, memchr2};
 
 use crate::natural::parser::bracket::{Desc, MAX_DESC};
 use crate::natural::parser::names::ToolNames;
-use crate::natural::parser::opener::{OpenMatch, Opened, THINK_CLOSE, match_literal, match_opener};
+use crate::natural::parser::opener::{
+    OpenMatch, Opened, Openers, THINK_CLOSE, match_literal, match_opener,
+};
 use crate::natural::syntax::Syntax;
 
 /// Where scanning stopped. Bytes before `at` are text.
@@ -25,28 +31,52 @@ pub(crate) enum TextStop {
     },
     /// The bytes from `at` to the end may still become an opener.
     Hold { at: usize },
-    /// The `{` at `at` directly follows a `[description]`.
-    Bracket { at: usize },
+    /// The `{` at `at` may start a JSON-object call: it directly follows a
+    /// `[description]`, or (rescue) starts a line.
+    Json { at: usize },
 }
 
 /// What the scanner needs to know about the parser's configuration.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Matcher<'a> {
-    pub(crate) syntax: Syntax,
+    pub(crate) openers: Openers,
     pub(crate) names: &'a ToolNames,
     pub(crate) skip_think: bool,
 }
 
+/// Where the released text left off, for the scanners that care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Position {
+    /// A possible bracket description.
+    pub(crate) desc: Desc,
+    /// Only spaces since the last line break or the message's start.
+    pub(crate) line_start: bool,
+}
+
+impl Default for Position {
+    fn default() -> Self {
+        Position {
+            desc: Desc::Outside,
+            line_start: true,
+        }
+    }
+}
+
 impl Matcher<'_> {
-    /// Matches an opener at the start of `bytes` (which begin with `<`).
+    /// Matches an opener at the start of `bytes` (which begin with `<`, or
+    /// in rescue with a backtick at a line start).
     pub(crate) fn opener(&self, bytes: &[u8]) -> OpenMatch {
-        match_opener(bytes, self.syntax, self.names, self.skip_think)
+        match_opener(bytes, self.openers, self.names, self.skip_think)
     }
 
     /// Scans prose for the next opener.
-    pub(crate) fn scan_prose(&self, input: &[u8], desc: &mut Desc) -> TextStop {
-        if self.syntax == Syntax::Bracket {
-            return self.scan_bracket_prose(input, desc);
+    pub(crate) fn scan_prose(&self, input: &[u8], at: &mut Position) -> TextStop {
+        match self.openers {
+            Openers::Rescue => return self.scan_rescue_prose(input, at),
+            Openers::Syntax(Syntax::Bracket) => {
+                return self.scan_bracket_prose(input, &mut at.desc);
+            }
+            Openers::Syntax(_) => {}
         }
         let mut i = 0;
         while let Some(off) = input.get(i..).and_then(|rest| memchr(b'<', rest)) {
@@ -77,7 +107,7 @@ impl Matcher<'_> {
                 Desc::Closed => {
                     *desc = Desc::Outside;
                     if input.get(i) == Some(&b'{') {
-                        return TextStop::Bracket { at: i };
+                        return TextStop::Json { at: i };
                     }
                 }
                 Desc::Inside(mut n) => {
@@ -128,6 +158,65 @@ impl Matcher<'_> {
                     i = at + 1;
                 }
             }
+        }
+        TextStop::End
+    }
+}
+
+impl Matcher<'_> {
+    /// Rescue: every opener, bracket descriptions, and at a line start a `{`
+    /// or a fence. One byte at a time: rescue reads an answer only when the
+    /// client declared tools, and such answers are short.
+    fn scan_rescue_prose(&self, input: &[u8], at: &mut Position) -> TextStop {
+        let mut i = 0;
+        while let Some(&b) = input.get(i) {
+            if at.desc == Desc::Closed {
+                at.desc = Desc::Outside;
+                if b == b'{' {
+                    at.line_start = false;
+                    return TextStop::Json { at: i };
+                }
+            }
+            if at.line_start {
+                match b {
+                    b' ' | b'\t' | b'\r' | b'\n' => {
+                        i += 1;
+                        continue;
+                    }
+                    b'{' => {
+                        at.line_start = false;
+                        return TextStop::Json { at: i };
+                    }
+                    b'`' => match self.opener(input.get(i..).unwrap_or_default()) {
+                        OpenMatch::Full { len, opened } => {
+                            at.line_start = false;
+                            return TextStop::Open { at: i, len, opened };
+                        }
+                        OpenMatch::Partial => return TextStop::Hold { at: i },
+                        OpenMatch::No => {}
+                    },
+                    _ => {}
+                }
+                at.line_start = false;
+            }
+            match (b, at.desc) {
+                (b'\n', _) => {
+                    at.line_start = true;
+                    at.desc = Desc::Outside;
+                }
+                (b'<', _) => {
+                    at.desc = Desc::Outside;
+                    if let Some(stop) = self.check_lt(input, i) {
+                        return stop;
+                    }
+                }
+                (b'[', _) => at.desc = Desc::Inside(0),
+                (b']', Desc::Inside(_)) => at.desc = Desc::Closed,
+                (_, Desc::Inside(n)) if n >= MAX_DESC => at.desc = Desc::Outside,
+                (_, Desc::Inside(n)) => at.desc = Desc::Inside(n + 1),
+                _ => {}
+            }
+            i += 1;
         }
         TextStop::End
     }

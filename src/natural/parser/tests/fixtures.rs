@@ -269,10 +269,12 @@ fn invalid_blocks() {
             "T:.",
         ],
     );
+    // A broken object never closed stays invalid; a valid one is the near
+    // miss below.
     check(
         Syntax::Tag,
-        "<GetWeather>\n```json\n{\"a\": 1}\n",
-        &["I:GetWeather:Unclosed:<GetWeather>\n```json\n{\"a\": 1}\n"],
+        "<GetWeather>\n```json\n{\"a\": 1,\n",
+        &["I:GetWeather:Unclosed:<GetWeather>\n```json\n{\"a\": 1,\n"],
     );
     check(
         Syntax::Tag,
@@ -403,6 +405,135 @@ fn what_the_request_side_renders_parses_back() {
         &[
             "T:[Calling GetWeather]",
             r#"C:GetWeather:{"location":"Paris","days":2}"#,
+        ],
+    );
+}
+
+#[test]
+fn rescue_reads_every_shape_a_model_writes_on_its_own() {
+    let rescue = ParserOptions {
+        rescue: true,
+        ..ParserOptions::default()
+    };
+    let call = r#"C:GetWeather:{"location":"Paris"}"#;
+    // What Qwen2.5-Coder writes when its chat template declared the tools.
+    check_opts(
+        &rescue,
+        "```json\n{\n  \"name\": \"GetWeather\",\n  \"arguments\": {\n    \"location\": \"Paris\"\n  }\n}\n```",
+        &[call],
+    );
+    check_opts(
+        &rescue,
+        "Let me check.\n\n```json\n{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Paris\"}}\n```\nOne moment.",
+        &["T:Let me check.\n\n", call, "T:\nOne moment."],
+    );
+    // Hermes-style templates' own tag, a bare object, every natural syntax.
+    check_opts(
+        &rescue,
+        "<tool_call>\n{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Paris\"}}\n</tool_call>",
+        &[call],
+    );
+    check_opts(
+        &rescue,
+        "  {\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Paris\"}}",
+        &["T:  ", call],
+    );
+    check_opts(
+        &rescue,
+        "<GetWeather>\n```json\n{\"location\": \"Paris\"}\n```\n</GetWeather>",
+        &[call],
+    );
+    check_opts(
+        &rescue,
+        "<tool_call name=\"GetWeather\">{\"location\": \"Paris\"}</tool_call>",
+        &[call],
+    );
+    check_opts(
+        &rescue,
+        "[Weather]{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Paris\"}}",
+        &["T:[Weather]", call],
+    );
+    // A closer that never comes: the call, and the text after it stays text.
+    check_opts(
+        &rescue,
+        "<tool_call>{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Paris\"}} done",
+        &[call, "T: done"],
+    );
+}
+
+#[test]
+fn rescue_leaves_everything_else_as_it_was() {
+    let rescue = ParserOptions {
+        rescue: true,
+        ..ParserOptions::default()
+    };
+    for text in [
+        "```python\nprint({\"name\": \"GetWeather\"})\n```",
+        "```json\n{\"name\": \"Unknown\", \"arguments\": {}}\n```",
+        "```json\n[1, 2]\n```",
+        "Here is JSON: {\"name\": \"GetWeather\", \"arguments\": {}}",
+        "{\"city\": \"Paris\"}\nok",
+        "a ``` b",
+        "<tool_call>not json</tool_call>",
+        "<tool_calls>",
+        "[link](url) and [x]{y}",
+    ] {
+        check_opts(&rescue, text, &[&format!("T:{text}")]);
+    }
+}
+
+/// What Qwen2.5-Coder-0.5B writes when it nearly follows the instructions:
+/// a valid object whose closing tag never comes. The call is plain; what
+/// follows it stays text. A block that does get its closing tag after text
+/// is still invalid (the text was inside it).
+#[test]
+fn near_misses_with_a_valid_object_are_calls() {
+    let call = r#"C:calculator:{"expression":"(12.5 * 4) - 7"}"#;
+    let names = ParserOptions::default();
+    let run = |syntax: Syntax, input: &str, want: &[&str]| {
+        let opts = ParserOptions {
+            syntax,
+            ..names.clone()
+        };
+        let got = summary(&super::merged(super::run_chunks_with(
+            &["calculator", "clock"],
+            &opts,
+            &[input],
+        )));
+        assert_eq!(got, want, "{input:?}");
+    };
+    // The message ends after the fence: no closing tag.
+    run(
+        Syntax::Tag,
+        "<calculator>\n```json\n{\n  \"expression\": \"(12.5 * 4) - 7\"\n}\n```",
+        &[call],
+    );
+    // A closing fence that was never opened, then the end.
+    run(
+        Syntax::ToolCall,
+        "<tool_call name=\"calculator\">\n{\n  \"expression\": \"(12.5 * 4) - 7\"\n}\n```",
+        &[call],
+    );
+    // Text after the object, and no closing tag in the window: the model
+    // made up a result; it stays text.
+    run(
+        Syntax::ToolCall,
+        "<tool_call name=\"calculator\">\n{\"expression\": \"(12.5 * 4) - 7\"}\n```json\n{\"result\": 43}\n```",
+        &[call, "T:```json\n{\"result\": 43}\n```"],
+    );
+    // Still refused: a broken object, and text inside a closed block.
+    run(
+        Syntax::Tag,
+        "<calculator>{\"expression\": }",
+        &[
+            "I:calculator:BadJson(\"expected value at line 1 column 16\"):<calculator>{\"expression\": }",
+        ],
+    );
+    run(
+        Syntax::Tag,
+        "<calculator>{\"expression\": \"1\"} words</calculator>",
+        &[
+            "I:calculator:Malformed(\"unexpected text after the JSON value\"):<calculator>{\"expression\": \"1\"} words</calculator>",
         ],
     );
 }

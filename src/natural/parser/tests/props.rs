@@ -22,6 +22,8 @@ const PIECES: &[&str] = &[
     "<tool_call name='weather' >",
     "</tool_call>",
     "<tool_call",
+    "<tool_call>",
+    "{\"name\": \"GetWeather\", \"arguments\": {\"l\": 1}}",
     "```json\n",
     "```\n",
     "```",
@@ -73,12 +75,16 @@ fn opts() -> impl Strategy<Value = ParserOptions> {
         syntax(),
         any::<bool>(),
         prop_oneof![Just(256 * 1024), 16usize..200],
+        any::<bool>(),
     )
-        .prop_map(|(syntax, skip_think, max_block_bytes)| ParserOptions {
-            syntax,
-            skip_think,
-            max_block_bytes,
-        })
+        .prop_map(
+            |(syntax, skip_think, max_block_bytes, rescue)| ParserOptions {
+                syntax,
+                skip_think,
+                max_block_bytes,
+                rescue,
+            },
+        )
 }
 
 fn pieced() -> impl Strategy<Value = String> {
