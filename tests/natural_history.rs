@@ -3,7 +3,13 @@
 //! results.
 
 use serde_json::{Value, json};
+use toolgate::natural::history::ANSWER_NOW;
 use toolgate::natural::request::{ContractCache, NaturalOptions, ResultRole, Rewrite, rewrite};
+
+/// A results message the model answers next: it ends by asking for the answer.
+fn answer_now(results: &str) -> String {
+    format!("{results}\n\n{ANSWER_NOW}")
+}
 
 /// Rewrites `messages` (no tools declared) and returns the new messages.
 fn history(messages: Value) -> Vec<Value> {
@@ -112,7 +118,11 @@ fn result_shapes_text_parts_json_and_images() {
     assert!(joined.contains("<tool_response name=\"A\">\npart one\npart two\n</tool_response>"));
     assert!(joined.contains("<tool_response name=\"B\">\n{\n  \"temp\": 18,\n  \"sky\": [\n    \"cloudy\"\n  ]\n}\n</tool_response>"));
     assert!(joined.contains("<tool_response name=\"C\">\nsee picture\n</tool_response>"));
-    assert_eq!(parts.last(), Some(&image));
+    assert_eq!(parts[parts.len() - 2], image);
+    assert_eq!(
+        parts.last(),
+        Some(&json!({"type": "text", "text": ANSWER_NOW}))
+    );
 }
 
 #[test]
@@ -163,7 +173,9 @@ fn odd_calls_and_results_never_fail() {
     // c1 and c3 have no result: no block is invented for them.
     assert_eq!(
         results,
-        "<tool_response name=\"B\">\nb\n</tool_response>\n---\n<tool_response name=\"zzz\">\nstray\n</tool_response>\n---\n<tool_response name=\"unknown\">\nno id at all\n</tool_response>"
+        answer_now(
+            "<tool_response name=\"B\">\nb\n</tool_response>\n---\n<tool_response name=\"zzz\">\nstray\n</tool_response>\n---\n<tool_response name=\"unknown\">\nno id at all\n</tool_response>"
+        )
     );
 }
 
@@ -176,7 +188,7 @@ fn results_far_from_their_call_still_get_its_name() {
     ]));
     assert_eq!(
         text(&messages[1]),
-        "interjection\n\n<tool_response name=\"A\">\nlate\n</tool_response>"
+        answer_now("interjection\n\n<tool_response name=\"A\">\nlate\n</tool_response>")
     );
 }
 
@@ -194,7 +206,7 @@ fn legacy_function_call_and_function_role() {
     assert_eq!(messages[2]["role"], "user");
     assert_eq!(
         text(&messages[2]),
-        "<tool_response name=\"GetTime\">\n12:00\n</tool_response>"
+        answer_now("<tool_response name=\"GetTime\">\n12:00\n</tool_response>")
     );
 }
 
@@ -213,7 +225,9 @@ fn long_results_are_truncated_at_a_char_boundary() {
     );
     assert_eq!(
         text(&messages[1]),
-        "<tool_response name=\"A\">\nhéllo\n[... truncated 6 characters]\n</tool_response>"
+        answer_now(
+            "<tool_response name=\"A\">\nhéllo\n[... truncated 6 characters]\n</tool_response>"
+        )
     );
 }
 
@@ -286,7 +300,89 @@ fn each_call_takes_the_earliest_result_by_id_or_by_name() {
             "<tool_response name=\"A\">\nby name\n</tool_response>",
             "<tool_response name=\"B\">\nthree\n</tool_response>",
             "<tool_response name=\"A\">\none\n</tool_response>",
-            "<tool_response name=\"zz\">\nstray\n</tool_response>",
+            &answer_now("<tool_response name=\"zz\">\nstray\n</tool_response>"),
         ]
+    );
+}
+
+/// A bracket call's `[description]` reaches the client as text, and the
+/// client sends it back in the assistant's content: the history writes it
+/// once, as the call's own, exactly as the model wrote it (a doubled call
+/// made Qwen2.5-Coder call the same tool again after every result).
+#[test]
+fn bracket_descriptions_sent_back_are_not_written_twice() {
+    use toolgate::natural::syntax::Syntax;
+    let bracket = NaturalOptions {
+        syntax: Syntax::Bracket,
+        ..NaturalOptions::default()
+    };
+    let messages = history_with(
+        json!([
+            {"role": "user", "content": "Weather in Paris and Lyon?"},
+            {"role": "assistant", "content": "Let me look.\n[Checking Paris]\n[Checking Lyon]",
+             "tool_calls": [call("c1", "get_weather", "{\"location\":\"Paris\"}"),
+                            call("c2", "get_weather", "{\"location\": \"Lyon\"}")]},
+            tool("c1", json!("14 C")),
+            tool("c2", json!("16 C")),
+        ]),
+        &bracket,
+    );
+    assert_eq!(
+        text(&messages[1]),
+        "Let me look.\n\n[Checking Paris]{\"name\": \"get_weather\", \"arguments\": {\"location\":\"Paris\"}}\n\n[Checking Lyon]{\"name\": \"get_weather\", \"arguments\": {\"location\":\"Lyon\"}}"
+    );
+    // Content that is only the description, and content without one.
+    let messages = history_with(
+        json!([
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "[Calling get_weather]", "tool_calls": [call("c1", "get_weather", "{}")]},
+            tool("c1", json!("14 C")),
+            {"role": "assistant", "content": "It is 14 C [source]", "tool_calls": []},
+            {"role": "assistant", "content": null, "tool_calls": [call("c2", "get_weather", "{}")]},
+        ]),
+        &bracket,
+    );
+    assert_eq!(
+        text(&messages[1]),
+        "[Calling get_weather]{\"name\": \"get_weather\", \"arguments\": {}}"
+    );
+    assert!(
+        text(&messages[3]).starts_with("It is 14 C [source]\n\n[Calling get_weather]{"),
+        "a description is only taken for a call: {}",
+        text(&messages[3])
+    );
+}
+
+/// Only a results message the model answers next asks for the answer; one
+/// followed by more conversation, or merged into the assistant's turn
+/// (`result_role = "assistant"`), does not.
+#[test]
+fn only_the_last_results_ask_for_the_answer() {
+    let turns = json!([
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "tool_calls": [call("c1", "A", "{}")]},
+        tool("c1", json!("one")),
+        {"role": "assistant", "content": "It is one."},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "tool_calls": [call("c2", "A", "{}")]},
+        tool("c2", json!("two")),
+    ]);
+    let messages = history(turns.clone());
+    assert_eq!(
+        text(&messages[2]),
+        "<tool_response name=\"A\">\none\n</tool_response>"
+    );
+    assert_eq!(
+        text(&messages[6]),
+        answer_now("<tool_response name=\"A\">\ntwo\n</tool_response>")
+    );
+    let assistant = NaturalOptions {
+        result_role: ResultRole::Assistant,
+        ..NaturalOptions::default()
+    };
+    let messages = history_with(turns, &assistant);
+    assert!(
+        messages.iter().all(|m| !text(m).contains(ANSWER_NOW)),
+        "{messages:#?}"
     );
 }

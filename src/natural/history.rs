@@ -2,7 +2,9 @@
 //!
 //! An assistant message with `tool_calls` becomes its text followed by the
 //! calls written in the configured syntax, exactly as the model is asked to
-//! write them. The `tool` messages answering it become one message of
+//! write them. In bracket syntax the client's content already ends with the
+//! calls' `[description]`s (they were shown as text): each is written once,
+//! as its call's own, so the model reads back what it wrote. The `tool` messages answering it become one message of
 //! `<tool_response>` blocks in the order of the calls. Finally consecutive
 //! messages of the same role are merged, because many chat templates of
 //! models without tool support demand alternating roles.
@@ -22,6 +24,12 @@ const TOOL_KEYS: [&str; 3] = ["tool_calls", "function_call", "tool_call_id"];
 
 /// Separates the `<tool_response>` blocks of one turn (seed 001 req. 3).
 const RESULT_SEPARATOR: &str = "\n---\n";
+
+/// Closes the user turn that hands the model its results when the model
+/// answers next. Without it Qwen2.5-Coder-0.5B called the same tool again
+/// after 8 of 8 results in bracket syntax; with it, none (measured with the
+/// instruction rule about results, in `prompt::instructions`).
+pub const ANSWER_NOW: &str = "Answer my question using these results.";
 
 /// How history is written.
 #[derive(Debug, Clone, Copy)]
@@ -75,6 +83,14 @@ pub fn rewrite(messages: &mut Vec<Value>, options: &HistoryOptions) -> Result<()
             }
             out.push(results_message(&open_calls, run, &names, options));
             open_calls.clear();
+            if pending.peek().is_none() && options.result_role == ResultRole::User {
+                // The model's turn comes next: it is to answer with them.
+                if let Some(Value::Object(last)) = out.last_mut() {
+                    let content = Content::from_owned(last.shift_remove("content"));
+                    let content = content.append(Content::Text(ANSWER_NOW.to_owned()));
+                    last.insert("content".to_string(), content.into_value());
+                }
+            }
             continue;
         }
         let (message, calls) = rewrite_message(message, options.syntax);
@@ -150,11 +166,19 @@ fn rewrite_message(
         Some(Value::Array(entries)) => entries.as_slice(),
         _ => &[],
     };
-    for entry in entries {
+    let mut content = Content::from_value(message.get("content"));
+    let described = match (&mut content, syntax) {
+        (Content::Text(prose), Syntax::Bracket) => take_descriptions(prose, entries.len()),
+        _ => Vec::new(),
+    };
+    // The descriptions belong to the last calls (all of them, as a rule).
+    let plain = entries.len() - described.len();
+    for (i, entry) in entries.iter().enumerate() {
         let name = call_name(entry);
         let body = entry.get("function").or_else(|| entry.get("custom"));
         let arguments = body.and_then(|body| body.get("arguments").or_else(|| body.get("input")));
-        push_call(syntax, name, arguments, &mut text);
+        let description = i.checked_sub(plain).and_then(|d| described.get(d));
+        push_call(syntax, description, name, arguments, &mut text);
         let id = entry.get("id").and_then(Value::as_str).map(str::to_string);
         calls.push(Call {
             id,
@@ -166,36 +190,77 @@ fn rewrite_message(
             .get("name")
             .and_then(Value::as_str)
             .unwrap_or("unknown");
-        push_call(syntax, name, call.get("arguments"), &mut text);
+        push_call(syntax, None, name, call.get("arguments"), &mut text);
         calls.push(Call {
             id: None,
             name: name.to_string(),
         });
     }
-    let content = Content::from_value(message.get("content")).append(Content::Text(text));
+    let content = content.append(Content::Text(text));
     message.insert("content".to_string(), content.into_value());
     (message, calls)
 }
 
 /// Writes one call, separated from what came before by a blank line.
 /// `arguments` is normally a JSON string; `""` and absent mean `{}`, and a
-/// string that is not JSON is written as it is.
-fn push_call(syntax: Syntax, name: &str, arguments: Option<&Value>, out: &mut String) {
+/// string that is not JSON is written as it is. A bracket call with a
+/// `description` of its own is written with it.
+fn push_call(
+    syntax: Syntax,
+    description: Option<&String>,
+    name: &str,
+    arguments: Option<&Value>,
+    out: &mut String,
+) {
     if !out.is_empty() {
         out.push_str("\n\n");
     }
-    match arguments {
-        None | Some(Value::Null) => syntax.render_call(name, &Value::Object(Map::new()), out),
-        Some(Value::String(raw)) if raw.trim().is_empty() => {
-            syntax.render_call(name, &Value::Object(Map::new()), out);
-        }
-        Some(Value::String(raw)) => match serde_json::from_str::<Value>(raw) {
-            Ok(parsed) => syntax.render_call(name, &parsed, out),
-            Err(_) => syntax.render_call_text(name, raw, out),
-        },
+    let parsed = match arguments {
+        None | Some(Value::Null) => Ok(Value::Object(Map::new())),
+        Some(Value::String(raw)) if raw.trim().is_empty() => Ok(Value::Object(Map::new())),
+        Some(Value::String(raw)) => serde_json::from_str::<Value>(raw).map_err(|_| raw.as_str()),
         // Some clients send the arguments as an object.
-        Some(other) => syntax.render_call(name, other, out),
+        Some(other) => Ok(other.clone()),
+    };
+    match (description, parsed) {
+        (Some(description), Ok(value)) => {
+            Syntax::render_bracket_call(description, name, &value.to_string(), out);
+        }
+        (Some(description), Err(raw)) => Syntax::render_bracket_call(description, name, raw, out),
+        (None, Ok(value)) => syntax.render_call(name, &value, out),
+        (None, Err(raw)) => syntax.render_call_text(name, raw, out),
     }
+}
+
+/// Longest `[description]` taken back from a bracket call's content.
+const MAX_DESCRIPTION: usize = 202;
+
+/// Takes up to `n` `[description]`s off the end of `text` (each alone on
+/// the rest of its line, whitespace between them), with the whitespace
+/// before them; returns them in order.
+fn take_descriptions(text: &mut String, n: usize) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut end = text.trim_end().len();
+    while found.len() < n {
+        let before = &text[..end];
+        if !before.ends_with(']') {
+            break;
+        }
+        let line = before.rfind('\n').map_or(0, |i| i + 1);
+        let Some(open) = before[line..].rfind('[').map(|i| line + i) else {
+            break;
+        };
+        if end - open > MAX_DESCRIPTION {
+            break;
+        }
+        found.push(before[open..].to_owned());
+        end = text[..open].trim_end().len();
+    }
+    if !found.is_empty() {
+        text.truncate(end);
+    }
+    found.reverse();
+    found
 }
 
 /// One message holding every result of `run`, in the order of `calls`;

@@ -112,7 +112,10 @@ pub fn instructions(syntax: Syntax, policy: &Policy) -> String {
         "- The arguments are one JSON object that matches the tool's parameters and includes every required parameter.".to_string(),
     ];
     lines.extend(policy_rules(syntax, policy, true));
-    lines.push("- Put any explanation for the user BEFORE the calls. After the last call, stop: the results come back in a later message inside <tool_response name=\"ToolName\"> blocks.".to_string());
+    // Measured on Qwen2.5-Coder-0.5B: saying what to do with results is
+    // what makes a small model answer instead of calling again.
+    lines.push("- Put any explanation for the user BEFORE the calls. After the last call, stop and wait: the results will follow.".to_string());
+    lines.push("- When you have the results (in <tool_response> blocks), answer the user's question with them in plain words; do not call the same tool again.".to_string());
     lines.join("\n")
 }
 

@@ -57,6 +57,15 @@ impl Syntax {
         self.write_call_close(name, out);
     }
 
+    /// A bracket call with its own `[description]` (the one the model
+    /// wrote), JSON arguments compact, as the parser reads it back.
+    pub fn render_bracket_call(description: &str, name: &str, arguments: &str, out: &mut String) {
+        out.push_str(description);
+        write_bracket_object_open(name, out);
+        out.push_str(arguments);
+        out.push('}');
+    }
+
     /// Appends everything a call's text has before its arguments. Split from
     /// [`Syntax::write_call_close`] so a call can be written as its
     /// arguments stream in (to_natural mode).
@@ -73,12 +82,10 @@ impl Syntax {
                 out.push_str("\">\n");
             }
             Syntax::Bracket => {
-                let quoted = serde_json::Value::from(name).to_string();
                 out.push_str("[Calling ");
                 out.push_str(name);
-                out.push_str("]{\"name\": ");
-                out.push_str(&quoted);
-                out.push_str(", \"arguments\": ");
+                out.push(']');
+                write_bracket_object_open(name, out);
             }
         }
     }
@@ -105,6 +112,13 @@ impl Syntax {
         out.push_str(result);
         out.push_str("\n</tool_response>");
     }
+}
+
+/// `{"name": "<name>", "arguments": ` of a bracket call.
+fn write_bracket_object_open(name: &str, out: &mut String) {
+    out.push_str("{\"name\": ");
+    out.push_str(&serde_json::Value::from(name).to_string());
+    out.push_str(", \"arguments\": ");
 }
 
 /// Keeps a name from closing the attribute it is written into. Declared tool
