@@ -14,6 +14,12 @@
 //!   reaches `max_rounds` is sent with tools withheld, so it ends in text;
 //! * otherwise the answer ends with the model's own finish reason.
 //!
+//! A gateway call identical to one already answered in this answer (same
+//! tool, same arguments as JSON) is not run again: it gets the first
+//! result, and the model is told it repeated itself and should answer with
+//! it. A small model that calls again after every result would otherwise
+//! run the tool until `max_rounds`.
+//!
 //! One answer comes out: one start, one finish, usage summed over rounds.
 
 use std::sync::Arc;
@@ -50,9 +56,24 @@ pub enum Next {
 }
 
 enum Slot {
-    Gateway { call: Call, report: GatewayCall },
+    Gateway {
+        call: Call,
+        report: GatewayCall,
+        /// Answered from an identical earlier call, not run.
+        repeat: bool,
+    },
     Client(Call),
 }
+
+/// A gateway call answered earlier in this answer.
+struct Answered {
+    name: String,
+    arguments: Option<Value>,
+    output: String,
+}
+
+/// What the model reads after a repeated call's result.
+const REPEAT_NOTE: &str = "(You already made this exact call, and this is its result again: the tool was not run a second time. Do not call it again; answer with this result.)";
 
 pub struct Rounds {
     request: Map<String, Value>,
@@ -74,6 +95,9 @@ pub struct Rounds {
     /// Set when the answer ends with client calls after gateway steps:
     /// the client's call ids, and the steps to restore on its follow-up.
     steps: Option<(Vec<String>, Steps)>,
+    /// Gateway calls that completed, for telling a repeat (bounded by
+    /// `max_rounds` times the calls one round may make).
+    answered: Vec<Answered>,
 }
 
 impl Rounds {
@@ -100,6 +124,7 @@ impl Rounds {
             usage: None,
             added: Vec::new(),
             steps: None,
+            answered: Vec::new(),
         }
     }
 
@@ -179,6 +204,22 @@ impl Rounds {
         };
         self.next_index += 1;
         out.push(Action::Emit(Event::Gateway(report.clone())));
+        let arguments = serde_json::from_str::<Value>(&call.arguments).ok();
+        let earlier = self
+            .answered
+            .iter()
+            .find(|a| a.name == call.name && a.arguments.is_some() && a.arguments == arguments);
+        if let Some(earlier) = earlier {
+            report.status = GatewayStatus::Completed;
+            report.output = Some(earlier.output.clone());
+            out.push(Action::Emit(Event::Gateway(report.clone())));
+            self.slots.push(Slot::Gateway {
+                call,
+                report,
+                repeat: true,
+            });
+            return;
+        }
         if self.last() {
             // Tools were withheld; a call made anyway cannot be followed up.
             report.status = GatewayStatus::Failed;
@@ -194,18 +235,27 @@ impl Rounds {
                 arguments: call.arguments.clone(),
             });
         }
-        self.slots.push(Slot::Gateway { call, report });
+        self.slots.push(Slot::Gateway {
+            call,
+            report,
+            repeat: false,
+        });
     }
 
     /// A call's result arrived.
     pub fn on_result(&mut self, id: &str, outcome: Outcome, out: &mut Vec<Action>) {
         for slot in &mut self.slots {
-            if let Slot::Gateway { report, .. } = slot
+            if let Slot::Gateway { call, report, .. } = slot
                 && report.id == id
                 && report.status == GatewayStatus::InProgress
             {
                 match outcome {
                     Outcome::Completed(text) => {
+                        self.answered.push(Answered {
+                            name: call.name.clone(),
+                            arguments: serde_json::from_str(&call.arguments).ok(),
+                            output: text.clone(),
+                        });
                         report.status = GatewayStatus::Completed;
                         report.output = Some(text);
                     }
@@ -225,10 +275,14 @@ impl Rounds {
         let slots = std::mem::take(&mut self.slots);
         let text = std::mem::take(&mut self.text);
         let finish = self.finish.take();
-        let gateway: Vec<(Call, GatewayCall)> = slots
+        let gateway: Vec<(Call, GatewayCall, bool)> = slots
             .iter()
             .filter_map(|s| match s {
-                Slot::Gateway { call, report } => Some((call.clone(), report.clone())),
+                Slot::Gateway {
+                    call,
+                    report,
+                    repeat,
+                } => Some((call.clone(), report.clone(), *repeat)),
                 Slot::Client(_) => None,
             })
             .collect();
@@ -246,7 +300,7 @@ impl Rounds {
                 let steps = Steps {
                     earlier: std::mem::take(&mut self.added),
                     text,
-                    calls: gateway.iter().map(|(c, _)| tool_call(c)).collect(),
+                    calls: gateway.iter().map(|(c, _, _)| tool_call(c)).collect(),
                     results: turn.into_iter().skip(1).collect(),
                 };
                 self.steps = Some((ids, steps));
@@ -322,8 +376,9 @@ impl Rounds {
 }
 
 /// The round's assistant message with the gateway's calls, then one `tool`
-/// message per call with its result (what the model sees next round).
-fn assistant_turn(text: &str, gateway: &[(Call, GatewayCall)]) -> Vec<Value> {
+/// message per call with its result (what the model sees next round; a
+/// repeated call's result says so).
+fn assistant_turn(text: &str, gateway: &[(Call, GatewayCall, bool)]) -> Vec<Value> {
     if gateway.is_empty() {
         return Vec::new();
     }
@@ -335,10 +390,11 @@ fn assistant_turn(text: &str, gateway: &[(Call, GatewayCall)]) -> Vec<Value> {
     let mut turn = vec![json!({
         "role": "assistant",
         "content": content,
-        "tool_calls": gateway.iter().map(|(c, _)| tool_call(c)).collect::<Vec<_>>(),
+        "tool_calls": gateway.iter().map(|(c, _, _)| tool_call(c)).collect::<Vec<_>>(),
     })];
-    for (call, report) in gateway {
+    for (call, report, repeat) in gateway {
         let result = match (&report.output, &report.error) {
+            (Some(output), _) if *repeat => format!("{output}\n\n{REPEAT_NOTE}"),
             (Some(output), _) => output.clone(),
             (None, Some(error)) => format!("Error: {error}"),
             (None, None) => "Error: no result".to_owned(),
@@ -350,4 +406,127 @@ fn assistant_turn(text: &str, gateway: &[(Call, GatewayCall)]) -> Vec<Value> {
 
 fn tool_call(call: &Call) -> Value {
     json!({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::ToolKind;
+    use crate::tools::builtin::Builtin;
+
+    fn calculator() -> Offer {
+        let tool = GatewayTool::new(
+            "calculator".into(),
+            String::new(),
+            Builtin::Calculator.parameters(),
+            ToolKind::Builtin(Builtin::Calculator),
+        );
+        Offer {
+            tools: vec![Arc::new(tool)],
+        }
+    }
+
+    fn call(arguments: &str) -> Event {
+        Event::Call(Call {
+            id: "up".into(),
+            name: "calculator".into(),
+            arguments: arguments.into(),
+        })
+    }
+
+    /// Runs one round of `events`; the ids handed out to execute.
+    fn round(rounds: &mut Rounds, events: Vec<Event>, out: &mut Vec<Action>) -> Vec<String> {
+        let start = out.len();
+        for event in events {
+            rounds.on_event(event, out);
+        }
+        out[start..]
+            .iter()
+            .filter_map(|a| match a {
+                Action::Execute { id, .. } => Some(id.clone()),
+                Action::Emit(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_identical_call_gets_the_first_result_without_running_again() {
+        let request = json!({"messages": [{"role": "user", "content": "17 * 23 + 4?"}]});
+        let Value::Object(request) = request else {
+            unreachable!()
+        };
+        let mut rounds = Rounds::new(request, calculator(), 8, None);
+        let mut out = Vec::new();
+        let ran = round(
+            &mut rounds,
+            vec![call(r#"{"expression": "17*23+4"}"#)],
+            &mut out,
+        );
+        assert_eq!(ran.len(), 1);
+        rounds.on_result(&ran[0], Outcome::Completed("395".into()), &mut out);
+        assert_eq!(rounds.end_round(&mut out), Next::Continue);
+
+        // The same call again (other spacing, same JSON) and a new one.
+        let ran = round(
+            &mut rounds,
+            vec![
+                call(r#"{ "expression":"17*23+4" }"#),
+                call(r#"{"expression": "395 / 5"}"#),
+            ],
+            &mut out,
+        );
+        assert_eq!(ran.len(), 1, "only the new call runs");
+        let repeated: Vec<&GatewayCall> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Emit(Event::Gateway(g)) if g.index == 1 => Some(g),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(repeated.len(), 2, "reported in progress, then completed");
+        assert_eq!(repeated[1].status, GatewayStatus::Completed);
+        assert_eq!(repeated[1].output.as_deref(), Some("395"));
+        rounds.on_result(&ran[0], Outcome::Completed("79".into()), &mut out);
+        assert_eq!(rounds.end_round(&mut out), Next::Continue);
+
+        // The model reads the first result again, told it repeated itself.
+        let body: Value = serde_json::from_slice(&rounds.body()).unwrap();
+        let results: Vec<&str> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(results.len(), 3);
+        assert_eq!(results[0], "395");
+        assert!(
+            results[1].starts_with("395\n\n") && results[1].contains("not run a second time"),
+            "{}",
+            results[1]
+        );
+        assert_eq!(results[2], "79");
+    }
+
+    #[test]
+    fn a_failed_call_may_be_tried_again() {
+        let Value::Object(request) = json!({"messages": []}) else {
+            unreachable!()
+        };
+        let mut rounds = Rounds::new(request, calculator(), 8, None);
+        let mut out = Vec::new();
+        let ran = round(
+            &mut rounds,
+            vec![call(r#"{"expression": "1/0"}"#)],
+            &mut out,
+        );
+        rounds.on_result(&ran[0], Outcome::Failed("timed out".into()), &mut out);
+        rounds.end_round(&mut out);
+        let ran = round(
+            &mut rounds,
+            vec![call(r#"{"expression": "1/0"}"#)],
+            &mut out,
+        );
+        assert_eq!(ran.len(), 1, "only results are reused, not failures");
+    }
 }
