@@ -50,27 +50,25 @@ impl Upstream for Provided {
         if self.provider.api == Api::Responses {
             return self.send_responses(request).await;
         }
-        match self.provider.tools.mode {
-            Mode::Natural => {
-                let (parts, body) = request.into_parts();
-                let bytes = http_body_util::BodyExt::collect(body)
-                    .await
-                    .map(|c| c.to_bytes())
-                    .unwrap_or_default();
-                Box::pin(rt.natural.handle(
-                    &rt.upstreams,
-                    &rt.config,
-                    &self.provider,
-                    parts,
-                    bytes,
-                    // Read by the round loop, not the client: calls as soon
-                    // as they are ready, so gateway tools start early.
-                    true,
-                ))
-                .await
-            }
-            _ => rt.upstreams.send(&self.provider, request).await,
+        if !self.provider.tools.reads_text_calls() {
+            return rt.upstreams.send(&self.provider, request).await;
         }
+        let (parts, body) = request.into_parts();
+        let bytes = http_body_util::BodyExt::collect(body)
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        Box::pin(rt.natural.handle(
+            &rt.upstreams,
+            &rt.config,
+            &self.provider,
+            parts,
+            bytes,
+            // Read by the round loop, not the client: calls as soon
+            // as they are ready, so gateway tools start early.
+            true,
+        ))
+        .await
     }
 }
 

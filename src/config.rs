@@ -195,6 +195,8 @@ pub struct ToolsConfig {
     pub result_role: ResultRole,
     pub skip_think: bool,
     pub max_block_bytes: usize,
+    /// Passthrough: calls the model wrote as text become native calls.
+    pub rescue_text_calls: bool,
     pub pretty: bool,
     pub separator: String,
     /// Tools toolgate runs itself for this provider; `None` when it has none.
@@ -209,6 +211,14 @@ pub struct FallbackConfig {
     pub timeout: Duration,
     /// Repairs one response may ask for, all choices together; `0` asks for none.
     pub max_calls: usize,
+}
+
+impl ToolsConfig {
+    /// Whether answers are read for calls written as text: natural mode,
+    /// or a passthrough provider with `rescue_text_calls`.
+    pub fn reads_text_calls(&self) -> bool {
+        self.mode == Mode::Natural || self.rescue_text_calls
+    }
 }
 
 impl Config {
@@ -601,6 +611,12 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
             "natural mode needs a provider that speaks Chat Completions (`api = \"chat\"`)",
         ));
     }
+    if raw.api != Api::Chat && tools.rescue_text_calls {
+        return Err(ConfigError::new(
+            format!("{path}.tools.rescue_text_calls"),
+            "reads Chat Completions answers: it needs `api = \"chat\"`",
+        ));
+    }
     Ok(Provider {
         name: name.clone(),
         target,
@@ -705,6 +721,12 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
             "must be positive",
         ));
     }
+    if raw.rescue_text_calls && raw.mode != Mode::Passthrough {
+        return Err(ConfigError::new(
+            format!("{path}.rescue_text_calls"),
+            "applies to mode = \"passthrough\" only (natural mode already reads calls written as text)",
+        ));
+    }
     Ok(ToolsConfig {
         mode: raw.mode,
         syntax,
@@ -715,6 +737,7 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
         result_role: raw.result_role,
         skip_think: raw.skip_think,
         max_block_bytes: raw.max_block_bytes,
+        rescue_text_calls: raw.rescue_text_calls,
         pretty: raw.pretty,
         separator: raw.separator.clone(),
         gateway: None,

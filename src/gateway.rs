@@ -624,7 +624,7 @@ where
     let response = match provider.tools.mode {
         // Boxed: the transforms' futures are large, and hyper keeps the
         // handler's future allocation for the life of each connection.
-        Mode::Natural if chat => {
+        _ if chat && provider.tools.reads_text_calls() => {
             Box::pin(runtime.natural.handle(
                 &runtime.upstreams,
                 &runtime.config,

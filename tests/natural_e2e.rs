@@ -687,3 +687,147 @@ async fn legacy_functions_get_a_function_call_not_tool_calls() {
     assert_eq!(v["choices"][0]["finish_reason"], "function_call");
     assert!(message["content"].as_str().unwrap().contains("Oslo"), "{v}");
 }
+
+/// A passthrough provider with `rescue_text_calls`, in front of `mock`.
+async fn rescuing(mock: &Mock, extra: &str) -> TestGateway {
+    TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml(
+            "up",
+            &mock.url(),
+            "[\"*\"]",
+            &format!(
+                "[providers.tools]\nmode = \"passthrough\"\nrescue_text_calls = true\n{extra}"
+            )
+        )
+    ))
+    .await
+}
+
+/// What Qwen2.5-Coder writes with native tools declared: the call as a
+/// fenced JSON object in the text. Rescue makes it a native call, streamed
+/// and whole; the request goes upstream with its tools, untouched.
+#[tokio::test]
+async fn rescue_turns_a_call_written_as_text_into_a_native_call() {
+    let reply = "```json\n{\n  \"name\": \"GetWeather\",\n  \"arguments\": {\n    \"location\": \"San Francisco, CA\",\n    \"unit\": \"fahrenheit\"\n  }\n}\n```";
+    let mock = model(reply, 3, None).await;
+    let gw = rescuing(&mock, "").await;
+    let body = chat(true, json!({}));
+    let (_, s) = stream(&gw, &body, &Expect::default()).await;
+    let choice = s.choice();
+    assert_eq!(choice.content, "", "nothing but the call was written");
+    assert_eq!(choice.calls.len(), 1);
+    assert_eq!(choice.calls[0].name, "GetWeather");
+    assert_eq!(
+        choice.calls[0].args(),
+        json!({"location": "San Francisco, CA", "unit": "fahrenheit"})
+    );
+    assert_eq!(choice.finish_reason.as_deref(), Some("tool_calls"));
+    let whole = complete(&gw, &chat(false, json!({}))).await;
+    let message = &whole["choices"][0]["message"];
+    assert_eq!(message["content"], Value::Null);
+    assert_eq!(message["tool_calls"][0]["function"]["name"], "GetWeather");
+    assert_eq!(whole["choices"][0]["finish_reason"], "tool_calls");
+    // The upstream got the request as the client sent it.
+    let sent = mock.requests.lock().unwrap()[0].json();
+    assert_eq!(sent, serde_json::from_str::<Value>(&body).unwrap());
+
+    // Hermes-style `<tool_call>` and a natural syntax are read too.
+    for reply in [
+        "<tool_call>\n{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Paris\"}}\n</tool_call>",
+        "Let me check.\n[Checking]{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Paris\"}}",
+    ] {
+        let mock = model(reply, 5, None).await;
+        let gw = rescuing(&mock, "").await;
+        let (_, s) = stream(&gw, &chat(true, json!({})), &Expect::default()).await;
+        assert_eq!(s.choice().calls.len(), 1, "{reply}");
+        assert_eq!(s.choice().calls[0].args(), json!({"location": "Paris"}));
+    }
+}
+
+/// Anything that is not one clear call to a declared tool passes through:
+/// a whole answer byte for byte, a stream's text unchanged; a request
+/// without tools is never read.
+#[tokio::test]
+async fn rescue_passes_everything_else_through() {
+    for reply in [
+        "Paris is sunny.",
+        "```json\n{\"name\": \"Teleport\", \"arguments\": {}}\n```",
+        "```json\n{\"name\": \"GetWeather\", \"arguments\": {\"location\": 3}}\n```",
+        "Use {\"name\": \"GetWeather\"} like this.",
+        "```python\nprint('hi')\n```",
+    ] {
+        let upstream = upstream_completion(reply);
+        let mock = model(reply, 4, None).await;
+        let gw = rescuing(&mock, "").await;
+        let whole = post(&gw.url("/v1/chat/completions"), &chat(false, json!({}))).await;
+        assert_eq!(whole.status, 200);
+        assert_eq!(whole.text(), upstream, "byte for byte: {reply}");
+        let (_, s) = stream(&gw, &chat(true, json!({})), &Expect::default()).await;
+        assert_eq!(s.choice().content, reply);
+        assert!(s.choice().calls.is_empty(), "{reply}");
+        assert_eq!(s.choice().finish_reason.as_deref(), Some("stop"));
+    }
+    // No tools declared: the upstream's stream itself.
+    let mock = model("```json\n{\"name\": \"GetWeather\"}\n```", 4, None).await;
+    let gw = rescuing(&mock, "").await;
+    let plain = post(
+        &gw.url("/v1/chat/completions"),
+        &chat(true, json!({"tools": null})),
+    )
+    .await;
+    let direct = post(
+        &format!("{}/v1/chat/completions", mock.url()),
+        &chat(true, json!({"tools": null})),
+    )
+    .await;
+    assert_eq!(plain.body, direct.body);
+}
+
+/// A native-tools provider with gateway tools runs the calls its model
+/// writes as text: rescue applies to the gateway's own loop.
+#[tokio::test]
+async fn rescue_feeds_the_gateway_tool_loop() {
+    let mock = Mock::start(|req| {
+        let body = req.json();
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        let text = if last["role"] == "tool" {
+            format!("The calculator says {}.", last["content"].as_str().unwrap())
+        } else {
+            "```json\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"17 * 23 + 4\"}}\n```"
+                .to_owned()
+        };
+        let pieces = char_pieces(&text, 7);
+        let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+        Reply::sse(&[&upstream_sse(&refs, None)], Duration::ZERO)
+    })
+    .await;
+    let gw = rescuing(&mock, "gateway_tools = [\"builtin:calculator\"]").await;
+    let body = json!({"model": "m", "stream": true,
+        "messages": [{"role": "user", "content": "What is 17 * 23 + 4?"}]})
+    .to_string();
+    let (_, s) = stream(&gw, &body, &Expect::default()).await;
+    assert_eq!(s.choice().content, "The calculator says 395.");
+    assert_eq!(s.choice().gateway.len(), 1);
+    assert!(s.choice().calls.is_empty());
+    assert_eq!(mock.requests.lock().unwrap().len(), 2);
+}
+
+#[test]
+fn rescue_is_refused_outside_passthrough() {
+    for (mode, api) in [
+        ("natural", "chat"),
+        ("to_natural", "chat"),
+        ("passthrough", "responses"),
+    ] {
+        let toml = format!(
+            "[[providers]]\nname = \"p\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodels = [\"*\"]\napi = \"{api}\"\n[providers.tools]\nmode = \"{mode}\"\nrescue_text_calls = true\n"
+        );
+        let err = toolgate::config::Config::from_toml(&toml).unwrap_err();
+        assert!(
+            err.to_string().contains("rescue_text_calls"),
+            "{mode}/{api}: {err}"
+        );
+    }
+}

@@ -222,6 +222,9 @@ pub struct RawTools {
     pub skip_think: bool,
     /// A tool block larger than this is invalid.
     pub max_block_bytes: usize,
+    /// Passthrough: a call the model wrote as text (a JSON object, a
+    /// `<tool_call>` block, any natural syntax) becomes a native call.
+    pub rescue_text_calls: bool,
     /// to_natural: pretty-print the arguments of calls written as text.
     pub pretty: bool,
     /// to_natural: the line written between two calls.
@@ -251,6 +254,7 @@ impl Default for RawTools {
             result_role: ResultRole::User,
             skip_think: true,
             max_block_bytes: 256 * 1024,
+            rescue_text_calls: false,
             pretty: true,
             separator: "---".into(),
             gateway_tools: Vec::new(),

@@ -28,6 +28,31 @@ pub async fn rewrite(
     repairer: Option<Arc<Repairer>>,
 ) -> Result<Vec<u8>, GatewayError> {
     let mut completion = crate::upstream::reply::parse(body)?;
+    rewrite_choices(&mut completion, settings, repairer).await?;
+    Ok(serde_json::to_vec(&completion).unwrap_or_default())
+}
+
+/// Rescue: the completion with calls written as text made native, or
+/// `None` when no choice held one (the upstream's bytes then stand).
+/// Nothing is repaired and nothing fails: a block that is no valid call is
+/// text (`settings.on_invalid` is `text`).
+pub async fn rescue(
+    body: &[u8],
+    settings: &ReplySettings,
+) -> Result<Option<Vec<u8>>, GatewayError> {
+    let mut completion = crate::upstream::reply::parse(body)?;
+    let calls = rewrite_choices(&mut completion, settings, None).await?;
+    Ok((calls > 0).then(|| serde_json::to_vec(&completion).unwrap_or_default()))
+}
+
+/// Parses every choice's content, runs the repairs, writes the calls in;
+/// returns how many calls were written.
+async fn rewrite_choices(
+    completion: &mut Value,
+    settings: &ReplySettings,
+    repairer: Option<Arc<Repairer>>,
+) -> Result<usize, GatewayError> {
+    let mut written = 0;
     if let Some(choices) = completion.get_mut("choices").and_then(Value::as_array_mut) {
         let mut parsed = Vec::new();
         let mut repairs = Vec::new();
@@ -50,10 +75,11 @@ pub async fn rewrite(
         } in parsed
         {
             let calls = reply.take_calls().map_err(invalid)?;
+            written += calls.len();
             apply(&mut choices[at], text, calls, settings.legacy_functions);
         }
     }
-    Ok(serde_json::to_vec(&completion).unwrap_or_default())
+    Ok(written)
 }
 
 fn invalid(i: InvalidCall) -> GatewayError {
@@ -154,10 +180,15 @@ fn apply(
         choice["finish_reason"] = json!("function_call");
         return;
     }
-    let tool_calls: Vec<Value> = calls
+    let calls = calls
         .into_iter()
-        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-        .collect();
-    message.insert("tool_calls".into(), Value::Array(tool_calls));
+        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}));
+    // Calls the upstream made natively (rescue) come first.
+    match message.get_mut("tool_calls") {
+        Some(Value::Array(native)) => native.extend(calls),
+        _ => {
+            message.insert("tool_calls".into(), Value::Array(calls.collect()));
+        }
+    }
     choice["finish_reason"] = json!("tool_calls");
 }

@@ -1,5 +1,9 @@
 //! Natural mode's request flow: rewrite the request, send it, rewrite the
 //! response (streaming or not). Holds the caches shared by all requests.
+//!
+//! A passthrough provider with `rescue_text_calls` takes the response half
+//! only: its request goes upstream as it is, and calls the model wrote as
+//! text in its answer (any syntax, or a JSON object) become native calls.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -64,7 +68,7 @@ impl Engine {
         let providers = config
             .providers
             .iter()
-            .filter(|p| p.tools.mode == Mode::Natural)
+            .filter(|p| p.tools.mode == Mode::Natural || p.tools.rescue_text_calls)
             .map(|p| {
                 let t = &p.tools;
                 let state = ProviderState {
@@ -78,6 +82,7 @@ impl Engine {
                         syntax: t.syntax,
                         skip_think: t.skip_think,
                         max_block_bytes: t.max_block_bytes,
+                        rescue: t.rescue_text_calls,
                     },
                     contracts: Arc::new(ContractCache::default()),
                 };
@@ -121,6 +126,11 @@ impl Engine {
                 .send(provider, Request::from_parts(parts, Full::new(bytes)))
                 .await;
         };
+        if state.parser.rescue {
+            return self
+                .rescue(upstreams, provider, state, parts, bytes, early_calls)
+                .await;
+        }
         let rewrite = {
             let (body, options, contracts) = (
                 bytes.clone(),
@@ -180,6 +190,65 @@ impl Engine {
 }
 
 impl Engine {
+    /// A passthrough provider's request, sent as it is; when it offers
+    /// tools, calls written as text in the answer become native calls and
+    /// anything else is text (an answer without such a call comes back as
+    /// the upstream wrote it).
+    async fn rescue(
+        &self,
+        upstreams: &Upstreams,
+        provider: &Arc<Provider>,
+        state: &ProviderState,
+        mut parts: http::request::Parts,
+        bytes: Bytes,
+        early_calls: bool,
+    ) -> Result<Response<Body>, GatewayError> {
+        let plan = {
+            let (body, options, contracts) = (
+                bytes.clone(),
+                state.options.clone(),
+                state.contracts.clone(),
+            );
+            rewrite_off_worker(bytes.len(), move || {
+                request::plan(&body, &options, &contracts)
+            })
+            .await??
+        };
+        let Some(plan) = plan else {
+            return upstreams
+                .send(provider, Request::from_parts(parts, Full::new(bytes)))
+                .await;
+        };
+        parts.headers.remove(header::ACCEPT_ENCODING);
+        let response = upstreams
+            .send(provider, Request::from_parts(parts, Full::new(bytes)))
+            .await?;
+        if !response.status().is_success() {
+            return Ok(response);
+        }
+        let mut settings = ReplySettings::new(
+            &provider.name,
+            &plan,
+            state.parser.clone(),
+            OnInvalid::Text,
+            0,
+            self.schemas.clone(),
+        );
+        settings.early_calls = early_calls;
+        let (mut parts, upstream_body) = response.into_parts();
+        if let Shape::Stream = reply::prepare(&mut parts)? {
+            let rewriter = StreamRewriter::new(settings, plan.include_usage);
+            let body = TransformBody::new(upstream_body, rewriter).boxed_unsync();
+            return Ok(Response::from_parts(parts, body));
+        }
+        let collected = reply::read(upstream_body).await?;
+        let body = match crate::natural::complete::rescue(&collected, &settings).await? {
+            Some(rewritten) => body::full(rewritten),
+            None => body::full(collected),
+        };
+        Ok(Response::from_parts(parts, body))
+    }
+
     /// The fallback model for this request, when `on_invalid = "fallback"`.
     fn repairer(
         &self,

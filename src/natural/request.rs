@@ -132,15 +132,7 @@ pub fn rewrite(
         return Ok(Rewrite::Unchanged);
     }
 
-    let policy = Policy::from_request(
-        fields.parsed("tool_choice")?.as_ref(),
-        fields.parsed("function_call")?.as_ref(),
-        fields.parsed("parallel_tool_calls")?.as_ref(),
-    )?;
-    let declared = Declared {
-        tools: fields.get("tools"),
-        functions: fields.get("functions"),
-    };
+    let (policy, declared) = policy_and_tools(&fields)?;
     let prepared = prepare(declared, &policy, options, cache)?;
 
     let list = match messages.as_mut() {
@@ -172,24 +164,68 @@ pub fn rewrite(
         prompt::inject(list, text);
     }
 
+    let plan = prepared
+        .as_ref()
+        .map(|prepared| response_plan(&fields, prepared, &policy, declared))
+        .transpose()?;
+    let mut body = fields.write(&TOOL_FIELDS, "messages", &messages);
+    if let Some(prepared) = splice {
+        prompt::splice(&mut body, placeholder, &prepared.block_json);
+    }
+    Ok(Rewrite::Rewritten { body, plan })
+}
+
+/// How to read the answer to a request that goes upstream as it is (a
+/// passthrough provider rescuing calls written as text): the tools it
+/// offers and its policy; `None` when it offers none.
+pub fn plan(
+    body: &[u8],
+    options: &NaturalOptions,
+    cache: &ContractCache,
+) -> Result<Option<ResponsePlan>, RequestError> {
+    let fields = Fields::parse(body)?;
+    if !TOOL_FIELDS.iter().any(|field| fields.get(field).is_some()) {
+        return Ok(None);
+    }
+    let (policy, declared) = policy_and_tools(&fields)?;
+    match prepare(declared, &policy, options, cache)? {
+        Some(prepared) => response_plan(&fields, &prepared, &policy, declared).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The request's tool policy and its declarations, unparsed.
+fn policy_and_tools<'a>(fields: &'a Fields<'a>) -> Result<(Policy, Declared<'a>), RequestError> {
+    let policy = Policy::from_request(
+        fields.parsed("tool_choice")?.as_ref(),
+        fields.parsed("function_call")?.as_ref(),
+        fields.parsed("parallel_tool_calls")?.as_ref(),
+    )?;
+    let declared = Declared {
+        tools: fields.get("tools"),
+        functions: fields.get("functions"),
+    };
+    Ok((policy, declared))
+}
+
+fn response_plan(
+    fields: &Fields<'_>,
+    prepared: &Prepared,
+    policy: &Policy,
+    declared: Declared<'_>,
+) -> Result<ResponsePlan, RequestError> {
     let include_usage = fields
         .parsed("stream_options")?
         .and_then(|options| options.get("include_usage")?.as_bool())
         .unwrap_or(false);
     let declared_some = |raw: Option<&RawValue>| raw.is_some_and(|r| r.get() != "null");
-    let legacy_functions = declared_some(declared.functions) && !declared_some(declared.tools);
-    let mut body = fields.write(&TOOL_FIELDS, "messages", &messages);
-    if let Some(prepared) = splice {
-        prompt::splice(&mut body, placeholder, &prepared.block_json);
-    }
-    let plan = prepared.map(|prepared| ResponsePlan {
-        tools: prepared.tools,
-        choice: policy.choice,
+    Ok(ResponsePlan {
+        tools: prepared.tools.clone(),
+        choice: policy.choice.clone(),
         parallel_tool_calls: policy.parallel,
         include_usage,
-        legacy_functions,
-    });
-    Ok(Rewrite::Rewritten { body, plan })
+        legacy_functions: declared_some(declared.functions) && !declared_some(declared.tools),
+    })
 }
 
 /// The request's tool declarations, unparsed.

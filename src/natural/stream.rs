@@ -298,6 +298,17 @@ impl StreamRewriter {
         if state.finished {
             return;
         }
+        // Calls the upstream made natively (rescue) pass on; the calls read
+        // from the text are numbered after them.
+        if let Some(Value::Array(native)) = delta.get("tool_calls") {
+            let next = native
+                .iter()
+                .filter_map(|c| c.get("index")?.as_u64())
+                .map(|i| usize::try_from(i).unwrap_or(usize::MAX).saturating_add(1))
+                .max()
+                .unwrap_or(0);
+            state.calls_written = state.calls_written.max(next);
+        }
         self.text.clear();
         let fed = match delta.remove("content") {
             Some(Value::String(content)) => state.reply.feed(&content, &mut self.text),
