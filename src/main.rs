@@ -58,12 +58,13 @@ enum Command {
         /// The model to ask for (default: the provider's first model, when it is not a pattern).
         #[arg(long)]
         model: Option<String>,
-        /// Which syntaxes to try, comma-separated: tag, tool_call, bracket, native.
-        #[arg(long, default_value = "tag,tool_call,bracket,native")]
+        /// Which syntaxes to try, comma-separated: tag, tool_call, bracket, native, rescue.
+        #[arg(long, default_value = "tag,tool_call,bracket,native,rescue")]
         syntaxes: String,
-        /// JSONL file of cases (default: the built-in set).
+        /// JSONL file of cases (default: the built-in set); repeat to add files,
+        /// and `builtin` adds the built-in set.
         #[arg(long, value_name = "FILE")]
-        cases: Option<PathBuf>,
+        cases: Vec<PathBuf>,
         /// How many times to send each case in each syntax.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         runs: u32,
@@ -76,6 +77,10 @@ enum Command {
         /// Print the results as JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// After the table, print the `[providers.tools]` block of the arm that
+        /// scored best on first calls and closed loops.
+        #[arg(long)]
+        recommend: bool,
     },
 }
 
@@ -120,11 +125,12 @@ fn main() -> ExitCode {
             max_tokens,
             timeout,
             json,
+            recommend,
         }) => {
             let options =
                 probe_options(provider, model, &syntaxes, cases, runs, max_tokens, timeout);
             match options {
-                Ok(options) => probe(config, &options, json),
+                Ok(options) => probe(config, &options, json, recommend),
                 Err(e) => {
                     eprintln!("toolgate: {e}");
                     ExitCode::FAILURE
@@ -182,18 +188,27 @@ fn probe_options(
     provider: String,
     model: Option<String>,
     syntaxes: &str,
-    cases: Option<PathBuf>,
+    files: Vec<PathBuf>,
     runs: u32,
     max_tokens: u32,
     timeout: u64,
 ) -> Result<probe::Options, String> {
-    let cases = match cases {
-        None => probe::cases::builtin(),
-        Some(path) => std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))
-            .and_then(|text| probe::cases::from_jsonl(&text))
-            .map_err(|e| format!("{}: {e}", path.display()))?,
-    };
+    let mut cases = probe::Cases::default();
+    if files.is_empty() {
+        cases = probe::cases::builtin();
+    }
+    for path in files {
+        let more = if path.as_os_str() == "builtin" {
+            probe::cases::builtin()
+        } else {
+            std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))
+                .and_then(|text| probe::cases::from_jsonl(&text))
+                .map_err(|e| format!("{}: {e}", path.display()))?
+        };
+        cases.client.extend(more.client);
+        cases.agent.extend(more.agent);
+    }
     Ok(probe::Options {
         provider,
         model,
@@ -205,7 +220,7 @@ fn probe_options(
     })
 }
 
-fn probe(config: Config, options: &probe::Options, json: bool) -> ExitCode {
+fn probe(config: Config, options: &probe::Options, json: bool, recommend: bool) -> ExitCode {
     let runtime = match toolgate::workers::runtime() {
         Ok(r) => r,
         Err(e) => {
@@ -231,6 +246,9 @@ fn probe(config: Config, options: &probe::Options, json: bool) -> ExitCode {
         }
         Ok(report) => {
             print!("{}", report.table());
+            if recommend {
+                print!("\n{}", report.recommendation());
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

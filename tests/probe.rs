@@ -28,25 +28,45 @@ fn call_for(prompt: &str) -> (&'static str, Value) {
             "set_thermostat",
             json!({"temperature": 21, "unit": "celsius"}),
         )
+    } else if prompt.contains("17 * 23") {
+        ("calculator", json!({"expression": "17 * 23 + 4"}))
+    } else if prompt.contains("12.5") {
+        ("calculator", json!({"expression": "(12.5 * 4) - 7"}))
+    } else if prompt.contains("date") {
+        ("clock", json!({}))
     } else {
         // The prompt that needs no tool: this model calls one anyway.
         ("get_weather", json!({"location": "Paris"}))
     }
 }
 
-/// Tag syntax: a good call for every prompt. tool_call: a block whose
-/// arguments break the schema. Bracket: plain text. Native tools: refused.
+/// Tag syntax: a good call for every prompt, and an answer quoting the
+/// result once it is back. tool_call: a block whose arguments break the
+/// schema. Bracket: plain text. Native tools: the call as a fenced JSON
+/// object in the text (what Qwen2.5-Coder does), which only rescue reads.
 fn model(request: &Value) -> Reply {
-    if request.get("tools").is_some() {
-        return Reply::Full {
-            status: 400,
-            headers: vec![("content-type", "application/json".into())],
-            body: r#"{"error":{"message":"tools are not supported by this server","type":"invalid_request_error"}}"#.into(),
-        };
-    }
     let messages = request["messages"].as_array().unwrap();
+    let last = messages.last().unwrap();
+    if request.get("tools").is_some() {
+        let text = if last["role"] == "tool" {
+            format!("The tool says: {}", last["content"].as_str().unwrap())
+        } else {
+            let (name, arguments) = call_for(last["content"].as_str().unwrap());
+            format!(
+                "```json\n{}\n```",
+                json!({"name": name, "arguments": arguments})
+            )
+        };
+        return Reply::json(&upstream_completion(&text));
+    }
     let system = messages[0]["content"].as_str().unwrap_or_default();
-    let user = messages.last().unwrap()["content"].as_str().unwrap();
+    let user = last["content"].as_str().unwrap();
+    if let Some(result) = user.split("<tool_response").nth(1) {
+        // The loop: the result came back as text; answer with it.
+        let result = result.split_once(">\n").map_or(result, |(_, r)| r);
+        let result = result.split("</tool_response>").next().unwrap();
+        return Reply::json(&upstream_completion(&format!("The tool says: {result}")));
+    }
     let (name, arguments) = call_for(user);
     let text = if system.contains("<tool_call name=\"ToolName\">") {
         format!("<tool_call name=\"{name}\">{{\"nope\": 1}}</tool_call>")
@@ -102,8 +122,8 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
     .unwrap();
     assert_eq!(
         seen,
-        (1..=40).collect::<Vec<_>>(),
-        "progress after every request"
+        (1..=80).collect::<Vec<_>>(),
+        "progress after every prompt: 2 runs x 8 cases x 5 arms"
     );
     let json = report.json();
 
@@ -114,10 +134,35 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
     assert_eq!(tag["wrong_tool"], 0);
     assert_eq!(tag["unwanted_calls"], 2);
     assert_eq!(tag["invalid_blocks"], 0);
+    // Every expected call's result went back, and the answer quoted it.
+    assert_eq!(tag["loops"], 8, "{tag:#}");
+    assert_eq!(tag["loops_closed"], 8);
+    assert_eq!(tag["loops_result_used"], 8);
+    let agent = |name: &str| {
+        json["agent"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["syntax"] == name)
+            .unwrap()
+            .clone()
+    };
+    let tag_agent = agent("tag");
+    assert_eq!(tag_agent["attempts"], 6, "{tag_agent:#}");
+    assert_eq!(tag_agent["text_answers"], 6);
+    assert_eq!(tag_agent["result_used"], 6, "395, 43 and today's date");
+    assert_eq!(tag_agent["gateway_calls"], 6);
+    assert_eq!(tag_agent["repeated_calls"], 0);
+    assert_eq!(agent("bracket")["result_used"], 0, "prose, no call");
+    assert_eq!(agent("native")["gateway_calls"], 0, "the JSON stays text");
+    assert_eq!(agent("rescue")["result_used"], 6, "{:#}", agent("rescue"));
+    // Rescue and tag tie on everything; the first listed wins.
+    assert_eq!(json["best"], "tag");
 
     let tool_call = arm(&json, "tool_call");
     assert_eq!(tool_call["invalid_blocks"], 10, "{tool_call:#}");
     assert_eq!(tool_call["expected_call"], 0);
+    assert_eq!(tool_call["loops"], 0, "no call, no loop");
 
     let bracket = arm(&json, "bracket");
     assert_eq!(bracket["no_call"], 8, "{bracket:#}");
@@ -125,20 +170,19 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
     assert_eq!(bracket["errors"], 0);
 
     let native = arm(&json, "native");
-    assert_eq!(native["available"], false, "{native:#}");
-    assert_eq!(native["errors"], 10);
-    assert!(
-        native["first_error"]
-            .as_str()
-            .unwrap()
-            .contains("not supported"),
-        "{native:#}"
-    );
+    assert_eq!(native["no_call"], 8, "{native:#}");
+    let rescue = arm(&json, "rescue");
+    assert_eq!(rescue["expected_call"], 8, "{rescue:#}");
+    assert_eq!(rescue["loops_result_used"], 8, "{rescue:#}");
 
     // What the upstream received: the provider's model name without the
     // probe's routing prefix, the contracts in the arm's syntax, max_tokens.
     let requests = mock.requests.lock().unwrap().clone();
-    assert_eq!(requests.len(), 40);
+    // 50 first prompts, 16 loops (tag, rescue), agent prompts: two rounds
+    // each in tag and rescue, one in bracket and native; in tool_call the
+    // clock's `{"nope": 1}` fits its schema (it runs: two rounds), the
+    // calculator's does not.
+    assert_eq!(requests.len(), 50 + 16 + 12 + 12 + 8 + 6 + 6);
     for r in &requests {
         let body = r.json();
         assert_eq!(body["model"], "small-model");
@@ -148,7 +192,14 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
         .iter()
         .filter(|r| r.json().get("tools").is_none())
         .count();
-    assert_eq!(natural, 30, "three natural arms, the tools as contracts");
+    assert_eq!(
+        natural,
+        30 + 8 + 12 + 8 + 6,
+        "three natural arms, the tools as contracts"
+    );
+    for r in &requests {
+        assert_eq!(r.json()["temperature"], 0, "a probe is repeatable");
+    }
 
     let table = report.table();
     assert!(
@@ -160,12 +211,17 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
         tag_row.contains("8/8 100%") && tag_row.contains("2/2 100%"),
         "{table}"
     );
+    assert!(table.contains("gateway tools (3 agent prompts"), "{table}");
+    let recommendation = report.recommendation();
     assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("native ") && l.contains("unavailable")),
-        "{table}"
+        recommendation.contains("[providers.tools]\nmode = \"natural\"\nsyntax = \"tag\"\n"),
+        "{recommendation}"
     );
+    Config::from_toml(&format!(
+        "[[providers]]\nname = \"x\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodels = [\"x\"]\n{recommendation}"
+    ))
+    .expect("the recommendation pastes into a config");
+    assert!(table.lines().any(|l| l.starts_with("rescue ")), "{table}");
 }
 
 #[tokio::test]
@@ -187,8 +243,17 @@ async fn probe_refuses_what_it_cannot_measure() {
     let e = run("any", None).await.unwrap_err();
     assert!(e.contains("--model"), "{e}");
     // With a model named, a dead upstream is a report of errors, not a crash.
-    let report = run("any", Some("llama-3")).await.unwrap().json();
+    let report = run("any", Some("llama-3")).await.unwrap();
+    let table = report.table();
+    let report = report.json();
     assert_eq!(arm(&report, "native")["errors"], 5);
+    assert_eq!(report["best"], Value::Null);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("native ") && l.contains("unavailable")),
+        "{table}"
+    );
     assert!(
         Arm::parse_list("tag,json")
             .unwrap_err()

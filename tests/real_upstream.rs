@@ -1,12 +1,14 @@
 //! toolgate in front of a real model server: llama.cpp's `llama-server` with
-//! SmolLM2-135M-Instruct, started by tests/real_upstream.sh, which sets
-//! `TOOLGATE_REAL_UPSTREAM_URL`. Without it every test returns at once (the
-//! default test command does not build llama.cpp).
+//! SmolLM2-135M-Instruct or Qwen2.5-Coder-0.5B-Instruct, started by
+//! tests/real_upstream.sh, which sets `TOOLGATE_REAL_UPSTREAM_URL` and
+//! `TOOLGATE_REAL_MODEL` (`smollm2`, `qwen`). Without the URL every test
+//! returns at once (the default test command does not build llama.cpp).
 //!
-//! The model is small and rarely follows tool instructions, so these tests
-//! assert what holds whatever it writes: streams clients accept, the server's
-//! own fields untouched, a call it does write coming out native and valid,
-//! and a client leaving stopping the generation.
+//! Most tests assert what holds whatever the model writes: streams clients
+//! accept, the server's own fields untouched, a call it does write coming
+//! out native and valid, and a client leaving stopping the generation.
+//! Qwen, which follows tool instructions, is also held to the whole loop:
+//! a call, its result, an answer that uses it (temperature 0).
 
 mod common;
 mod conformance;
@@ -18,6 +20,16 @@ use common::{Collected, TestGateway};
 use conformance::{Expect, check_completion, check_stream};
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
+
+/// The model under test, as the suffix of the model names sent.
+fn real_model() -> String {
+    std::env::var("TOOLGATE_REAL_MODEL").unwrap_or_else(|_| "smollm2".into())
+}
+
+/// The model name that routes to `provider`.
+fn model(provider: &str) -> String {
+    format!("{provider}-{}", real_model())
+}
 
 fn upstream() -> Option<String> {
     let url = std::env::var("TOOLGATE_REAL_UPSTREAM_URL").ok();
@@ -47,6 +59,15 @@ async fn gateway(url: &str) -> TestGateway {
         provider(
             "agent",
             "mode = \"passthrough\"\ngateway_tools = [\"builtin:clock\"]\nmax_rounds = 2",
+        ),
+        provider("rescue", "mode = \"passthrough\"\nrescue_text_calls = true"),
+        provider(
+            "bagent",
+            "mode = \"natural\"\nsyntax = \"bracket\"\ngateway_tools = [\"builtin:calculator\"]",
+        ),
+        provider(
+            "ragent",
+            "mode = \"passthrough\"\nrescue_text_calls = true\ngateway_tools = [\"builtin:calculator\"]",
         ),
     ]
     .concat();
@@ -112,7 +133,7 @@ async fn passthrough_keeps_llama_cpp_fields_whole_and_streamed() {
 
     let whole = post(
         &gw.url("/v1/chat/completions"),
-        &chat("pass-smollm2", "Say hi.", json!({})),
+        &chat(&model("pass"), "Say hi.", json!({})),
     )
     .await;
     let v = ok(&whole).json();
@@ -129,7 +150,7 @@ async fn passthrough_keeps_llama_cpp_fields_whole_and_streamed() {
     let streamed = post(
         &gw.url("/v1/chat/completions"),
         &chat(
-            "pass-smollm2",
+            &model("pass"),
             "Say hi.",
             json!({"stream": true, "stream_options": {"include_usage": true}}),
         ),
@@ -167,7 +188,7 @@ async fn natural_mode_in_every_syntax_gives_answers_clients_accept() {
             let tools = json!({"tools": [weather_tool()]});
             let whole = post(
                 &gw.url("/v1/chat/completions"),
-                &chat(&format!("{syntax}-smollm2"), prompt, tools.clone()),
+                &chat(&model(syntax), prompt, tools.clone()),
             )
             .await;
             // A block the model botched is the gateway's `invalid_tool_call`
@@ -196,7 +217,7 @@ async fn natural_mode_in_every_syntax_gives_answers_clients_accept() {
             }
 
             let mut body: Value =
-                serde_json::from_str(&chat(&format!("{syntax}-smollm2"), prompt, tools)).unwrap();
+                serde_json::from_str(&chat(&model(syntax), prompt, tools)).unwrap();
             body["stream"] = json!(true);
             body["stream_options"] = json!({"include_usage": true});
             let streamed = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
@@ -238,7 +259,7 @@ async fn to_natural_turns_llama_cpp_native_calls_into_text() {
         let extra = json!({"tools": tools, "tool_choice": "required", "max_tokens": 160});
         let whole = post(
             &gw.url("/v1/chat/completions"),
-            &chat("text-smollm2", prompt, extra.clone()),
+            &chat(&model("text"), prompt, extra.clone()),
         )
         .await;
         let v = ok(&whole).json();
@@ -250,7 +271,7 @@ async fn to_natural_turns_llama_cpp_native_calls_into_text() {
         );
         written += calls_in(message["content"].as_str().unwrap(), &tools);
 
-        let mut body: Value = serde_json::from_str(&chat("text-smollm2", prompt, extra)).unwrap();
+        let mut body: Value = serde_json::from_str(&chat(&model("text"), prompt, extra)).unwrap();
         body["stream"] = json!(true);
         let streamed = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
         let s = check_stream(&ok(&streamed).body, &Expect::default()).unwrap();
@@ -286,7 +307,7 @@ async fn a_gateway_tool_runs_against_the_real_model() {
     let Some(url) = upstream() else { return };
     let gw = gateway(&url).await;
     let body = chat(
-        "agent-smollm2",
+        &model("agent"),
         "What time is it now? Use the clock tool.",
         json!({"stream": true, "max_tokens": 64}),
     );
@@ -323,7 +344,7 @@ async fn a_gateway_tool_runs_against_the_real_model() {
 async fn a_client_leaving_stops_the_generation() {
     let Some(url) = upstream() else { return };
     let gw = gateway(&url).await;
-    for model in ["pass-smollm2", "tag-smollm2"] {
+    for model in [model("pass"), model("tag")] {
         // ~3000 tokens: about 20 s of generation at this model's speed.
         let body = json!({
             "model": model, "stream": true, "max_tokens": 3000, "ignore_eos": true,
@@ -370,4 +391,74 @@ async fn busy(url: &str) -> bool {
         .unwrap()
         .iter()
         .any(|s| s["is_processing"] == true)
+}
+
+/// Qwen2.5-Coder-0.5B through bracket natural mode and through rescue (its
+/// native answer is a fenced JSON object): the call, its result sent back as
+/// the SDKs do, and an answer that uses it without calling again; and a
+/// gateway tool's loop ending in an answer that uses its result.
+#[tokio::test]
+async fn the_tool_loop_closes_on_qwen() {
+    let Some(url) = upstream() else { return };
+    if real_model() != "qwen" {
+        eprintln!("skipped: the loop is held to Qwen2.5-Coder only");
+        return;
+    }
+    let gw = gateway(&url).await;
+    let prompt = "What is the weather in Paris right now?";
+    for provider in ["bracket", "rescue"] {
+        let first = post(
+            &gw.url("/v1/chat/completions"),
+            &chat(&model(provider), prompt, json!({"tools": [weather_tool()]})),
+        )
+        .await;
+        let v = ok(&first).json();
+        check_completion(&v).unwrap();
+        let message = v["choices"][0]["message"].clone();
+        let call = &message["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "get_weather", "{provider}: {v:#}");
+        let follow_up = json!({
+            "model": model(provider), "temperature": 0, "max_tokens": 96,
+            "tools": [weather_tool()],
+            "messages": [
+                {"role": "user", "content": prompt},
+                message,
+                {"role": "tool", "tool_call_id": call["id"], "content": "{\"location\": \"Paris\", \"temperature_c\": 14, \"conditions\": \"light rain\"}"},
+            ],
+        });
+        let answer = post(&gw.url("/v1/chat/completions"), &follow_up.to_string()).await;
+        let v = ok(&answer).json();
+        let message = &v["choices"][0]["message"];
+        assert!(
+            message.get("tool_calls").is_none_or(Value::is_null),
+            "{provider}: the loop closes: {v:#}"
+        );
+        let text = message["content"].as_str().unwrap().to_lowercase();
+        assert!(
+            text.contains("14") || text.contains("rain"),
+            "{provider}: the answer uses the result: {text}"
+        );
+    }
+    for provider in ["bagent", "ragent"] {
+        let reply = post(
+            &gw.url("/v1/chat/completions"),
+            &chat(
+                &model(provider),
+                "What is 17 * 23 + 4?",
+                json!({"max_tokens": 128}),
+            ),
+        )
+        .await;
+        let v = ok(&reply).json();
+        let message = &v["choices"][0]["message"];
+        let calls = message["gateway_tool_calls"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(!calls.is_empty(), "{provider}: the calculator ran: {v:#}");
+        assert!(
+            message["content"].as_str().unwrap().contains("395"),
+            "{provider}: {v:#}"
+        );
+    }
 }

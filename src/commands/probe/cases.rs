@@ -11,6 +11,14 @@
 //!
 //! `arguments` lists the values the call must carry (others may be present);
 //! strings compare without case and surrounding spaces, numbers by value.
+//!
+//! A case with `result` is also a **loop** case: after the expected call the
+//! probe sends the conversation back as the SDKs do (the assistant turn as
+//! received, the `result` as the call's `tool` message) and reads the answer,
+//! which must not call again and should mention one of `answer`'s strings
+//! (any case). A case with `gateway_tools` instead of `tools` is an **agent**
+//! case: the gateway runs those tools itself, and the answer must end in text
+//! that mentions one of `answer`'s strings, without repeating a call.
 
 use serde_json::{Map, Value, json};
 
@@ -27,6 +35,34 @@ pub struct Case {
     pub expect: Option<Expected>,
     /// The tools, parsed once: argument checks use their schemas.
     pub set: ToolSet,
+    /// The expected tool's output, sent back to close the loop.
+    pub result: Option<String>,
+    /// What an answer that uses the result mentions (any of them, any case).
+    pub answer: Vec<String>,
+}
+
+/// A prompt the gateway answers with its own tools.
+#[derive(Debug, Clone)]
+pub struct AgentCase {
+    pub name: String,
+    pub messages: Vec<Value>,
+    /// Gateway tools offered, as a provider's `gateway_tools` names them.
+    pub gateway_tools: Vec<String>,
+    /// What an answer that uses the tools' results mentions (any of them, any case).
+    pub answer: Vec<String>,
+}
+
+/// Everything one probe sends.
+#[derive(Debug, Clone, Default)]
+pub struct Cases {
+    pub client: Vec<Case>,
+    pub agent: Vec<AgentCase>,
+}
+
+/// One line of a cases file.
+enum Line {
+    Client(Box<Case>),
+    Agent(AgentCase),
 }
 
 /// The call a case expects.
@@ -38,8 +74,9 @@ pub struct Expected {
 
 /// Cases from JSONL text; blank lines and lines starting with `#` are skipped.
 /// Errors name the line.
-pub fn from_jsonl(text: &str) -> Result<Vec<Case>, String> {
-    let mut cases = Vec::new();
+pub fn from_jsonl(text: &str) -> Result<Cases, String> {
+    let mut cases = Cases::default();
+    let mut count = 0;
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -47,15 +84,19 @@ pub fn from_jsonl(text: &str) -> Result<Vec<Case>, String> {
         }
         let value: Value =
             serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", i + 1))?;
-        cases.push(case(value, cases.len()).map_err(|e| format!("line {}: {e}", i + 1))?);
+        match case(value, count).map_err(|e| format!("line {}: {e}", i + 1))? {
+            Line::Client(c) => cases.client.push(*c),
+            Line::Agent(c) => cases.agent.push(c),
+        }
+        count += 1;
     }
-    if cases.is_empty() {
+    if count == 0 {
         return Err("no cases in the file".into());
     }
     Ok(cases)
 }
 
-fn case(value: Value, index: usize) -> Result<Case, String> {
+fn case(value: Value, index: usize) -> Result<Line, String> {
     let Value::Object(mut o) = value else {
         return Err("a case must be a JSON object".into());
     };
@@ -72,6 +113,50 @@ fn case(value: Value, index: usize) -> Result<Case, String> {
         (None, Some(_)) => return Err("`messages` must be a non-empty array".into()),
         (None, None) => return Err("`prompt` (a string) or `messages` is required".into()),
     };
+    let answer = match o.remove("answer") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s],
+        Some(Value::Array(a)) => a
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) if !s.trim().is_empty() => Ok(s),
+                _ => Err("`answer` must be a string or an array of non-empty strings"),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("`answer` must be a string or an array of non-empty strings".into()),
+    };
+    if let Some(gateway_tools) = o.remove("gateway_tools") {
+        if o.contains_key("tools") {
+            return Err("give `tools` (the client's) or `gateway_tools`, not both".into());
+        }
+        let gateway_tools: Vec<String> = match gateway_tools {
+            Value::Array(a) if !a.is_empty() => a
+                .into_iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(s),
+                    _ => Err("`gateway_tools` must be a non-empty array of tool names"),
+                })
+                .collect::<Result<_, _>>()?,
+            _ => return Err("`gateway_tools` must be a non-empty array of tool names".into()),
+        };
+        if answer.is_empty() {
+            return Err(
+                "an agent case (`gateway_tools`) needs `answer`: what a good answer mentions"
+                    .into(),
+            );
+        }
+        if let Some(key) = o.keys().next() {
+            return Err(format!(
+                "`{key}`: unknown key in an agent case (expected name, prompt or messages, gateway_tools, answer)"
+            ));
+        }
+        return Ok(Line::Agent(AgentCase {
+            name,
+            messages,
+            gateway_tools,
+            answer,
+        }));
+    }
     let tools = o
         .remove("tools")
         .filter(|t| t.as_array().is_some_and(|a| !a.is_empty()))
@@ -101,24 +186,36 @@ fn case(value: Value, index: usize) -> Result<Case, String> {
         }
         Some(_) => return Err("`expect` must be an object or null".into()),
     };
+    let result = match o.remove("result") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(other) => Some(other.to_string()),
+    };
+    if result.is_some() && (expect.is_none() || answer.is_empty()) {
+        return Err("a loop case (`result`) needs `expect` and `answer`".into());
+    }
     if let Some(key) = o.keys().next() {
         return Err(format!(
-            "`{key}`: unknown key (expected name, prompt or messages, tools, tool_choice, expect)"
+            "`{key}`: unknown key (expected name, prompt or messages, tools, tool_choice, expect, result, answer, gateway_tools)"
         ));
     }
-    Ok(Case {
+    Ok(Line::Client(Box::new(Case {
         name,
         messages,
         tools,
         tool_choice,
         expect,
         set,
-    })
+        result,
+        answer,
+    })))
 }
 
 /// The built-in set: one tool, a choice between tools, several arguments,
-/// integer and enum arguments, and a prompt that needs no tool.
-pub fn builtin() -> Vec<Case> {
+/// integer and enum arguments, and a prompt that needs no tool. The four
+/// that call are loop cases, each result carrying a detail the model can
+/// only know from it. Then three agent prompts on the built-in tools.
+pub fn builtin() -> Cases {
     let weather = tool(
         "get_weather",
         "Get the current weather for a city.",
@@ -153,25 +250,63 @@ pub fn builtin() -> Vec<Case> {
     let lines = [
         json!({"name": "one tool", "prompt": "What is the weather in Paris right now?",
                "tools": [weather],
-               "expect": {"name": "get_weather", "arguments": {"location": "Paris"}}}),
+               "expect": {"name": "get_weather", "arguments": {"location": "Paris"}},
+               "result": {"location": "Paris", "temperature_c": 14, "conditions": "light rain"},
+               "answer": ["14", "rain"]}),
         json!({"name": "choice", "prompt": "What time is it now in the Asia/Tokyo time zone?",
                "tools": [weather, time, email],
-               "expect": {"name": "get_time", "arguments": {"timezone": "Asia/Tokyo"}}}),
+               "expect": {"name": "get_time", "arguments": {"timezone": "Asia/Tokyo"}},
+               "result": {"timezone": "Asia/Tokyo", "time": "21:47"},
+               "answer": ["21:47", "9:47"]}),
         json!({"name": "several arguments",
                "prompt": "Send an email to alice@example.com with the subject \"Lunch\" and the body \"See you at noon.\"",
                "tools": [weather, email],
-               "expect": {"name": "send_email", "arguments": {"to": "alice@example.com", "subject": "Lunch"}}}),
+               "expect": {"name": "send_email", "arguments": {"to": "alice@example.com", "subject": "Lunch"}},
+               "result": {"status": "queued", "delivery": "in about 5 minutes"},
+               "answer": ["queued", "5 minutes", "five minutes"]}),
         json!({"name": "integer and enum", "prompt": "Set the thermostat to 21 degrees celsius.",
                "tools": [thermostat, weather],
-               "expect": {"name": "set_thermostat", "arguments": {"temperature": 21, "unit": "celsius"}}}),
+               "expect": {"name": "set_thermostat", "arguments": {"temperature": 21, "unit": "celsius"}},
+               "result": {"status": "ok", "current_temperature": 17, "target": 21, "minutes_to_target": 25},
+               "answer": ["17", "25"]}),
         json!({"name": "no tool needed", "prompt": "Say hello in French.",
                "tools": [weather, time]}),
+        json!({"name": "agent: arithmetic", "prompt": "What is 17 * 23 + 4?",
+               "gateway_tools": ["builtin:calculator"], "answer": ["395"]}),
+        json!({"name": "agent: decimals", "prompt": "Use the calculator: what is (12.5 * 4) - 7?",
+               "gateway_tools": ["builtin:calculator", "builtin:clock"], "answer": ["43"]}),
+        json!({"name": "agent: date", "prompt": "What is today's date? Check the clock.",
+               "gateway_tools": ["builtin:clock", "builtin:calculator"], "answer": today()}),
     ];
-    lines
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| case(v, i).expect("the built-in cases are valid"))
-        .collect()
+    let mut cases = Cases::default();
+    for (i, v) in lines.into_iter().enumerate() {
+        match case(v, i).expect("the built-in cases are valid") {
+            Line::Client(c) => cases.client.push(*c),
+            Line::Agent(c) => cases.agent.push(c),
+        }
+    }
+    cases
+}
+
+/// Ways an answer can name today's date (UTC, what `builtin:clock` tells).
+fn today() -> Vec<String> {
+    let now = chrono::Utc::now();
+    vec![
+        now.format("%Y-%m-%d").to_string(),
+        now.format("%B %-d").to_string(),
+        now.format("%-d %B").to_string(),
+        now.format("%b %-d").to_string(),
+        now.format("%-m/%-d/%Y").to_string(),
+        now.format("%d/%m/%Y").to_string(),
+    ]
+}
+
+/// Whether `text` mentions one of `markers` (ASCII case ignored).
+pub fn mentions(text: &str, markers: &[String]) -> bool {
+    let text = text.to_ascii_lowercase();
+    markers
+        .iter()
+        .any(|m| text.contains(&m.to_ascii_lowercase()))
 }
 
 fn tool(name: &str, description: &str, parameters: Value) -> Value {
@@ -199,8 +334,16 @@ mod tests {
 
     #[test]
     fn the_builtin_set_covers_what_probe_promises() {
-        let cases = builtin();
+        let all = builtin();
+        assert_eq!(all.agent.len(), 3);
+        assert!(all.agent.iter().all(|c| !c.answer.is_empty()));
+        let cases = all.client;
         assert_eq!(cases.len(), 5);
+        assert_eq!(
+            cases.iter().filter(|c| c.result.is_some()).count(),
+            4,
+            "every case that expects a call closes a loop"
+        );
         assert!(cases.iter().any(|c| c.expect.is_none()));
         assert!(cases.iter().any(|c| c.set.tools.len() >= 3));
         assert!(cases.iter().any(|c| {
@@ -216,7 +359,7 @@ mod tests {
         let ok = format!(
             "# comment\n\n{{\"prompt\":\"hi\",\"tools\":[{t}],\"expect\":{{\"name\":\"f\",\"arguments\":{{\"a\":1}}}}}}\n{{\"name\":\"none\",\"messages\":[{{\"role\":\"user\",\"content\":\"x\"}}],\"tools\":[{t}],\"expect\":null}}\n"
         );
-        let cases = from_jsonl(&ok).unwrap();
+        let cases = from_jsonl(&ok).unwrap().client;
         assert_eq!(cases.len(), 2);
         assert_eq!(cases[0].name, "case 1");
         assert_eq!(cases[0].expect.as_ref().unwrap().name, "f");

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use serde_json::{Value, json};
 
 use super::Arm;
-use super::score::Tally;
+use super::score::{AgentTally, Tally, median};
 
 /// Every arm's tallies, per case.
 #[derive(Debug, Clone)]
@@ -14,21 +14,37 @@ pub struct Report {
     pub model: String,
     pub runs: usize,
     pub cases: Vec<String>,
+    pub agent_cases: Vec<String>,
     /// Per arm, one tally per case (in `cases` order).
     pub arms: Vec<(Arm, Vec<Tally>)>,
+    /// Per arm, one tally per agent case (in `agent_cases` order).
+    pub agent: Vec<(Arm, Vec<AgentTally>)>,
 }
 
 /// A column's count and what it is a share of.
 type Count = fn(&Tally) -> (usize, usize);
 
 /// The table's columns.
-const COLUMNS: [(&str, Count); 7] = [
+const COLUMNS: [(&str, Count); 9] = [
     ("expected", |t| (t.expected, t.want_call)),
     ("valid args", |t| (t.valid_arguments, t.want_call)),
     ("wrong tool", |t| (t.wrong_tool, t.want_call)),
     ("no call", |t| (t.no_call, t.want_call)),
     ("invalid", |t| (t.invalid, t.attempts)),
     ("unwanted", |t| (t.unwanted, t.want_none)),
+    ("errors", |t| (t.failed, t.attempts)),
+    ("loop closed", |t| (t.closed, t.loops)),
+    ("result used", |t| (t.used, t.loops)),
+];
+
+/// An agent column's count and what it is a share of.
+type AgentCount = fn(&AgentTally) -> (usize, usize);
+
+/// The agent table's columns.
+const AGENT_COLUMNS: [(&str, AgentCount); 4] = [
+    ("text answer", |t| (t.text, t.attempts)),
+    ("result used", |t| (t.used, t.attempts)),
+    ("repeated call", |t| (t.repeated, t.attempts)),
     ("errors", |t| (t.failed, t.attempts)),
 ];
 
@@ -47,12 +63,103 @@ impl Report {
             sum.invalid += t.invalid;
             sum.unwanted += t.unwanted;
             sum.failed += t.failed;
+            sum.loops += t.loops;
+            sum.closed += t.closed;
+            sum.used += t.used;
+            sum.called_again += t.called_again;
+            sum.loop_failed += t.loop_failed;
             sum.latencies.extend(&t.latencies);
             if sum.first_failure.is_none() {
                 sum.first_failure.clone_from(&t.first_failure);
             }
         }
         sum
+    }
+
+    /// One arm's agent tallies over all its cases.
+    pub fn agent_total(tallies: &[AgentTally]) -> AgentTally {
+        let mut sum = AgentTally::default();
+        for t in tallies {
+            sum.attempts += t.attempts;
+            sum.text += t.text;
+            sum.used += t.used;
+            sum.repeated += t.repeated;
+            sum.calls += t.calls;
+            sum.failed += t.failed;
+            sum.latencies.extend(&t.latencies);
+            if sum.first_failure.is_none() {
+                sum.first_failure.clone_from(&t.first_failure);
+            }
+        }
+        sum
+    }
+
+    /// The arm that did best: the most expected first calls plus closed
+    /// loops that used the result (then agent answers that used the
+    /// results); ties go to the arm listed first.
+    pub fn best(&self) -> Option<Arm> {
+        let score = |a: usize| {
+            let (arm, tallies) = &self.arms[a];
+            let t = Self::total(tallies);
+            let agent = self
+                .agent
+                .get(a)
+                .map_or(0, |(_, t)| Self::agent_total(t).used);
+            (*arm, t.expected + t.used, agent)
+        };
+        (0..self.arms.len())
+            .map(score)
+            .filter(|(_, first, agent)| first + agent > 0)
+            .fold(None, |best: Option<(Arm, usize, usize)>, s| match best {
+                Some(b) if (b.1, b.2) >= (s.1, s.2) => Some(b),
+                _ => Some(s),
+            })
+            .map(|(arm, _, _)| arm)
+    }
+
+    /// The `[providers.tools]` block of the [`Report::best`] arm, with the
+    /// figures that chose it, ready to paste under the provider's entry.
+    pub fn recommendation(&self) -> String {
+        let Some(best) = self.best() else {
+            return format!(
+                "# toolgate probe: no arm made an expected call or used a result for {} on {};\n# no recommendation.\n",
+                self.model, self.provider
+            );
+        };
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# toolgate probe --recommend: `{}` did best for model {} ({} run(s)).",
+            best.as_str(),
+            self.model,
+            self.runs
+        );
+        for (arm, tallies) in &self.arms {
+            let t = Self::total(tallies);
+            let mut line = format!(
+                "#   {:<10} first calls {}, loops closed using the result {}",
+                arm.as_str(),
+                share(t.expected, t.want_call),
+                share(t.used, t.loops)
+            );
+            if let Some((_, agent)) = self.agent.iter().find(|(a, _)| a == arm) {
+                let a = Self::agent_total(agent);
+                let _ = write!(
+                    line,
+                    ", agent answers using the results {}",
+                    share(a.used, a.attempts)
+                );
+            }
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = writeln!(
+            out,
+            "# Under the [[providers]] entry named {:?}:",
+            self.provider
+        );
+        out.push_str("[providers.tools]\n");
+        out.push_str(&best.tools_block());
+        out
     }
 
     /// The table: one row per syntax, then the per-case share of expected calls.
@@ -93,6 +200,8 @@ impl Report {
             "arguments its schema accepts; wrong tool: calls, none to the expected tool; no call: plain text.\n",
             "These four are shares of the prompts that expect a call, unwanted (calls) of those that expect\n",
             "none; invalid (call blocks the gateway refused) and errors are shares of all prompts.\n",
+            "loop closed: after the expected call, its result sent back, the answer called no tool again;\n",
+            "result used: ... and mentioned what the result said. Both are shares of the loops tried.\n",
         ));
         let _ = writeln!(out, "\nexpected calls per case:");
         let mut header = format!("{:<10}", "syntax");
@@ -105,6 +214,11 @@ impl Report {
             for t in tallies {
                 let cell = if t.want_call == 0 {
                     format!("{} unwanted", t.unwanted)
+                } else if t.loops > 0 {
+                    format!(
+                        "{}/{}, used {}/{}",
+                        t.expected, t.want_call, t.used, t.loops
+                    )
                 } else {
                     format!("{}/{}", t.expected, t.want_call)
                 };
@@ -112,7 +226,39 @@ impl Report {
             }
             let _ = writeln!(out, "{row}");
         }
+        if !self.agent_cases.is_empty() {
+            self.agent_table(&mut out);
+        }
         out
+    }
+
+    fn agent_table(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "\ngateway tools ({} agent prompts x {} run(s) per syntax):\n",
+            self.agent_cases.len(),
+            self.runs
+        );
+        let mut header = format!("{:<10}", "syntax");
+        for (name, _) in AGENT_COLUMNS {
+            let _ = write!(header, "  {name:>13}");
+        }
+        let _ = writeln!(out, "{header}  {:>9}  {:>11}", "calls", "latency p50");
+        for (arm, tallies) in &self.agent {
+            let t = Self::agent_total(tallies);
+            let mut row = format!("{:<10}", arm.as_str());
+            for (_, count) in AGENT_COLUMNS {
+                let (n, of) = count(&t);
+                let _ = write!(row, "  {:>13}", share(n, of));
+            }
+            let latency =
+                median(&t.latencies).map_or("-".to_owned(), |d| format!("{} ms", d.as_millis()));
+            let _ = writeln!(out, "{row}  {:>9}  {latency:>11}", t.calls);
+        }
+        out.push_str(concat!(
+            "\ntext answer: the answer ended in text; result used: ... mentioning what the tools returned;\n",
+            "repeated call: one tool called twice with the same arguments; calls: gateway calls in all.\n",
+        ));
     }
 
     pub fn json(&self) -> Value {
@@ -135,11 +281,32 @@ impl Report {
                 v
             })
             .collect();
+        let agent: Vec<Value> = self
+            .agent
+            .iter()
+            .map(|(arm, tallies)| {
+                let mut v = json!({"syntax": arm.as_str()});
+                merge(&mut v, agent_counts(&Self::agent_total(tallies)));
+                v["cases"] = tallies
+                    .iter()
+                    .zip(&self.agent_cases)
+                    .map(|(t, name)| {
+                        let mut c = json!({"name": name});
+                        merge(&mut c, agent_counts(t));
+                        c
+                    })
+                    .collect();
+                v
+            })
+            .collect();
         json!({
             "provider": self.provider,
             "model": self.model,
             "runs": self.runs,
             "syntaxes": arms,
+            "agent": agent,
+            "best": self.best().map(Arm::as_str),
+            "recommendation": self.best().map(|_| self.recommendation()),
         })
     }
 }
@@ -158,6 +325,24 @@ fn counts(t: &Tally) -> Value {
         "errors": t.failed,
         "first_error": t.first_failure,
         "median_latency_ms": t.median_latency().map(|d| d.as_secs_f64() * 1000.0),
+        "loops": t.loops,
+        "loops_closed": t.closed,
+        "loops_result_used": t.used,
+        "loops_called_again": t.called_again,
+        "loops_failed": t.loop_failed,
+    })
+}
+
+fn agent_counts(t: &AgentTally) -> Value {
+    json!({
+        "attempts": t.attempts,
+        "text_answers": t.text,
+        "result_used": t.used,
+        "repeated_calls": t.repeated,
+        "gateway_calls": t.calls,
+        "errors": t.failed,
+        "first_error": t.first_failure,
+        "median_latency_ms": median(&t.latencies).map(|d| d.as_secs_f64() * 1000.0),
     })
 }
 

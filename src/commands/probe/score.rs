@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::cases::{Case, arguments_match};
+use super::cases::{AgentCase, Case, arguments_match, mentions};
 use crate::natural::validate::SchemaCache;
 
 /// What the gateway answered to one prompt.
@@ -12,8 +12,8 @@ use crate::natural::validate::SchemaCache;
 pub enum Outcome {
     /// The answer carried these calls (`name`, arguments as the model wrote them).
     Calls(Vec<(String, String)>),
-    /// A plain answer without calls.
-    NoCall,
+    /// A plain answer without calls: its text.
+    NoCall(String),
     /// The model wrote a call block the gateway refused (`invalid_tool_call`).
     Invalid(String),
     /// Any other failure: the status and the error's message.
@@ -23,6 +23,23 @@ pub enum Outcome {
 impl Outcome {
     /// Reads a non-streaming chat answer.
     pub fn from_response(status: u16, body: &[u8]) -> Outcome {
+        Self::read(status, body).0
+    }
+
+    /// Reads a non-streaming chat answer, keeping its message (which a loop
+    /// sends back as the assistant turn).
+    pub fn read(status: u16, body: &[u8]) -> (Outcome, Option<Value>) {
+        let outcome = Self::classify(status, body);
+        let message = match &outcome {
+            Outcome::Calls(_) | Outcome::NoCall(_) => serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|mut v| v.pointer_mut("/choices/0/message").map(Value::take)),
+            _ => None,
+        };
+        (outcome, message)
+    }
+
+    fn classify(status: u16, body: &[u8]) -> Outcome {
         let value: Option<Value> = serde_json::from_slice(body).ok();
         if status != 200 {
             let error = value.as_ref().and_then(|v| v.get("error"));
@@ -57,7 +74,8 @@ impl Outcome {
             })
             .collect();
         if calls.is_empty() {
-            Outcome::NoCall
+            let text = message.get("content").and_then(Value::as_str);
+            Outcome::NoCall(text.unwrap_or_default().to_owned())
         } else {
             Outcome::Calls(calls)
         }
@@ -85,6 +103,16 @@ pub struct Tally {
     pub unwanted: usize,
     /// Other failures (upstream errors, timeouts).
     pub failed: usize,
+    /// Loops tried: the expected tool was called and its result sent back.
+    pub loops: usize,
+    /// The answer to the result called no tool.
+    pub closed: usize,
+    /// ... and mentioned what the result said.
+    pub used: usize,
+    /// The answer to the result called a tool again.
+    pub called_again: usize,
+    /// The answer to the result failed (an error or a refused block).
+    pub loop_failed: usize,
     pub latencies: Vec<Duration>,
     /// The first failure's message, to explain an arm that only failed.
     pub first_failure: Option<String>,
@@ -110,8 +138,8 @@ impl Tally {
                 self.first_failure.get_or_insert_with(|| m.clone());
             }
             (Outcome::Invalid(_), _) => self.invalid += 1,
-            (Outcome::NoCall, Some(_)) => self.no_call += 1,
-            (Outcome::NoCall, None) => {}
+            (Outcome::NoCall(_), Some(_)) => self.no_call += 1,
+            (Outcome::NoCall(_), None) => {}
             (Outcome::Calls(_), None) => self.unwanted += 1,
             (Outcome::Calls(calls), Some(want)) => {
                 let mut right_tool = false;
@@ -137,15 +165,124 @@ impl Tally {
         }
     }
 
+    /// The answer after the expected call's result was sent back.
+    pub fn add_loop(&mut self, case: &Case, outcome: &Outcome) {
+        self.loops += 1;
+        match outcome {
+            Outcome::NoCall(text) => {
+                self.closed += 1;
+                self.used += usize::from(mentions(text, &case.answer));
+            }
+            Outcome::Calls(_) => self.called_again += 1,
+            Outcome::Invalid(_) | Outcome::Failed(_) => self.loop_failed += 1,
+        }
+    }
+
     /// Whether every attempt failed (an arm the upstream does not support).
     pub fn all_failed(&self) -> bool {
         self.attempts > 0 && self.failed == self.attempts
     }
 
     pub fn median_latency(&self) -> Option<Duration> {
-        let mut l = self.latencies.clone();
-        l.sort_unstable();
-        l.get(l.len() / 2).copied()
+        median(&self.latencies)
+    }
+}
+
+/// The median of `latencies` (the upper one of an even count).
+pub fn median(latencies: &[Duration]) -> Option<Duration> {
+    let mut l = latencies.to_vec();
+    l.sort_unstable();
+    l.get(l.len() / 2).copied()
+}
+
+/// What an agent prompt's answer did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentOutcome {
+    /// The answer's text, when it ended in text (no call left for the client).
+    pub text: Option<String>,
+    /// The gateway's calls, in order: name and arguments.
+    pub calls: Vec<(String, String)>,
+    /// The failure, when the request failed.
+    pub failed: Option<String>,
+}
+
+impl AgentOutcome {
+    /// Reads a non-streaming chat answer with `message.gateway_tool_calls`.
+    pub fn from_response(status: u16, body: &[u8]) -> AgentOutcome {
+        let failed = |why: String| AgentOutcome {
+            text: None,
+            calls: Vec::new(),
+            failed: Some(why),
+        };
+        let (outcome, message) = Outcome::read(status, body);
+        let text = match outcome {
+            Outcome::NoCall(text) if !text.trim().is_empty() => Some(text),
+            Outcome::NoCall(_) | Outcome::Calls(_) => None,
+            Outcome::Invalid(why) | Outcome::Failed(why) => return failed(why),
+        };
+        let calls = message
+            .as_ref()
+            .and_then(|m| m.get("gateway_tool_calls"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let f = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default();
+                (f("name").to_owned(), f("arguments").to_owned())
+            })
+            .collect();
+        AgentOutcome {
+            text,
+            calls,
+            failed: None,
+        }
+    }
+
+    /// Two calls of one tool with the same arguments (compared as JSON).
+    pub fn repeated_call(&self) -> bool {
+        let parsed: Vec<(&str, Option<Value>)> = self
+            .calls
+            .iter()
+            .map(|(n, a)| (n.as_str(), serde_json::from_str(a).ok()))
+            .collect();
+        parsed
+            .iter()
+            .enumerate()
+            .any(|(i, a)| parsed[..i].iter().any(|b| a == b))
+    }
+}
+
+/// One arm's counts over the agent prompts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentTally {
+    pub attempts: usize,
+    /// Answers that ended in text.
+    pub text: usize,
+    /// ... that mention what the tools returned.
+    pub used: usize,
+    /// Answers in which one tool was called twice with the same arguments.
+    pub repeated: usize,
+    /// Gateway calls over every answer.
+    pub calls: usize,
+    pub failed: usize,
+    pub first_failure: Option<String>,
+    pub latencies: Vec<Duration>,
+}
+
+impl AgentTally {
+    pub fn add(&mut self, case: &AgentCase, outcome: &AgentOutcome, latency: Duration) {
+        self.attempts += 1;
+        self.latencies.push(latency);
+        self.calls += outcome.calls.len();
+        self.repeated += usize::from(outcome.repeated_call());
+        if let Some(why) = &outcome.failed {
+            self.failed += 1;
+            self.first_failure.get_or_insert_with(|| why.clone());
+        }
+        if let Some(text) = &outcome.text {
+            self.text += 1;
+            self.used += usize::from(mentions(text, &case.answer));
+        }
     }
 }
 
@@ -169,7 +306,10 @@ mod tests {
 
     #[test]
     fn answers_are_classified() {
-        assert_eq!(Outcome::from_response(200, &answer(&[])), Outcome::NoCall);
+        assert_eq!(
+            Outcome::from_response(200, &answer(&[])),
+            Outcome::NoCall("hi".into())
+        );
         assert_eq!(
             Outcome::from_response(200, &answer(&[("f", "{}")])),
             Outcome::Calls(vec![("f".into(), "{}".into())])
@@ -191,7 +331,7 @@ mod tests {
 
     #[test]
     fn tallies_tell_right_values_from_valid_arguments_and_wrong_tools() {
-        let cases = builtin();
+        let cases = builtin().client;
         let weather = &cases[0];
         let thermostat = &cases[3];
         let no_tool = &cases[4];
@@ -229,14 +369,14 @@ mod tests {
             t(50),
             &s,
         );
-        tally.add(thermostat, &Outcome::NoCall, t(60), &s);
+        tally.add(thermostat, &Outcome::NoCall(String::new()), t(60), &s);
         tally.add(
             no_tool,
             &calls("get_time", r#"{"timezone":"UTC"}"#),
             t(70),
             &s,
         );
-        tally.add(no_tool, &Outcome::NoCall, t(80), &s);
+        tally.add(no_tool, &Outcome::NoCall(String::new()), t(80), &s);
         tally.add(no_tool, &Outcome::Invalid("x".into()), t(90), &s);
         tally.add(weather, &Outcome::Failed("502: down".into()), t(100), &s);
         assert_eq!(tally.attempts, 10);
