@@ -637,6 +637,35 @@ async fn upstream_connections_are_reused_once_a_response_is_read_to_the_end() {
     );
 }
 
+/// An upstream that closes idle connections after `Keep-Alive: timeout=N`
+/// (llama.cpp's server: 5 s) gets none reused that it may be closing: a
+/// request written into a connection the upstream is closing fails.
+#[tokio::test]
+async fn an_upstreams_keep_alive_timeout_is_honoured() {
+    let mock = Mock::start(|_| Reply::Full {
+        status: 200,
+        headers: vec![
+            ("content-type", "application/json".into()),
+            ("keep-alive", "timeout=1, max=100".into()),
+        ],
+        body: Bytes::from_static(b"{\"ok\":true}"),
+    })
+    .await;
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &mock.url(), "[\"*\"]", "")
+    ))
+    .await;
+    for _ in 0..4 {
+        let got = post(&gw.url("/v1/chat/completions"), r#"{"model":"m"}"#).await;
+        assert_eq!(got.status, 200);
+    }
+    // timeout=1 leaves less than a second of safe idle time: never reused
+    // (compare the test above, where 6 requests share 2 connections).
+    assert_eq!(mock.connection_count(), 4);
+}
+
 #[tokio::test]
 async fn an_abandoned_stream_closes_its_upstream_connection_and_the_next_request_gets_a_new_one() {
     let mock = Mock::start(|rec| {

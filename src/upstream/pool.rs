@@ -19,6 +19,12 @@
 //! end and hyper says it can take another request. Anything else (the client
 //! left mid-stream, `Connection: close`, an error) closes it, which is also
 //! how the upstream learns that a request was abandoned.
+//!
+//! An upstream that says how long it keeps an idle connection
+//! (`Keep-Alive: timeout=5`, as llama.cpp's server does) gets none reused
+//! within a second of that: its close can be on the wire while a busy worker
+//! has not read it yet, and a request written into a closing connection
+//! fails with nothing to show for it.
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
@@ -56,6 +62,9 @@ struct Conn {
     driver: Driver,
     /// The driver finished (the connection closed or failed); never poll it again.
     closed: bool,
+    /// How long it may sit unused: [`IDLE_TIMEOUT`], or less when the
+    /// upstream's last `Keep-Alive` header said it closes sooner.
+    idle_for: Duration,
 }
 
 impl Conn {
@@ -145,6 +154,7 @@ impl Pool {
             match exchange(&mut conn, req).await {
                 Ok(response) => {
                     let (parts, incoming) = response.into_parts();
+                    conn.idle_for = idle_for(&parts.headers);
                     let body = PooledBody {
                         ended: incoming.is_end_stream(),
                         incoming,
@@ -176,6 +186,9 @@ impl Inner {
                     // Everything below it in the stack is older still.
                     stack.clear();
                     return None;
+                }
+                if idle.since.elapsed() > idle.conn.idle_for {
+                    continue;
                 }
                 idle
             };
@@ -236,7 +249,27 @@ impl Inner {
             sender,
             driver,
             closed: false,
+            idle_for: IDLE_TIMEOUT,
         }))
+    }
+}
+
+/// How long a connection may sit unused after a response with `headers`:
+/// a second less than the upstream's `Keep-Alive: timeout=N`, at most
+/// [`IDLE_TIMEOUT`].
+fn idle_for(headers: &http::HeaderMap) -> Duration {
+    let timeout = headers
+        .get("keep-alive")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.split(',')
+                .filter_map(|p| p.trim().split_once('='))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("timeout"))
+                .and_then(|(_, n)| n.trim().parse::<u64>().ok())
+        });
+    match timeout {
+        Some(secs) => Duration::from_secs(secs.saturating_sub(1)).min(IDLE_TIMEOUT),
+        None => IDLE_TIMEOUT,
     }
 }
 
@@ -322,5 +355,27 @@ impl Drop for PooledBody {
             let (pool, authority) = &self.home;
             pool.checkin(authority, conn);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_upstreams_keep_alive_timeout_shortens_the_idle_time() {
+        let after = |value: Option<&str>| {
+            let mut headers = http::HeaderMap::new();
+            if let Some(v) = value {
+                headers.insert("keep-alive", v.parse().unwrap());
+            }
+            idle_for(&headers)
+        };
+        assert_eq!(after(None), IDLE_TIMEOUT);
+        assert_eq!(after(Some("timeout=5, max=100")), Duration::from_secs(4));
+        assert_eq!(after(Some("max=100 , Timeout = 3")), Duration::from_secs(2));
+        assert_eq!(after(Some("timeout=1")), Duration::ZERO);
+        assert_eq!(after(Some("timeout=600")), IDLE_TIMEOUT);
+        assert_eq!(after(Some("timeout=soon")), IDLE_TIMEOUT);
     }
 }
