@@ -113,9 +113,10 @@ pub fn instructions(syntax: Syntax, policy: &Policy) -> String {
     ];
     lines.extend(policy_rules(syntax, policy, true));
     // Measured on Qwen2.5-Coder-0.5B: saying what to do with results is
-    // what makes a small model answer instead of calling again.
+    // what makes a small model answer instead of calling again; naming the
+    // `<tool_response>` blocks here made it write one instead of a call.
     lines.push("- Put any explanation for the user BEFORE the calls. After the last call, stop and wait: the results will follow.".to_string());
-    lines.push("- When you have the results (in <tool_response> blocks), answer the user's question with them in plain words; do not call the same tool again.".to_string());
+    lines.push("- When the results arrive, answer the user's question with them in plain words; do not call the same tool again.".to_string());
     lines.join("\n")
 }
 
