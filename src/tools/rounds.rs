@@ -17,8 +17,10 @@
 //! A gateway call identical to one already answered in this answer (same
 //! tool, same arguments as JSON) is not run again: it gets the first
 //! result, and the model is told it repeated itself and should answer with
-//! it. A small model that calls again after every result would otherwise
-//! run the tool until `max_rounds`.
+//! it. A round that only repeated itself is a loop: the next round is sent
+//! with the tools withheld, as the last one is, so the answer ends in text.
+//! (A small model that calls again after every result would otherwise run
+//! the tool until `max_rounds`.)
 //!
 //! One answer comes out: one start, one finish, usage summed over rounds.
 
@@ -98,6 +100,8 @@ pub struct Rounds {
     /// Gateway calls that completed, for telling a repeat (bounded by
     /// `max_rounds` times the calls one round may make).
     answered: Vec<Answered>,
+    /// A round made only repeated calls: the tools are withheld from here on.
+    looping: bool,
 }
 
 impl Rounds {
@@ -125,6 +129,7 @@ impl Rounds {
             added: Vec::new(),
             steps: None,
             answered: Vec::new(),
+            looping: false,
         }
     }
 
@@ -143,9 +148,10 @@ impl Rounds {
         serde_json::to_vec(&self.request).unwrap_or_default()
     }
 
-    /// Whether this round is sent with tools withheld.
+    /// Whether this round is sent with tools withheld: it reached
+    /// `max_rounds`, or the model was looping.
     fn last(&self) -> bool {
-        self.round >= self.max_rounds
+        self.round >= self.max_rounds || self.looping
     }
 
     /// Gateway calls still running.
@@ -223,10 +229,14 @@ impl Rounds {
         if self.last() {
             // Tools were withheld; a call made anyway cannot be followed up.
             report.status = GatewayStatus::Failed;
-            report.error = Some(format!(
-                "not run: the answer reached max_rounds ({})",
-                self.max_rounds
-            ));
+            report.error = Some(if self.looping {
+                "not run: the tools were withheld after the model repeated its calls".to_owned()
+            } else {
+                format!(
+                    "not run: the answer reached max_rounds ({})",
+                    self.max_rounds
+                )
+            });
             out.push(Action::Emit(Event::Gateway(report.clone())));
         } else {
             out.push(Action::Execute {
@@ -310,6 +320,7 @@ impl Rounds {
             return Next::Done;
         }
         if !gateway.is_empty() && !self.last() {
+            self.looping = gateway.iter().all(|(_, _, repeat)| *repeat);
             self.added.extend(turn.iter().cloned());
             if let Some(Value::Array(messages)) = self.request.get_mut("messages") {
                 messages.extend(turn);
@@ -506,6 +517,21 @@ mod tests {
             results[1]
         );
         assert_eq!(results[2], "79");
+        assert_ne!(
+            body["tool_choice"], "none",
+            "a new call was made: tools stay"
+        );
+
+        // A round of repeats only: the next is sent without tools.
+        let ran = round(
+            &mut rounds,
+            vec![call(r#"{"expression": "395 / 5"}"#)],
+            &mut out,
+        );
+        assert!(ran.is_empty());
+        assert_eq!(rounds.end_round(&mut out), Next::Continue);
+        let body: Value = serde_json::from_slice(&rounds.body()).unwrap();
+        assert_eq!(body["tool_choice"], "none", "the loop is broken");
     }
 
     #[test]
