@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use crate::api::from_responses::FromResponses;
 use crate::api::to_responses;
 use crate::body::Body;
-use crate::config::{Api, Mode, Provider, ShowGatewayTools};
+use crate::config::{Api, Mode, Provider, ShowGatewayTools, Tenant};
 use crate::error::GatewayError;
 use crate::exchange::{Event, Sink};
 use crate::gateway::Runtime;
@@ -125,6 +125,8 @@ pub struct Running {
     first: Response<Body>,
     runtime: Arc<Runtime>,
     recorder: Option<Recorder>,
+    /// Owns the steps kept for the client's follow-up.
+    tenant: Arc<Tenant>,
 }
 
 impl Running {
@@ -153,6 +155,7 @@ impl Running {
             first,
             runtime,
             recorder,
+            tenant,
         } = self;
         let mut rounds = match recorder {
             Some(recorder) => {
@@ -167,9 +170,9 @@ impl Running {
             if let Some(store) = &runtime.store
                 && let Ok(json) = serde_json::to_value(&steps)
             {
-                store.save_steps(ids.clone(), json);
+                store.save_steps(tenant.name.clone(), ids.clone(), json);
             }
-            runtime.steps.keep(ids, steps);
+            runtime.steps.keep(&tenant.name, ids, steps);
         }
     }
 }
@@ -209,6 +212,7 @@ impl<O: Output> Output for Recording<'_, O> {
 pub async fn recorder(
     runtime: &Runtime,
     provider: &Provider,
+    tenant: &Tenant,
     request: &Map<String, Value>,
     headers: &HeaderMap,
 ) -> Option<Recorder> {
@@ -216,6 +220,7 @@ pub async fn recorder(
     let model = request.get("model").and_then(Value::as_str).unwrap_or("");
     store
         .begin(Begin {
+            tenant: &tenant.name,
             provider: &provider.name,
             model,
             request,
@@ -232,29 +237,33 @@ pub fn tag_chat(response: &mut Response<Body>, chat: Option<&str>) {
     }
 }
 
-/// What a door hands over: the request as Chat Completions JSON and the
-/// client's request head (its path, query and headers).
+/// What a door hands over: the request as Chat Completions JSON, the
+/// client's request head (its path, query and headers) and who sent it.
 pub struct Ask {
     pub request: Map<String, Value>,
     pub uri: Uri,
     pub headers: HeaderMap,
+    pub tenant: Arc<Tenant>,
 }
 
-/// The provider's gateway tools for this request (none when it has none).
-pub fn offer(runtime: &Runtime, provider: &Provider) -> Result<Offer, GatewayError> {
+/// The provider's gateway tools for this request (none when it has none),
+/// without those the tenant may not be offered.
+pub fn offer(
+    runtime: &Runtime,
+    provider: &Provider,
+    tenant: &Tenant,
+) -> Result<Offer, GatewayError> {
     match &provider.tools.gateway {
         None => Ok(Offer::default()),
-        Some(settings) => {
-            runtime
-                .tools
-                .offer(settings)
-                .map_err(
-                    |Unavailable { server, reason }| GatewayError::ToolServerUnavailable {
-                        server,
-                        reason,
-                    },
-                )
-        }
+        Some(settings) => runtime
+            .tools
+            .offer(settings, |entry| tenant.allows_tools(entry))
+            .map_err(
+                |Unavailable { server, reason }| GatewayError::ToolServerUnavailable {
+                    server,
+                    reason,
+                },
+            ),
     }
 }
 
@@ -265,13 +274,14 @@ pub async fn start(
     provider: Arc<Provider>,
     ask: Ask,
 ) -> Result<Started, GatewayError> {
-    let recorder = recorder(&runtime, &provider, &ask.request, &ask.headers).await;
-    let offer = offer(&runtime, &provider)?;
+    let tenant = ask.tenant;
+    let recorder = recorder(&runtime, &provider, &tenant, &ask.request, &ask.headers).await;
+    let offer = offer(&runtime, &provider, &tenant)?;
     let tools = &provider.tools;
     if !offer.is_empty() && tools.mode != Mode::ToNatural {
-        recall_steps(&runtime, &ask.request).await;
+        recall_steps(&runtime, &tenant, &ask.request).await;
     }
-    let request = prepare(ask.request, &offer, &runtime, &provider)?;
+    let request = prepare(ask.request, &offer, &runtime, &provider, &tenant)?;
     let as_text = (tools.mode == Mode::ToNatural).then(|| RenderOptions {
         syntax: tools.syntax,
         pretty: tools.pretty,
@@ -312,25 +322,28 @@ pub async fn start(
         first,
         runtime,
         recorder,
+        tenant,
     })))
 }
 
 /// Steps another replica kept for this history's calls, fetched from the
 /// store into memory, where `prepare` splices them like its own.
-async fn recall_steps(runtime: &Runtime, request: &Map<String, Value>) {
+async fn recall_steps(runtime: &Runtime, tenant: &Tenant, request: &Map<String, Value>) {
     let Some(store) = &runtime.store else {
         return;
     };
     let Some(Value::Array(messages)) = request.get("messages") else {
         return;
     };
-    let unknown = runtime.steps.unknown_ids(messages, MAX_RECALLED_IDS);
+    let unknown = runtime
+        .steps
+        .unknown_ids(&tenant.name, messages, MAX_RECALLED_IDS);
     if unknown.is_empty() {
         return;
     }
-    for (ids, steps) in store.steps(unknown).await {
+    for (ids, steps) in store.steps(tenant.name.clone(), unknown).await {
         if let Ok(steps) = serde_json::from_value(steps) {
-            runtime.steps.keep(ids, steps);
+            runtime.steps.keep(&tenant.name, ids, steps);
         }
     }
 }
@@ -346,6 +359,7 @@ fn prepare(
     offer: &Offer,
     runtime: &Runtime,
     provider: &Provider,
+    tenant: &Tenant,
 ) -> Result<Map<String, Value>, GatewayError> {
     if !offer.is_empty()
         && request
@@ -402,7 +416,7 @@ fn prepare(
     match request.get_mut("messages") {
         Some(Value::Array(messages)) => {
             if !offer.is_empty() {
-                runtime.steps.splice(messages);
+                runtime.steps.splice(&tenant.name, messages);
             }
         }
         _ => {

@@ -127,7 +127,7 @@ pub async fn tools(config: &Config, wait: std::time::Duration) -> (String, Resul
         .iter()
         .filter_map(|p| {
             let g = p.tools.gateway.as_ref()?;
-            let offer = match tools.offer(g) {
+            let offer = match tools.offer(g, |_| true) {
                 Ok(offer) => json!(
                     offer
                         .tools

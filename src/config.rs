@@ -6,6 +6,7 @@
 //! URIs, `Duration`s, compiled globs, resolved API keys. Every error names
 //! the key path it is about.
 
+pub mod auth;
 pub mod gateway_tools;
 pub mod raw;
 mod redact;
@@ -27,6 +28,7 @@ use http::uri::{Authority, Scheme};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+pub use auth::{Auth, Caller, Tenant};
 pub use gateway_tools::{
     GatewaySettings, HttpToolConfig, McpServerConfig, McpTransport, ToolSource,
 };
@@ -109,43 +111,9 @@ pub struct ServerConfig {
     /// Extra roots for https upstreams, from `upstream_ca_bundle`.
     pub upstream_ca: Vec<CertificateDer<'static>>,
     pub tls: Option<Arc<rustls::ServerConfig>>,
-    pub auth: Option<Arc<ApiKeys>>,
-    /// `[server.auth] admin_keys_env`: the keys of `/toolgate/api/…`
-    /// (`auth`'s when absent).
-    pub admin: Option<Arc<ApiKeys>>,
-}
-
-/// Inbound bearer keys (`[server.auth]`), compared in constant time.
-pub struct ApiKeys {
-    keys: Vec<Vec<u8>>,
-}
-
-impl ApiKeys {
-    /// Whether `presented` equals one of the keys. Every key is compared in
-    /// full whatever the outcome, so timing reveals neither which key nor
-    /// how much of one matched.
-    pub fn accepts(&self, presented: &[u8]) -> bool {
-        let mut found = 0u8;
-        for key in &self.keys {
-            found |= constant_time_eq(key, presented) as u8;
-        }
-        found == 1
-    }
-}
-
-impl fmt::Debug for ApiKeys {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ApiKeys({} keys)", self.keys.len())
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    // Lengths of API keys are not secret; their bytes are.
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
+    /// `[server.auth]`: inbound keys and their tenants; `None`: one
+    /// anonymous tenant.
+    pub auth: Option<Arc<Auth>>,
 }
 
 #[derive(Debug)]
@@ -258,9 +226,22 @@ impl Config {
     }
 
     pub fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
-        let server = server(&raw.server)?;
+        let mut server = server(&raw.server)?;
         let mcp_servers = gateway_tools::mcp_servers(&raw.mcp_servers)?;
         let http_tools = gateway_tools::http_tools(&raw.http_tools, &mcp_servers)?;
+        if let Some(raw_auth) = &raw.server.auth {
+            let entries: std::collections::HashSet<String> = mcp_servers
+                .iter()
+                .map(|s| s.name.clone())
+                .chain(http_tools.iter().map(|t| t.name.clone()))
+                .chain(
+                    crate::tools::builtin::Builtin::ALL
+                        .iter()
+                        .map(|b| format!("builtin:{}", b.name())),
+                )
+                .collect();
+            server.auth = Some(Arc::new(auth::auth(raw_auth, &entries)?));
+        }
         if raw.providers.is_empty() {
             // An empty or truncated file would otherwise serve 404 for every model.
             return Err(ConfigError::new(
@@ -269,6 +250,22 @@ impl Config {
             ));
         }
         let store = raw.store.as_ref().map(store::store).transpose()?;
+        let keeps_state = store.is_some() || !mcp_servers.is_empty() || !http_tools.is_empty();
+        if keeps_state
+            && server.auth.is_none()
+            && !server.listen.ip().is_loopback()
+            && !raw.server.allow_open_store
+        {
+            // Transcripts, stored responses and tool servers are open to
+            // anyone who can reach the port.
+            return Err(ConfigError::new(
+                "server.listen",
+                format!(
+                    "{} is not a loopback address, and [store] or gateway tool servers are configured without [server.auth]: add [server.auth], or set server.allow_open_store = true to serve them open knowingly",
+                    server.listen
+                ),
+            ));
+        }
         let mut providers = Vec::with_capacity(raw.providers.len());
         for (i, p) in raw.providers.iter().enumerate() {
             let path = format!("providers[{i}]");
@@ -442,17 +439,8 @@ fn server(raw: &raw::RawServer) -> Result<ServerConfig, ConfigError> {
             None => Vec::new(),
         },
         tls: raw.tls.as_ref().map(tls).transpose()?,
-        auth: raw
-            .auth
-            .as_ref()
-            .map(|a| keys("server.auth.api_keys_env", &a.api_keys_env))
-            .transpose()?,
-        admin: raw
-            .auth
-            .as_ref()
-            .and_then(|a| a.admin_keys_env.as_deref())
-            .map(|var| keys("server.auth.admin_keys_env", var))
-            .transpose()?,
+        // Read once the tools are known (`keys[].gateway_tools` names them).
+        auth: None,
     })
 }
 
@@ -498,21 +486,6 @@ fn tls(raw: &raw::RawTls) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
 }
 
 /// Comma-separated bearer keys from the environment variable `var`.
-fn keys(path: &str, var: &str) -> Result<Arc<ApiKeys>, ConfigError> {
-    let value = std::env::var(var)
-        .map_err(|_| ConfigError::new(path, format!("environment variable {var} is not set")))?;
-    let keys: Vec<Vec<u8>> = value
-        .split(',')
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-        .map(|k| k.as_bytes().to_vec())
-        .collect();
-    if keys.is_empty() {
-        return Err(ConfigError::new(path, format!("{var} holds no key")));
-    }
-    Ok(Arc::new(ApiKeys { keys }))
-}
-
 fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError> {
     let name = &raw.name;
     if name.is_empty() || name.contains('/') || name.chars().any(char::is_whitespace) {

@@ -37,6 +37,12 @@ pub enum GatewayError {
     InvalidToolCall { message: String },
     #[error("Missing or invalid API key: send `Authorization: Bearer <key>`")]
     Unauthorized,
+    /// The key's policy (`[[server.auth.keys]] models`) does not allow the model.
+    #[error("This API key may not use the model `{0}`")]
+    ModelNotAllowed(String),
+    /// The key may not do this.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("The gateway is at its limit of concurrent requests; retry shortly")]
     Overloaded,
     /// A stored thing (a chat, a response) that does not exist.
@@ -90,6 +96,7 @@ impl GatewayError {
             | GatewayError::StoreUnavailable(_)
             | GatewayError::ToolServerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
+            GatewayError::ModelNotAllowed(_) | GatewayError::Forbidden(_) => StatusCode::FORBIDDEN,
         }
     }
 
@@ -103,6 +110,7 @@ impl GatewayError {
             | GatewayError::PayloadTooLarge { .. }
             | GatewayError::BodyTimeout { .. } => "invalid_request_error",
             GatewayError::Unauthorized => "authentication_error",
+            GatewayError::ModelNotAllowed(_) | GatewayError::Forbidden(_) => "permission_error",
             GatewayError::Overloaded | GatewayError::BufferFull => "rate_limit_error",
             GatewayError::ToolServerUnavailable { .. } | GatewayError::StoreUnavailable(_) => {
                 "server_error"
@@ -122,6 +130,8 @@ impl GatewayError {
             GatewayError::UpstreamInvalid { code, .. } => code,
             GatewayError::InvalidToolCall { .. } => "invalid_tool_call",
             GatewayError::Unauthorized => "invalid_api_key",
+            GatewayError::ModelNotAllowed(_) => "model_not_allowed",
+            GatewayError::Forbidden(_) => "forbidden",
             GatewayError::Overloaded => "overloaded",
             GatewayError::BodyTimeout { .. } => "request_timeout",
             GatewayError::BufferFull => "buffer_full",
@@ -134,7 +144,7 @@ impl GatewayError {
     fn param(&self) -> Option<&str> {
         match self {
             GatewayError::BadRequest { param, .. } => param.as_deref(),
-            GatewayError::UnknownModel(_) => Some("model"),
+            GatewayError::UnknownModel(_) | GatewayError::ModelNotAllowed(_) => Some("model"),
             _ => None,
         }
     }

@@ -10,6 +10,8 @@
 //! `ArcSwap`: a reload swaps it atomically, and each request keeps the
 //! runtime it started with until its response body ends.
 
+mod auth;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -22,11 +24,12 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use tokio::sync::{Semaphore, watch};
 
+use crate::api::transcripts::Viewer;
 use crate::body::drain::DrainGuard;
 use crate::body::observed::{Observed, RequestLog};
 use crate::body::stall::StallGuard;
 use crate::body::{self, Body, BoxError};
-use crate::config::{Api, ApiKeys, Config, Mode, Provider, ServerConfig};
+use crate::config::{Api, Config, Mode, Provider, ServerConfig, Tenant};
 use crate::error::GatewayError;
 use crate::inbound;
 use crate::metrics::request::{ProviderMetrics, route_of};
@@ -72,10 +75,12 @@ fn refuse_reload(old: &Config, new: &Config) -> Option<ReloadRefused> {
     if old.server.tls.is_some() != new.server.tls.is_some() {
         return Some(ReloadRefused("server.tls"));
     }
+    // Keys and their policies change on reload; turning auth on or off does not.
     if old.server.auth.is_some() != new.server.auth.is_some() {
         return Some(ReloadRefused("server.auth"));
     }
-    if old.server.admin.is_some() != new.server.admin.is_some() {
+    let admin = |c: &Config| c.server.auth.as_ref().is_some_and(|a| a.has_admin_keys());
+    if admin(old) != admin(new) {
         return Some(ReloadRefused("server.auth.admin_keys_env"));
     }
     if old.raw.store != new.raw.store {
@@ -372,22 +377,27 @@ impl Gateway {
             } else {
                 GatewayError::into_response
             };
-        let response = match authorize(&runtime, &req) {
+        let response = match auth::tenant(&runtime.config, &req) {
             Err(e) => shape(e),
-            Ok(()) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
+            Ok(_) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
                 list_models(&runtime.config)
             }
-            Ok(()) if path.starts_with("/v1/responses/") && req.method() != Method::POST => {
+            Ok(tenant) if path.starts_with("/v1/responses/") && req.method() != Method::POST => {
+                log.tenant = Some(tenant.name.clone());
                 let id = &path["/v1/responses/".len()..];
-                match crate::api::responses::stored(self.store.as_ref(), req.method(), id).await {
+                let store = self.store.as_ref();
+                match crate::api::responses::stored(store, &tenant, req.method(), id).await {
                     Ok(r) => r,
                     Err(e) => e.into_response(),
                 }
             }
-            Ok(()) => match proxy(&runtime, &self.limits, req, &mut log).await {
-                Ok(r) => r,
-                Err(e) => shape(e),
-            },
+            Ok(tenant) => {
+                log.tenant = Some(tenant.name.clone());
+                match proxy(&runtime, &self.limits, req, &tenant, &mut log).await {
+                    Ok(r) => r,
+                    Err(e) => shape(e),
+                }
+            }
         };
         log.status = response.status().as_u16();
         if is_event_stream(&response) {
@@ -419,8 +429,10 @@ impl Gateway {
                 r
             }
             (&Method::GET, "/toolgate/ui" | "/toolgate/ui/") => {
-                match crate::api::transcripts::handle(None, req.method(), req.uri().path(), None)
-                    .await
+                // The page itself is public; its data comes from the API.
+                let viewer = Viewer::Tenant(Tenant::anonymous().name.clone());
+                let path = req.uri().path();
+                match crate::api::transcripts::handle(None, &viewer, req.method(), path, None).await
                 {
                     Ok(r) => r,
                     Err(e) => e.into_response(),
@@ -428,12 +440,14 @@ impl Gateway {
             }
             (_, path) if path.starts_with("/toolgate/api/") => {
                 let runtime = self.runtime.load_full();
-                if let Err(e) = authorize_admin(&runtime, &req) {
-                    return e.into_response();
-                }
+                let viewer = match auth::viewer(&runtime.config, &req) {
+                    Ok(viewer) => viewer,
+                    Err(e) => return e.into_response(),
+                };
                 let query = req.uri().query();
                 match crate::api::transcripts::handle(
                     self.store.as_ref(),
+                    &viewer,
                     req.method(),
                     path,
                     query,
@@ -453,50 +467,11 @@ impl Gateway {
     }
 }
 
-/// The inbound key (`[server.auth]`).
-fn authorize<B>(runtime: &Runtime, req: &Request<B>) -> Result<(), GatewayError> {
-    check_key(runtime.config.server.auth.as_deref(), req)
-}
-
-/// The key of the transcript API: an admin key when `admin_keys_env` is
-/// set, else an inbound key.
-fn authorize_admin<B>(runtime: &Runtime, req: &Request<B>) -> Result<(), GatewayError> {
-    let server = &runtime.config.server;
-    check_key(server.admin.as_deref().or(server.auth.as_deref()), req)
-}
-
-fn check_key<B>(keys: Option<&ApiKeys>, req: &Request<B>) -> Result<(), GatewayError> {
-    if let Some(keys) = keys {
-        // Anthropic's clients send their key as `x-api-key`.
-        let presented = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| bearer_token(v.as_bytes()))
-            .or_else(|| {
-                req.headers()
-                    .get("x-api-key")
-                    .map(|v| v.as_bytes().trim_ascii())
-            });
-        if !presented.is_some_and(|k| keys.accepts(k)) {
-            return Err(GatewayError::Unauthorized);
-        }
-    }
-    Ok(())
-}
-
-/// The token of an `Authorization: Bearer <token>` header. The scheme is
-/// case-insensitive (RFC 9110 §11.1), so `bearer` and `BEARER` are accepted.
-fn bearer_token(value: &[u8]) -> Option<&[u8]> {
-    let (scheme, token) = value.split_at_checked(7)?;
-    scheme
-        .eq_ignore_ascii_case(b"Bearer ")
-        .then(|| token.trim_ascii())
-}
-
 async fn proxy<B>(
     runtime: &Arc<Runtime>,
     limits: &Limits,
     req: Request<B>,
+    tenant: &Arc<Tenant>,
     log: &mut RequestLog,
 ) -> Result<Response<Body>, GatewayError>
 where
@@ -535,6 +510,10 @@ where
             Some("model"),
         )
     })?;
+    // The key's policy, before anything is sent anywhere.
+    if !tenant.allows_model(&field.name) {
+        return Err(GatewayError::ModelNotAllowed(field.name.clone()));
+    }
     let route = router::route(&runtime.config.providers, &field.name)
         .ok_or_else(|| GatewayError::UnknownModel(field.name.clone()))?;
     let provider = route.provider;
@@ -560,6 +539,7 @@ where
         return Box::pin(crate::api::responses::handle(
             runtime.clone(),
             provider.clone(),
+            tenant.clone(),
             parts,
             bytes,
         ))
@@ -590,6 +570,7 @@ where
         return Box::pin(crate::api::messages::handle(
             runtime.clone(),
             provider.clone(),
+            tenant.clone(),
             parts,
             bytes,
         ))
@@ -599,6 +580,7 @@ where
         return Box::pin(crate::api::chat::handle(
             runtime.clone(),
             provider.clone(),
+            tenant.clone(),
             parts,
             bytes,
         ))
@@ -612,6 +594,7 @@ where
                 Box::pin(crate::answer::recorder(
                     runtime,
                     provider,
+                    tenant,
                     &request,
                     &parts.headers,
                 ))
@@ -823,15 +806,6 @@ models = ["*"]
         assert_eq!(gw.limits.buffered.used(), 0);
         let r = gw.handle(post(HELLO)).await;
         assert_eq!(r.status(), StatusCode::OK);
-    }
-
-    #[test]
-    fn bearer_scheme_is_case_insensitive() {
-        assert_eq!(bearer_token(b"Bearer k1"), Some(&b"k1"[..]));
-        assert_eq!(bearer_token(b"bearer k1 "), Some(&b"k1"[..]));
-        assert_eq!(bearer_token(b"BEARER k1"), Some(&b"k1"[..]));
-        assert_eq!(bearer_token(b"Basic k1"), None);
-        assert_eq!(bearer_token(b"Bear"), None);
     }
 
     #[tokio::test]

@@ -188,6 +188,7 @@ fn through_tracing(line: &request_line::RequestLine) {
     tracing::info!(
         target: REQUEST_TARGET,
         provider = &*line.provider,
+        tenant = line.tenant.as_deref(),
         model = %Untrusted(&line.model),
         route = line.route,
         status = line.status,
@@ -320,6 +321,7 @@ mod tests {
             let line = request_line::RequestLine {
                 at: std::time::SystemTime::now(),
                 provider: "p".into(),
+                tenant: None,
                 model: "m".into(),
                 route: "chat_completions",
                 status: 200,

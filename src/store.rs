@@ -8,6 +8,11 @@
 //! failing database drops rows, counted in `toolgate_store_dropped_total`
 //! and logged: traffic never waits on the database. Reads (the API) run on
 //! the store's runtime too.
+//!
+//! Every row belongs to a tenant, the identity of the key whose request
+//! made it: a chat, its heads, a stored response, gateway steps. Every
+//! lookup that reaches them carries the tenant, and another tenant's row
+//! is found exactly as often as one that does not exist: never.
 
 mod db;
 mod link;
@@ -88,15 +93,20 @@ impl Shared {
     }
 }
 
-/// Conversation states toolgate answered recently: hash → (chat, length).
-/// Two generations bound the memory; the older is dropped when the newer fills.
+/// Conversation states toolgate answered recently: hash → (chat, length)
+/// (hashes start from the tenant, so a lookup is the tenant's own), and the
+/// tenant of each chat this replica recorded. Two generations bound the
+/// memory; the older is dropped when the newer fills.
 #[derive(Default)]
 struct Heads {
     maps: Mutex<[HeadMap; 2]>,
+    owners: Mutex<[OwnerMap; 2]>,
 }
 
 /// Hash → (chat, messages it covers).
 type HeadMap = HashMap<String, (Arc<str>, i64)>;
+/// Chat → its tenant.
+type OwnerMap = HashMap<Arc<str>, Arc<str>>;
 
 impl Heads {
     fn remember(&self, hash: String, chat: Arc<str>, len: i64) {
@@ -111,6 +121,19 @@ impl Heads {
         let maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
         maps[0].get(hash).or_else(|| maps[1].get(hash)).cloned()
     }
+
+    fn own(&self, chat: Arc<str>, tenant: Arc<str>) {
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        if owners[0].len() >= HEADS_PER_GENERATION {
+            owners[1] = std::mem::take(&mut owners[0]);
+        }
+        owners[0].insert(chat, tenant);
+    }
+
+    fn owner(&self, chat: &str) -> Option<Arc<str>> {
+        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        owners[0].get(chat).or_else(|| owners[1].get(chat)).cloned()
+    }
 }
 
 pub struct Store {
@@ -122,6 +145,8 @@ pub struct Store {
 
 /// What [`Store::begin`] needs to know of a request.
 pub struct Begin<'a> {
+    /// The tenant the chat belongs to.
+    pub tenant: &'a Arc<str>,
     pub provider: &'a str,
     pub model: &'a str,
     /// The request as Chat Completions JSON (any door's, translated).
@@ -226,12 +251,15 @@ impl Store {
             .and_then(Value::as_array)
             .map_or(&[], Vec::as_slice);
         let header = request.chat_header.filter(|h| valid_chat_id(h));
-        let (chat, known) = self.link(messages, header).await;
+        let tenant = request.tenant;
+        let (chat, known) = self.link(tenant, messages, header).await;
         let known = (known.max(0) as usize).min(messages.len());
+        self.shared.heads.own(chat.clone(), tenant.clone());
         self.shared.live.start(&chat);
         Some(Recorder::start(
             self.shared.clone(),
             chat,
+            tenant.clone(),
             request.provider,
             request.model,
             messages,
@@ -239,10 +267,20 @@ impl Store {
         ))
     }
 
-    /// The chat a history continues and how many of its messages are
-    /// recorded already.
-    async fn link(&self, messages: &[Value], header: Option<&str>) -> (Arc<str>, i64) {
-        let tries = link::prefixes(messages, LINK_TRIES);
+    /// The chat of `tenant`'s that a history continues and how many of its
+    /// messages are recorded already. A header naming a chat that is not
+    /// the tenant's own starts a new chat, with an id of toolgate's.
+    async fn link(
+        &self,
+        tenant: &Arc<str>,
+        messages: &[Value],
+        header: Option<&str>,
+    ) -> (Arc<str>, i64) {
+        let header = match header {
+            Some(h) if self.owned_by(h, tenant).await => Some(h),
+            _ => None,
+        };
+        let tries = link::prefixes(tenant, messages, LINK_TRIES);
         let matches = |chat: &str| header.is_none_or(|h| h == chat);
         for (hash, _) in &tries {
             if let Some((chat, len)) = self.shared.heads.find(hash)
@@ -254,9 +292,10 @@ impl Store {
         if !tries.is_empty() && self.shared.db.get().is_some() {
             let shared = self.shared.clone();
             let hashes: Vec<String> = tries.iter().map(|(h, _)| h.clone()).collect();
+            let owner = tenant.clone();
             let lookup = self.runtime.spawn(async move {
                 match shared.db.get() {
-                    Some(db) => db.find_head(&hashes).await.ok().flatten(),
+                    Some(db) => db.find_head(&owner, &hashes).await.ok().flatten(),
                     None => None,
                 }
             });
@@ -270,6 +309,48 @@ impl Store {
             Some(h) => (Arc::from(h), 0),
             None => (Arc::from(next_id().0), 0),
         }
+    }
+
+    /// Whether chat `id` is `tenant`'s, or is no one's yet (a client may
+    /// name a new chat). Unsure (the database does not answer within the
+    /// linking deadline) counts as not.
+    async fn owned_by(&self, id: &str, tenant: &Arc<str>) -> bool {
+        if let Some(owner) = self.shared.heads.owner(id) {
+            return owner == *tenant;
+        }
+        if self.shared.db.get().is_none() {
+            return true;
+        }
+        let shared = self.shared.clone();
+        let chat = id.to_owned();
+        let lookup = self.runtime.spawn(async move {
+            match shared.db.get() {
+                Some(db) => db.chat(&chat).await.map(|c| c.map(|c| c.tenant)),
+                None => Ok(None),
+            }
+        });
+        match tokio::time::timeout(LINK_DEADLINE, lookup).await {
+            Ok(Ok(Ok(None))) => true,
+            Ok(Ok(Ok(Some(owner)))) => *owner == **tenant,
+            _ => false,
+        }
+    }
+
+    /// The tenant that owns chat `id`, if it exists (recorded here or in
+    /// the database).
+    pub async fn owner(&self, id: &str) -> Result<Option<String>, StoreError> {
+        if let Some(owner) = self.shared.heads.owner(id) {
+            return Ok(Some(owner.to_string()));
+        }
+        let id = id.to_owned();
+        self.read(move |shared| async move {
+            let db = shared.db.get().ok_or(StoreError::NotReady)?;
+            db.chat(&id)
+                .await
+                .map(|c| c.map(|c| c.tenant))
+                .map_err(|e| StoreError::Database(e.to_string()))
+        })
+        .await
     }
 
     async fn read<T, F>(&self, f: impl FnOnce(Arc<Shared>) -> F) -> Result<T, StoreError>
@@ -286,22 +367,24 @@ impl Store {
             .map_err(|e| StoreError::Database(e.to_string()))?
     }
 
-    /// Chats by last activity, newest first.
+    /// Chats by last activity, newest first; `tenant`'s only when given.
     pub async fn chats(
         &self,
+        tenant: Option<String>,
         limit: i64,
         before: Option<i64>,
     ) -> Result<Vec<ChatSummary>, StoreError> {
         self.read(move |shared| async move {
             let db = shared.db.get().ok_or(StoreError::NotReady)?;
-            db.chats(limit, before)
+            db.chats(tenant.as_deref(), limit, before)
                 .await
                 .map_err(|e| StoreError::Database(e.to_string()))
         })
         .await
     }
 
-    /// A chat and its messages in order.
+    /// A chat and its messages in order (any tenant's: the caller checks
+    /// the summary's `tenant`).
     pub async fn chat(
         &self,
         id: &str,
@@ -328,33 +411,41 @@ impl Store {
         self.shared.live.unsubscribe(chat, receiver);
     }
 
-    /// Keeps a Responses API answer for `previous_response_id` (queued).
-    pub fn save_response(&self, id: String, conversation: Value, response: Value) {
+    /// Keeps `tenant`'s Responses API answer for `previous_response_id` (queued).
+    pub fn save_response(
+        &self,
+        tenant: Arc<str>,
+        id: String,
+        conversation: Value,
+        response: Value,
+    ) {
         self.shared.push(Write::Response(StoredResponse {
             id,
+            tenant,
             at: now_ms(),
             conversation,
             response,
         }));
     }
 
-    /// Keeps gateway steps for the client's follow-up under each call id
-    /// (queued like every write: traffic never waits for it).
-    pub fn save_steps(&self, ids: Vec<String>, steps: Value) {
+    /// Keeps `tenant`'s gateway steps for the client's follow-up under each
+    /// call id (queued like every write: traffic never waits for it).
+    pub fn save_steps(&self, tenant: Arc<str>, ids: Vec<String>, steps: Value) {
         self.shared.push(Write::Steps(StoredSteps {
+            tenant,
             ids,
             at: now_ms(),
             steps,
         }));
     }
 
-    /// Gateway steps kept under any of `ids` (by any replica), each with the
-    /// ids it was kept under; empty when the database does not answer within
-    /// 250 ms.
-    pub async fn steps(&self, ids: Vec<String>) -> Vec<(Vec<String>, Value)> {
+    /// `tenant`'s gateway steps kept under any of `ids` (by any replica),
+    /// each with the ids it was kept under; empty when the database does not
+    /// answer within 250 ms.
+    pub async fn steps(&self, tenant: Arc<str>, ids: Vec<String>) -> Vec<(Vec<String>, Value)> {
         let lookup = self.read(move |shared| async move {
             let db = shared.db.get().ok_or(StoreError::NotReady)?;
-            db.steps(&ids)
+            db.steps(&tenant, &ids)
                 .await
                 .map_err(|e| StoreError::Database(e.to_string()))
         });
@@ -367,23 +458,28 @@ impl Store {
         }
     }
 
-    /// A stored response: the conversation it ended and the response object.
-    pub async fn response(&self, id: &str) -> Result<Option<(Value, Value)>, StoreError> {
+    /// One of `tenant`'s stored responses: the conversation it ended and
+    /// the response object.
+    pub async fn response(
+        &self,
+        tenant: Arc<str>,
+        id: &str,
+    ) -> Result<Option<(Value, Value)>, StoreError> {
         let id = id.to_owned();
         self.read(move |shared| async move {
             let db = shared.db.get().ok_or(StoreError::NotReady)?;
-            db.response(&id)
+            db.response(&tenant, &id)
                 .await
                 .map_err(|e| StoreError::Database(e.to_string()))
         })
         .await
     }
 
-    pub async fn delete_response(&self, id: &str) -> Result<bool, StoreError> {
+    pub async fn delete_response(&self, tenant: Arc<str>, id: &str) -> Result<bool, StoreError> {
         let id = id.to_owned();
         self.read(move |shared| async move {
             let db = shared.db.get().ok_or(StoreError::NotReady)?;
-            db.delete_response(&id)
+            db.delete_response(&tenant, &id)
                 .await
                 .map_err(|e| StoreError::Database(e.to_string()))
         })

@@ -100,6 +100,9 @@ impl GatewayTool {
 #[derive(Debug, Clone, Default)]
 pub struct Offer {
     pub tools: Vec<Arc<GatewayTool>>,
+    /// The provider's tools the request's key may not be offered (by name,
+    /// as far as they are known): a call to one is refused, never run.
+    pub withheld: Vec<String>,
 }
 
 impl Offer {
@@ -109,6 +112,11 @@ impl Offer {
 
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+
+    /// Whether `name` is one of the provider's tools withheld from this key.
+    pub fn is_withheld(&self, name: &str) -> bool {
+        self.withheld.iter().any(|w| w == name)
     }
 }
 
@@ -177,11 +185,30 @@ impl Tools {
         &self.http
     }
 
-    /// What a provider offers now; unavailable while one of its MCP servers
-    /// is not connected, or when two of its tools would share a name.
-    pub fn offer(&self, settings: &GatewaySettings) -> Result<Offer, Unavailable> {
+    /// What a provider offers now to a key that may be offered the entries
+    /// `allowed` accepts (the others are withheld); unavailable while one of
+    /// the offered MCP servers is not connected, or when two of its tools
+    /// would share a name.
+    pub fn offer(
+        &self,
+        settings: &GatewaySettings,
+        allowed: impl Fn(&str) -> bool,
+    ) -> Result<Offer, Unavailable> {
         let mut tools: Vec<Arc<GatewayTool>> = Vec::new();
+        let mut withheld: Vec<String> = Vec::new();
         for source in &settings.sources {
+            if !allowed(&source.label()) {
+                match source {
+                    ToolSource::Mcp(server) => {
+                        if let State::Up { tools: listed, .. } = &*self.host.state(&server.name) {
+                            withheld.extend(listed.iter().map(|t| t.name.clone()));
+                        }
+                    }
+                    ToolSource::Http(tool) => withheld.push(tool.name.clone()),
+                    ToolSource::Builtin(builtin) => withheld.push(builtin.name().to_owned()),
+                }
+                continue;
+            }
             match source {
                 ToolSource::Mcp(server) => match &*self.host.state(&server.name) {
                     State::Up { tools: listed, .. } => tools.extend(listed.iter().cloned()),
@@ -230,7 +257,7 @@ impl Tools {
                 });
             }
         }
-        Ok(Offer { tools })
+        Ok(Offer { tools, withheld })
     }
 
     /// Each MCP server's state, by name, for `/readyz`.

@@ -201,6 +201,8 @@ fn env_overrides_apply_strays_are_ignored_and_typos_rejected() {
     // Kubernetes service links and unrelated TOOLGATE_* variables are not config keys.
     let out = run(&[
         ("TOOLGATE_SERVER__LISTEN", "0.0.0.0:18089"),
+        // The embedded config keeps transcripts; served open, knowingly.
+        ("TOOLGATE_SERVER__ALLOW_OPEN_STORE", "true"),
         ("TOOLGATE_SERVICE_HOST", "10.0.0.1"),
         ("TOOLGATE_SERVER_SERVICE_PORT", "80"),
         ("TOOLGATE_LOG", "debug"),
@@ -214,4 +216,73 @@ fn env_overrides_apply_strays_are_ignored_and_typos_rejected() {
     let out = run(&[("TOOLGATE_SERVER__LISTN", "0.0.0.0:1")]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("server.listn"));
+}
+
+/// A store or tool servers on a non-loopback address without `[server.auth]`
+/// is refused at start and by `toolgate check`, with one line naming the
+/// fix; `allow_open_store` accepts it, and `[server.auth]` needs neither.
+#[test]
+fn an_open_store_on_the_network_is_refused_unless_asked_for() {
+    let dir = std::env::temp_dir().join(format!("toolgate-open-store-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, extra: &str| {
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "{extra}[[providers]]\nname = \"p\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodels = [\"*\"]\n"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let check = |path: &std::path::Path, listen: &str, env: &[(&str, &str)]| {
+        let mut c = Command::new(BIN);
+        c.args(["check", "--config"]).arg(path);
+        c.env("TOOLGATE_SERVER__LISTEN", listen);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let store = write("store.toml", "[store]\nurl = \"sqlite::memory:\"\n");
+    let tools = write(
+        "tools.toml",
+        "[[http_tools]]\nname = \"t\"\nurl = \"http://127.0.0.1:9/\"\n",
+    );
+    for path in [&store, &tools] {
+        let out = check(path, "0.0.0.0:8080", &[]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("server.listen")
+                && err.contains("[server.auth]")
+                && err.contains("allow_open_store"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        // Loopback is fine, so is asking for it, so is a key.
+        assert!(check(path, "127.0.0.1:8080", &[]).status.success());
+        assert!(check(path, "[::1]:8080", &[]).status.success());
+        let allowed = check(
+            path,
+            "0.0.0.0:8080",
+            &[("TOOLGATE_SERVER__ALLOW_OPEN_STORE", "true")],
+        );
+        assert!(allowed.status.success());
+    }
+    let keyed = write(
+        "keyed.toml",
+        "[server.auth]\napi_keys_env = \"PATH\"\n[store]\nurl = \"sqlite::memory:\"\n",
+    );
+    assert!(check(&keyed, "0.0.0.0:8080", &[]).status.success());
+    // The server refuses to start, too.
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&store)
+        .env("TOOLGATE_SERVER__LISTEN", "0.0.0.0:0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("allow_open_store"));
 }

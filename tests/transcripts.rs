@@ -346,13 +346,19 @@ async fn the_transcript_api_takes_admin_keys_when_they_are_set() {
             .body(http_body_util::Full::new(Bytes::new()))
             .unwrap()
     };
-    // A client's key answers models but opens no transcript.
+    // A client's key answers models and reads its own tenant's transcripts.
     assert_eq!(
         common::send(call("/v1/models", "client-key")).await.status,
         200
     );
     let r = common::send(call("/toolgate/api/chats", "client-key")).await;
-    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        common::send(call("/toolgate/api/chats", "no-key"))
+            .await
+            .status,
+        401
+    );
     assert_eq!(
         common::send(call("/toolgate/api/chats", "admin-key"))
             .await

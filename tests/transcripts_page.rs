@@ -114,8 +114,8 @@ async fn the_page_shows_calls_results_and_text_and_never_runs_markup() {
         assert!(view.contains(want), "{want}\n{view}");
     }
     assert!(
-        dom.contains("1 tool calls"),
-        "the chat list shows the chat: {dom}"
+        dom.contains("anonymous · demo · demo · 1 tool calls"),
+        "the chat list shows the chat and its tenant: {dom}"
     );
 
     let dom = render(&gw.url(&format!("/toolgate/ui/?chat={echo}")), None).await;

@@ -13,13 +13,14 @@ use crate::answer::{self, Ask, Started};
 use crate::api::chat_events::ChatEvents;
 use crate::api::chat_message::ChatMessage;
 use crate::body::Body;
-use crate::config::Provider;
+use crate::config::{Provider, Tenant};
 use crate::error::GatewayError;
 use crate::gateway::Runtime;
 
 pub async fn handle(
     runtime: Arc<Runtime>,
     provider: Arc<Provider>,
+    tenant: Arc<Tenant>,
     parts: http::request::Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, GatewayError> {
@@ -34,6 +35,7 @@ pub async fn handle(
         request,
         uri: parts.uri,
         headers: parts.headers,
+        tenant,
     };
     let running = match answer::start(runtime, provider, ask).await? {
         Started::Refused(response) => return Ok(response),

@@ -15,7 +15,7 @@ use crate::answer::{self, Ask, Started};
 use crate::api::messages_events::MessagesEvents;
 use crate::api::messages_request;
 use crate::body::{self, Body};
-use crate::config::Provider;
+use crate::config::{Provider, Tenant};
 use crate::error::GatewayError;
 use crate::gateway::Runtime;
 
@@ -30,6 +30,7 @@ fn error_type(error: &GatewayError) -> &'static str {
     match error.status().as_u16() {
         400 | 405 | 408 | 413 => "invalid_request_error",
         401 => "authentication_error",
+        403 => "permission_error",
         404 => "not_found_error",
         429 | 503 => "overloaded_error",
         _ => "api_error",
@@ -58,6 +59,7 @@ pub fn error_response(error: GatewayError) -> Response<Body> {
 pub async fn handle(
     runtime: Arc<Runtime>,
     provider: Arc<Provider>,
+    tenant: Arc<Tenant>,
     parts: http::request::Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, GatewayError> {
@@ -81,6 +83,7 @@ pub async fn handle(
         request: translated.chat,
         uri,
         headers: parts.headers,
+        tenant,
     };
     let running = match answer::start(runtime, provider, ask).await? {
         Started::Refused(response) => return Ok(response),

@@ -14,19 +14,21 @@ use crate::answer::{self, Ask, Started};
 use crate::api::responses_events::ResponsesEvents;
 use crate::api::responses_request;
 use crate::body::Body;
-use crate::config::Provider;
+use crate::config::{Provider, Tenant};
 use crate::error::GatewayError;
 use crate::gateway::Runtime;
 
 pub async fn handle(
     runtime: Arc<Runtime>,
     provider: Arc<Provider>,
+    tenant: Arc<Tenant>,
     parts: http::request::Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, GatewayError> {
     let request = super::json_object(&bytes)?;
     let mut request = request;
     let store = runtime.store.clone();
+    let owner = tenant.name.clone();
     // With a store, answers are kept (unless `store: false`) as the
     // conversation they end, which `previous_response_id` continues.
     let keep = store.is_some() && request.get("store").and_then(Value::as_bool) != Some(false);
@@ -44,8 +46,10 @@ pub async fn handle(
             }
         };
         if let Some(id) = &previous {
+            // Another tenant's response is not found, exactly like one that
+            // does not exist.
             let (stored, _) = store
-                .response(id)
+                .response(owner.clone(), id)
                 .await
                 .map_err(|e| GatewayError::StoreUnavailable(e.to_string()))?
                 .ok_or_else(|| {
@@ -85,6 +89,7 @@ pub async fn handle(
         request: translated.chat,
         uri,
         headers: parts.headers,
+        tenant,
     };
     let running = match answer::start(runtime, provider, ask).await? {
         Started::Refused(response) => return Ok(response),
@@ -104,7 +109,7 @@ pub async fn handle(
                 items.extend(output.iter().cloned());
             }
             let id = response["id"].as_str().unwrap_or_default().to_owned();
-            store.save_response(id, Value::Array(items), response.clone());
+            store.save_response(owner, id, Value::Array(items), response.clone());
         }));
     }
     if translated.stream {
@@ -113,9 +118,11 @@ pub async fn handle(
     super::whole(running, encoder, ResponsesEvents::into_response).await
 }
 
-/// `GET` and `DELETE /v1/responses/{id}`: responses kept in the store.
+/// `GET` and `DELETE /v1/responses/{id}`: `tenant`'s responses kept in
+/// the store (another tenant's are not found, like unknown ids).
 pub async fn stored(
     store: Option<&Arc<crate::store::Store>>,
+    tenant: &Tenant,
     method: &http::Method,
     id: &str,
 ) -> Result<Response<Body>, GatewayError> {
@@ -129,14 +136,18 @@ pub async fn stored(
     let object = match *method {
         http::Method::GET => {
             store
-                .response(id)
+                .response(tenant.name.clone(), id)
                 .await
                 .map_err(unavailable)?
                 .ok_or_else(missing)?
                 .1
         }
         http::Method::DELETE => {
-            if !store.delete_response(id).await.map_err(unavailable)? {
+            if !store
+                .delete_response(tenant.name.clone(), id)
+                .await
+                .map_err(unavailable)?
+            {
                 return Err(missing());
             }
             serde_json::json!({"id": id, "object": "response.deleted", "deleted": true})

@@ -3,6 +3,10 @@
 //! `/toolgate/api/chats/{id}/events` (SSE: stored messages replayed, then
 //! live ones while the chat is answered) and `/toolgate/ui/`, one page
 //! embedded in the binary.
+//!
+//! A client key sees its own tenant's chats; another tenant's chat is not
+//! found, like one that does not exist. An admin key sees every tenant's,
+//! and may list one tenant's with `?tenant=`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,8 +28,27 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// An events stream ends after this long (the page reconnects).
 const MAX_EVENTS: Duration = Duration::from_secs(3600);
 
+/// Who reads the transcripts.
+#[derive(Debug, Clone)]
+pub enum Viewer {
+    /// An admin key: every tenant's chats.
+    Admin,
+    /// A client key (or, without `[server.auth]`, anyone): this tenant's.
+    Tenant(Arc<str>),
+}
+
+impl Viewer {
+    fn sees(&self, owner: &str) -> bool {
+        match self {
+            Viewer::Admin => true,
+            Viewer::Tenant(name) => **name == *owner,
+        }
+    }
+}
+
 pub async fn handle(
     store: Option<&Arc<Store>>,
+    viewer: &Viewer,
     method: &Method,
     path: &str,
     query: Option<&str>,
@@ -63,9 +86,19 @@ pub async fn handle(
     })?;
     let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
     match segments.as_slice() {
-        [] => list(store, query).await,
-        [id] => chat(store, id).await,
-        [id, "events"] => Ok(events(store.clone(), (*id).to_owned())),
+        [] => list(store, viewer, query).await,
+        [id] => chat(store, viewer, id).await,
+        [id, "events"] => {
+            // A chat that does not exist yet may be watched (a client names
+            // its chat with the header); its rows are shown only once the
+            // chat turns out to be the viewer's.
+            if let Some(owner) = store.owner(id).await.map_err(unavailable)?
+                && !viewer.sees(&owner)
+            {
+                return Err(no_chat(id));
+            }
+            Ok(events(store.clone(), viewer.clone(), (*id).to_owned()))
+        }
         _ => Err(GatewayError::UnknownRoute {
             method: method.to_string(),
             path: path.to_owned(),
@@ -77,6 +110,10 @@ fn unavailable(e: StoreError) -> GatewayError {
     GatewayError::StoreUnavailable(e.to_string())
 }
 
+fn no_chat(id: &str) -> GatewayError {
+    GatewayError::NotFound(format!("No chat `{id}`"))
+}
+
 fn param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
     query?
         .split('&')
@@ -85,7 +122,11 @@ fn param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
-async fn list(store: &Store, query: Option<&str>) -> Result<Response<Body>, GatewayError> {
+async fn list(
+    store: &Store,
+    viewer: &Viewer,
+    query: Option<&str>,
+) -> Result<Response<Body>, GatewayError> {
     let number = |name: &str| -> Result<Option<i64>, GatewayError> {
         param(query, name)
             .map(|v| {
@@ -99,15 +140,31 @@ async fn list(store: &Store, query: Option<&str>) -> Result<Response<Body>, Gate
         .unwrap_or(DEFAULT_LIMIT)
         .clamp(1, MAX_LIMIT);
     let before = number("before")?;
-    let chats = store.chats(limit + 1, before).await.map_err(unavailable)?;
+    let asked = param(query, "tenant").map(str::to_owned);
+    let tenant = match viewer {
+        Viewer::Admin => asked,
+        Viewer::Tenant(own) => match asked {
+            Some(other) if *other != **own => {
+                return Err(GatewayError::Forbidden(
+                    "`tenant` filters chats for admin keys only; this key sees its own".into(),
+                ));
+            }
+            _ => Some(own.to_string()),
+        },
+    };
+    let chats = store
+        .chats(tenant, limit + 1, before)
+        .await
+        .map_err(unavailable)?;
     let has_more = chats.len() as i64 > limit;
     let data: Vec<_> = chats.into_iter().take(limit as usize).collect();
     Ok(super::json(&json!({"data": data, "has_more": has_more})))
 }
 
-async fn chat(store: &Store, id: &str) -> Result<Response<Body>, GatewayError> {
+async fn chat(store: &Store, viewer: &Viewer, id: &str) -> Result<Response<Body>, GatewayError> {
     match store.chat(id).await.map_err(unavailable)? {
-        None => Err(GatewayError::NotFound(format!("No chat `{id}`"))),
+        Some((chat, _)) if !viewer.sees(&chat.tenant) => Err(no_chat(id)),
+        None => Err(no_chat(id)),
         Some((chat, messages)) => {
             let messages: Vec<&Value> = messages.iter().map(|m| &m.message).collect();
             Ok(super::json(&json!({"chat": chat, "messages": messages})))
@@ -127,14 +184,19 @@ fn frame(kind: &str, message: &Value) -> Bytes {
     Bytes::from(format!("event: {}\ndata: {message}\n\n", event_name(kind)))
 }
 
-/// Replays the chat's stored messages, then streams its live ones.
-fn events(store: Arc<Store>, id: String) -> Response<Body> {
+/// Replays the chat's stored messages, then streams its live ones, as long
+/// as the chat is the viewer's to see.
+fn events(store: Arc<Store>, viewer: Viewer, id: String) -> Response<Body> {
     let body = body::channel::spawn(64, move |tx| async move {
         // Subscribed first, so nothing written meanwhile is missed; rows
         // already replayed are skipped by sequence number.
         let mut live = store.subscribe(&id);
         let mut last = i64::MIN;
-        if let Ok(Some((_, stored))) = store.chat(&id).await {
+        if let Ok(Some((chat, stored))) = store.chat(&id).await {
+            if !viewer.sees(&chat.tenant) {
+                store.unsubscribe(&id, live);
+                return;
+            }
             for m in stored {
                 last = last.max(m.sequence);
                 if tx.send(frame(&m.kind, &m.message)).await.is_err() {
@@ -157,6 +219,16 @@ fn events(store: Arc<Store>, id: String) -> Response<Body> {
                 () = tokio::time::sleep_until(deadline) => break,
             };
             let sent = match next {
+                // Checked per row: the chat may have begun after the viewer came.
+                Ok(m)
+                    if !store
+                        .owner(&id)
+                        .await
+                        .is_ok_and(|o| o.is_some_and(|o| viewer.sees(&o))) =>
+                {
+                    drop(m);
+                    break;
+                }
                 Ok(m) => send_live(&tx, &m, &mut last).await,
                 // A slow viewer missed rows: it reloads the chat.
                 Err(RecvError::Lagged(_)) => tx

@@ -20,6 +20,8 @@ use crate::metrics::request::{self as m, ProviderMetrics, ROUTES};
 pub struct RequestLog {
     /// The routed provider's handles; `None` until routing succeeds.
     pub provider: Option<Arc<ProviderMetrics>>,
+    /// The key's identity, once the key was checked.
+    pub tenant: Option<Arc<str>>,
     pub model: String,
     /// Index into [`ROUTES`].
     pub route: usize,
@@ -44,6 +46,7 @@ impl RequestLog {
         m::active_requests().increment(1.0);
         RequestLog {
             provider: None,
+            tenant: None,
             model: String::new(),
             route,
             status: 0,
@@ -87,6 +90,7 @@ impl Drop for RequestLog {
         crate::log_writer::request(RequestLine {
             at: std::time::SystemTime::now(),
             provider: provider.name.clone(),
+            tenant: self.tenant.take(),
             model: std::mem::take(&mut self.model),
             route: ROUTES[self.route],
             status: self.status,

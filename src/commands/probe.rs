@@ -166,7 +166,6 @@ pub async fn run(
     config.http_tools.retain(|t| named(&t.name));
     config.store = None;
     config.server.auth = None;
-    config.server.admin = None;
     config.server.max_concurrent_requests = None;
     let gateway = Gateway::new(Arc::new(config));
     if agent

@@ -71,6 +71,9 @@ pub struct RawServer {
     pub tls: Option<RawTls>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<RawAuth>,
+    /// Accept a store or gateway tools on a non-loopback `listen` without
+    /// `[server.auth]` (refused otherwise).
+    pub allow_open_store: bool,
 }
 
 /// `[server.tls]`: serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN).
@@ -87,12 +90,32 @@ pub struct RawTls {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAuth {
-    /// Name of an env var holding comma-separated keys.
-    pub api_keys_env: String,
-    /// Name of an env var holding the keys of the transcript API and page
-    /// (`/toolgate/…`); without it, the `api_keys_env` keys open them.
+    /// Name of an env var holding comma-separated keys, each its own tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_keys_env: Option<String>,
+    /// Name of an env var holding the keys that read every tenant's
+    /// transcripts (`/toolgate/…`); client keys read their own tenant's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_keys_env: Option<String>,
+    /// Named tenants (`[[server.auth.keys]]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<RawKey>,
+}
+
+/// `[[server.auth.keys]]`: a named tenant, its keys and its policy.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKey {
+    /// The tenant: owns what its requests store, names it in logs and the API.
+    pub name: String,
+    /// Env var holding one or more comma-separated keys.
+    pub key_env: String,
+    /// Globs over the requested `model`; anything else is `403 model_not_allowed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models: Option<Vec<String>>,
+    /// The gateway tools this key may be offered (as `gateway_tools` names them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_tools: Option<Vec<String>>,
 }
 
 impl Default for RawServer {
@@ -115,6 +138,7 @@ impl Default for RawServer {
             upstream_ca_bundle: None,
             tls: None,
             auth: None,
+            allow_open_store: false,
         }
     }
 }

@@ -21,6 +21,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub struct RequestLine {
     pub at: SystemTime,
     pub provider: Arc<str>,
+    /// The key's identity (names from the config, or `key-` and hex digits).
+    pub tenant: Option<Arc<str>>,
     /// The model as the client sent it: escaped, since anyone can choose it.
     pub model: String,
     pub route: &'static str,
@@ -53,6 +55,10 @@ impl RequestLine {
         timestamp(now, out);
         out.extend_from_slice(b"  INFO toolgate::request: request provider=");
         debug_str(&self.provider, out);
+        if let Some(tenant) = &self.tenant {
+            out.extend_from_slice(b" tenant=");
+            debug_str(tenant, out);
+        }
         out.extend_from_slice(b" model=");
         untrusted(&self.model, out);
         out.extend_from_slice(b" route=");
@@ -86,6 +92,10 @@ impl RequestLine {
             b"\",\"level\":\"INFO\",\"fields\":{\"message\":\"request\",\"provider\":",
         );
         json_str(&self.provider, out);
+        if let Some(tenant) = &self.tenant {
+            out.extend_from_slice(b",\"tenant\":");
+            json_str(tenant, out);
+        }
         out.extend_from_slice(b",\"model\":");
         json_untrusted(&self.model, out);
         out.extend_from_slice(b",\"route\":");
@@ -352,6 +362,7 @@ mod tests {
         let base = RequestLine {
             at: SystemTime::now(),
             provider: "pt".into(),
+            tenant: None,
             model: "bench-json".into(),
             route: "chat_completions",
             status: 200,
@@ -384,6 +395,10 @@ mod tests {
                 duration: Duration::from_secs(86_400 * 3) + Duration::from_micros(10),
                 bytes_out: u64::MAX,
                 status: 599,
+                ..base.clone()
+            },
+            RequestLine {
+                tenant: Some("team-a".into()),
                 ..base.clone()
             },
             RequestLine {

@@ -22,6 +22,7 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "transcripts", include_str!("schema_1.sql")),
     (2, "gateway steps", include_str!("schema_2.sql")),
+    (3, "tenants", include_str!("schema_3.sql")),
 ];
 
 pub enum Db {
@@ -120,14 +121,16 @@ impl Db {
                         .await?;
                     }
                     Write::Chat(c) => {
+                        // A chat only ever takes its own tenant's updates.
                         sqlx::query(
-                            "INSERT INTO chats (id, created_at, updated_at, provider, model, title, tool_calls, messages) \
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                            "INSERT INTO chats (id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
                              ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
                              provider = excluded.provider, model = excluded.model, \
                              title = CASE WHEN chats.title = '' THEN excluded.title ELSE chats.title END, \
                              tool_calls = chats.tool_calls + excluded.tool_calls, \
-                             messages = chats.messages + excluded.messages",
+                             messages = chats.messages + excluded.messages \
+                             WHERE chats.tenant = excluded.tenant",
                         )
                         .bind(&*c.id)
                         .bind(c.at)
@@ -137,30 +140,33 @@ impl Db {
                         .bind(&c.title)
                         .bind(c.tool_calls)
                         .bind(c.messages)
+                        .bind(&*c.tenant)
                         .execute(&mut *tx)
                         .await?;
                     }
                     Write::Head(h) => {
                         sqlx::query(
-                            "INSERT INTO heads (hash, chat_id, len, created_at) VALUES ($1, $2, $3, $4) \
+                            "INSERT INTO heads (hash, chat_id, len, created_at, tenant) VALUES ($1, $2, $3, $4, $5) \
                              ON CONFLICT (hash) DO NOTHING",
                         )
                         .bind(&h.hash)
                         .bind(&*h.chat_id)
                         .bind(h.len)
                         .bind(h.at)
+                        .bind(&*h.tenant)
                         .execute(&mut *tx)
                         .await?;
                     }
                     Write::Response(r) => {
                         sqlx::query(
-                            "INSERT INTO responses (id, created_at, conversation_json, response_json) \
-                             VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING",
+                            "INSERT INTO responses (id, created_at, conversation_json, response_json, tenant) \
+                             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
                         )
                         .bind(&r.id)
                         .bind(r.at)
                         .bind(r.conversation.to_string())
                         .bind(r.response.to_string())
+                        .bind(&*r.tenant)
                         .execute(&mut *tx)
                         .await?;
                     }
@@ -168,9 +174,10 @@ impl Db {
                         let json = s.steps.to_string();
                         for id in &s.ids {
                             sqlx::query(
-                                "INSERT INTO steps (call_id, created_at, steps_json) \
-                                 VALUES ($1, $2, $3) ON CONFLICT (call_id) DO NOTHING",
+                                "INSERT INTO steps (tenant, call_id, created_at, steps_json) \
+                                 VALUES ($1, $2, $3, $4) ON CONFLICT (tenant, call_id) DO NOTHING",
                             )
+                            .bind(&*s.tenant)
                             .bind(id)
                             .bind(s.at)
                             .bind(&json)
@@ -184,19 +191,22 @@ impl Db {
         })
     }
 
-    /// Chats, newest activity first, older than `before` (ms) if given.
+    /// Chats, newest activity first, older than `before` (ms) if given;
+    /// `tenant`'s only when given.
     pub async fn chats(
         &self,
+        tenant: Option<&str>,
         limit: i64,
         before: Option<i64>,
     ) -> Result<Vec<ChatSummary>, sqlx::Error> {
         let before = before.unwrap_or(i64::MAX);
         let rows = on_pool!(self, pool => {
             sqlx::query(
-                "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages FROM chats \
-                 WHERE updated_at < $1 ORDER BY updated_at DESC, id DESC LIMIT $2",
+                "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant FROM chats \
+                 WHERE updated_at < $1 AND ($2 IS NULL OR tenant = $2) ORDER BY updated_at DESC, id DESC LIMIT $3",
             )
             .bind(before)
+            .bind(tenant)
             .bind(limit)
             .fetch_all(pool)
             .await?
@@ -207,10 +217,11 @@ impl Db {
         Ok(rows)
     }
 
+    /// A chat (any tenant's: callers check its `tenant`).
     pub async fn chat(&self, id: &str) -> Result<Option<ChatSummary>, sqlx::Error> {
         on_pool!(self, pool => {
             let row = sqlx::query(
-                "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages FROM chats WHERE id = $1",
+                "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant FROM chats WHERE id = $1",
             )
             .bind(id)
             .fetch_optional(pool)
@@ -245,13 +256,18 @@ impl Db {
         })
     }
 
-    /// The longest of `hashes` (longest first) that heads a known chat:
-    /// its chat id and how many messages it covers.
-    pub async fn find_head(&self, hashes: &[String]) -> Result<Option<(String, i64)>, sqlx::Error> {
+    /// The longest of `hashes` (longest first) that heads one of `tenant`'s
+    /// chats: its chat id and how many messages it covers.
+    pub async fn find_head(
+        &self,
+        tenant: &str,
+        hashes: &[String],
+    ) -> Result<Option<(String, i64)>, sqlx::Error> {
         for hash in hashes {
             let found: Option<(String, i64)> = on_pool!(self, pool => {
-                sqlx::query("SELECT chat_id, len FROM heads WHERE hash = $1")
+                sqlx::query("SELECT chat_id, len FROM heads WHERE hash = $1 AND tenant = $2")
                     .bind(hash)
+                    .bind(tenant)
                     .fetch_optional(pool)
                     .await?
                     .map(|row| Ok::<_, sqlx::Error>((row.try_get("chat_id")?, row.try_get("len")?)))
@@ -264,11 +280,17 @@ impl Db {
         Ok(None)
     }
 
-    /// A stored response: the conversation it ended and the response object.
-    pub async fn response(&self, id: &str) -> Result<Option<(Value, Value)>, sqlx::Error> {
+    /// One of `tenant`'s stored responses: the conversation it ended and
+    /// the response object.
+    pub async fn response(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<(Value, Value)>, sqlx::Error> {
         on_pool!(self, pool => {
-            sqlx::query("SELECT conversation_json, response_json FROM responses WHERE id = $1")
+            sqlx::query("SELECT conversation_json, response_json FROM responses WHERE id = $1 AND tenant = $2")
                 .bind(id)
+                .bind(tenant)
                 .fetch_optional(pool)
                 .await?
                 .map(|row| {
@@ -283,20 +305,24 @@ impl Db {
         })
     }
 
-    /// The steps kept under any of `ids`, in one query: each distinct steps
-    /// value with the ids it was found under.
-    pub async fn steps(&self, ids: &[String]) -> Result<Vec<(Vec<String>, String)>, sqlx::Error> {
+    /// The steps `tenant` kept under any of `ids`, in one query: each
+    /// distinct steps value with the ids it was found under.
+    pub async fn steps(
+        &self,
+        tenant: &str,
+        ids: &[String],
+    ) -> Result<Vec<(Vec<String>, String)>, sqlx::Error> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let placeholders: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+        let placeholders: Vec<String> = (2..=ids.len() + 1).map(|i| format!("${i}")).collect();
         let sql = format!(
-            "SELECT call_id, steps_json FROM steps WHERE call_id IN ({})",
+            "SELECT call_id, steps_json FROM steps WHERE tenant = $1 AND call_id IN ({})",
             placeholders.join(", ")
         );
         let rows: Vec<(String, String)> = on_pool!(self, pool => {
             // Audited: only numbered placeholders are formatted into it.
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()));
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).bind(tenant);
             for id in ids {
                 query = query.bind(id);
             }
@@ -317,9 +343,14 @@ impl Db {
         Ok(found)
     }
 
-    pub async fn delete_response(&self, id: &str) -> Result<bool, sqlx::Error> {
+    pub async fn delete_response(&self, tenant: &str, id: &str) -> Result<bool, sqlx::Error> {
         let done = on_pool!(self, pool => {
-            sqlx::query("DELETE FROM responses WHERE id = $1").bind(id).execute(pool).await?.rows_affected()
+            sqlx::query("DELETE FROM responses WHERE id = $1 AND tenant = $2")
+                .bind(id)
+                .bind(tenant)
+                .execute(pool)
+                .await?
+                .rows_affected()
         });
         Ok(done > 0)
     }
@@ -366,5 +397,6 @@ where
         title: row.try_get("title")?,
         tool_calls: row.try_get("tool_calls")?,
         messages: row.try_get("messages")?,
+        tenant: row.try_get("tenant")?,
     })
 }

@@ -3,6 +3,10 @@
 //! normalised to what a client sends back (role, text, calls by name and
 //! arguments, results by call id). A request whose history starts with such
 //! a state continues that chat. Pure.
+//!
+//! The chain starts from the tenant's name, so one tenant's history never
+//! matches another's state, however alike the two conversations are (the
+//! anonymous tenant's chain starts from zero, as before tenants).
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -14,6 +18,19 @@ pub struct Chain {
 }
 
 impl Chain {
+    /// A chain for `tenant`'s conversations.
+    pub fn for_tenant(tenant: &str) -> Chain {
+        if tenant == crate::config::auth::ANONYMOUS {
+            return Chain::default();
+        }
+        let mut hasher = Sha256::new();
+        hasher.update(b"toolgate tenant\0");
+        hasher.update(tenant.as_bytes());
+        Chain {
+            state: hasher.finalize().into(),
+        }
+    }
+
     pub fn push(&mut self, message: &Value) {
         let mut hasher = Sha256::new();
         hasher.update(self.state);
@@ -66,10 +83,10 @@ fn normal(message: &Value) -> String {
     serde_json::json!([role, text.trim(), calls, id]).to_string()
 }
 
-/// The hash of every prefix of `messages` that ends with an assistant
-/// message, longest first, with its length; at most `max`.
-pub fn prefixes(messages: &[Value], max: usize) -> Vec<(String, usize)> {
-    let mut chain = Chain::default();
+/// The hash of every prefix of `tenant`'s `messages` that ends with an
+/// assistant message, longest first, with its length; at most `max`.
+pub fn prefixes(tenant: &str, messages: &[Value], max: usize) -> Vec<(String, usize)> {
+    let mut chain = Chain::for_tenant(tenant);
     let mut out = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         chain.push(message);
@@ -104,11 +121,14 @@ mod tests {
             json!({"role": "assistant", "content": "", "refusal": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "W", "arguments": "{\"city\":\"Rome\"}"}}]}),
             json!({"role": "tool", "tool_call_id": "c1", "content": "hot"}),
         ];
-        assert_eq!(prefixes(&next, 8), vec![(head.clone(), 2)]);
+        assert_eq!(prefixes("anonymous", &next, 8), vec![(head.clone(), 2)]);
         let other = [
             json!({"role": "user", "content": "Weather!"}),
             next[1].clone(),
         ];
-        assert_ne!(prefixes(&other, 8)[0].0, head);
+        assert_ne!(prefixes("anonymous", &other, 8)[0].0, head);
+        // The same history from another tenant continues nothing of this one's.
+        assert_ne!(prefixes("team-b", &next, 8)[0].0, head);
+        assert_ne!(prefixes("team-b", &next, 8), prefixes("team-c", &next, 8));
     }
 }

@@ -50,6 +50,8 @@ pub struct Message {
 #[derive(Debug, Clone)]
 pub struct ChatUpdate {
     pub id: Arc<str>,
+    /// The tenant whose request made it.
+    pub tenant: Arc<str>,
     pub at: i64,
     pub provider: String,
     pub model: String,
@@ -62,6 +64,7 @@ pub struct ChatUpdate {
 #[derive(Debug, Clone)]
 pub struct Head {
     pub hash: String,
+    pub tenant: Arc<str>,
     pub chat_id: Arc<str>,
     pub len: i64,
     pub at: i64,
@@ -70,6 +73,7 @@ pub struct Head {
 /// Gateway steps kept for a client's follow-up, under each call id.
 #[derive(Debug, Clone)]
 pub struct StoredSteps {
+    pub tenant: Arc<str>,
     pub ids: Vec<String>,
     pub at: i64,
     pub steps: Value,
@@ -79,6 +83,7 @@ pub struct StoredSteps {
 #[derive(Debug, Clone)]
 pub struct StoredResponse {
     pub id: String,
+    pub tenant: Arc<str>,
     pub at: i64,
     /// The chat messages the answer ended (request and reply).
     pub conversation: Value,
@@ -105,6 +110,8 @@ pub struct ChatSummary {
     pub title: String,
     pub tool_calls: i64,
     pub messages: i64,
+    /// The tenant that owns it.
+    pub tenant: String,
 }
 
 /// A message as read back.

@@ -17,6 +17,8 @@ use crate::store::{Shared, redact};
 pub struct Recorder {
     shared: Arc<Shared>,
     chat_id: Arc<str>,
+    /// The tenant that owns the chat.
+    tenant: Arc<str>,
     provider: String,
     model: String,
     title: String,
@@ -41,12 +43,13 @@ impl Recorder {
     pub(super) fn start(
         shared: Arc<Shared>,
         chat_id: Arc<str>,
+        tenant: Arc<str>,
         provider: &str,
         model: &str,
         messages: &[Value],
         known: usize,
     ) -> Recorder {
-        let mut chain = Chain::default();
+        let mut chain = Chain::for_tenant(&tenant);
         for m in messages {
             chain.push(m);
         }
@@ -58,6 +61,7 @@ impl Recorder {
         let mut recorder = Recorder {
             shared,
             chat_id,
+            tenant,
             provider: provider.to_owned(),
             model: model.to_owned(),
             title,
@@ -268,6 +272,7 @@ impl Recorder {
         self.chain.push(&reply);
         let head = Head {
             hash: self.chain.hex(),
+            tenant: self.tenant.clone(),
             chat_id: self.chat_id.clone(),
             len: self.index as i64 + 1,
             at,
@@ -277,6 +282,7 @@ impl Recorder {
             .remember(head.hash.clone(), self.chat_id.clone(), head.len);
         self.shared.push(Write::Chat(ChatUpdate {
             id: self.chat_id.clone(),
+            tenant: self.tenant.clone(),
             at,
             provider: std::mem::take(&mut self.provider),
             model: std::mem::take(&mut self.model),

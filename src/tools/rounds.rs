@@ -187,6 +187,7 @@ impl Rounds {
                 // Ids must be unique over all rounds; upstreams reuse theirs.
                 call.id = call_id();
                 match self.offer.get(&call.name).cloned() {
+                    None if self.offer.is_withheld(&call.name) => self.withheld_call(call, out),
                     None => self.slots.push(Slot::Client(call)),
                     Some(tool) => self.gateway_call(call, tool, out),
                 }
@@ -195,6 +196,31 @@ impl Rounds {
             Event::Finish(reason) => self.finish = Some(reason),
             Event::Usage(u) => self.usage.get_or_insert_with(Usage::default).add(&u),
         }
+    }
+
+    /// A call to one of the provider's tools that this key may not use: it
+    /// is not run, and the model is told so as its result.
+    fn withheld_call(&mut self, call: Call, out: &mut Vec<Action>) {
+        let report = GatewayCall {
+            index: self.next_index,
+            id: call.id.clone(),
+            name: call.name.clone(),
+            server: "withheld".to_owned(),
+            arguments: call.arguments.clone(),
+            status: GatewayStatus::Failed,
+            output: None,
+            error: Some(format!(
+                "the tool {} is not available to this API key",
+                call.name
+            )),
+        };
+        self.next_index += 1;
+        out.push(Action::Emit(Event::Gateway(report.clone())));
+        self.slots.push(Slot::Gateway {
+            call,
+            report,
+            repeat: false,
+        });
     }
 
     fn gateway_call(&mut self, call: Call, tool: Arc<GatewayTool>, out: &mut Vec<Action>) {
@@ -434,6 +460,7 @@ mod tests {
         );
         Offer {
             tools: vec![Arc::new(tool)],
+            withheld: vec!["clock".into()],
         }
     }
 
@@ -532,6 +559,39 @@ mod tests {
         assert_eq!(rounds.end_round(&mut out), Next::Continue);
         let body: Value = serde_json::from_slice(&rounds.body()).unwrap();
         assert_eq!(body["tool_choice"], "none", "the loop is broken");
+    }
+
+    #[test]
+    fn a_call_to_a_withheld_tool_is_refused_and_the_model_told() {
+        let Value::Object(request) = json!({"messages": []}) else {
+            unreachable!()
+        };
+        let mut rounds = Rounds::new(request, calculator(), 8, None);
+        let mut out = Vec::new();
+        let clock = Event::Call(Call {
+            id: "up".into(),
+            name: "clock".into(),
+            arguments: "{}".into(),
+        });
+        assert!(
+            round(&mut rounds, vec![clock], &mut out).is_empty(),
+            "never run"
+        );
+        assert_eq!(
+            rounds.end_round(&mut out),
+            Next::Continue,
+            "not the client's call"
+        );
+        let body: Value = serde_json::from_slice(&rounds.body()).unwrap();
+        let result = body["messages"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(result["role"], "tool");
+        assert!(
+            result["content"]
+                .as_str()
+                .unwrap()
+                .contains("not available to this API key"),
+            "{result}"
+        );
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! history holds an assistant message whose call ids are known here, that
 //! message is replaced by what the model really said and was told. Kept in
 //! bounded memory: by count, by bytes and by age, oldest first out.
+//!
+//! Steps belong to the tenant whose request made them: they are kept and
+//! found under (tenant, call id), so a call id from another tenant's
+//! history finds nothing.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -41,13 +45,17 @@ impl Steps {
 }
 
 struct Entry {
+    tenant: Arc<str>,
     ids: Vec<String>,
     at: Instant,
     bytes: usize,
 }
 
+/// (tenant, call id).
+type Key = (Arc<str>, String);
+
 struct Inner {
-    by_id: HashMap<String, Arc<Steps>>,
+    by_id: HashMap<Key, Arc<Steps>>,
     order: VecDeque<Entry>,
     bytes: usize,
 }
@@ -77,8 +85,8 @@ impl StepStore {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Keeps `steps` under each of the client's call ids.
-    pub fn keep(&self, client_ids: Vec<String>, steps: Steps) {
+    /// Keeps `steps` under each of the client's call ids, for `tenant`.
+    pub fn keep(&self, tenant: &Arc<str>, client_ids: Vec<String>, steps: Steps) {
         let bytes = steps.bytes();
         if bytes > self.max_bytes {
             tracing::warn!(bytes, "gateway steps too large to keep for the follow-up");
@@ -87,10 +95,13 @@ impl StepStore {
         let steps = Arc::new(steps);
         let mut inner = self.lock();
         for id in &client_ids {
-            inner.by_id.insert(id.clone(), steps.clone());
+            inner
+                .by_id
+                .insert((tenant.clone(), id.clone()), steps.clone());
         }
         inner.bytes += bytes;
         inner.order.push_back(Entry {
+            tenant: tenant.clone(),
             ids: client_ids,
             at: Instant::now(),
             bytes,
@@ -104,14 +115,15 @@ impl StepStore {
             let entry = inner.order.pop_front().expect("front exists");
             inner.bytes -= entry.bytes;
             for id in entry.ids {
-                inner.by_id.remove(&id);
+                inner.by_id.remove(&(entry.tenant.clone(), id));
             }
         }
     }
 
     /// The call ids of the history's assistant messages with no steps kept
-    /// here (the newest `max`): a store may hold steps another replica kept.
-    pub fn unknown_ids(&self, messages: &[Value], max: usize) -> Vec<String> {
+    /// here for `tenant` (the newest `max`): a store may hold steps another
+    /// replica kept.
+    pub fn unknown_ids(&self, tenant: &Arc<str>, messages: &[Value], max: usize) -> Vec<String> {
         let inner = self.lock();
         let mut ids: Vec<String> = messages
             .iter()
@@ -120,7 +132,11 @@ impl StepStore {
             .filter_map(|m| m.get("tool_calls")?.as_array())
             .flatten()
             .filter_map(|c| c.get("id")?.as_str())
-            .filter(|id| !inner.by_id.contains_key(*id))
+            .filter(|id| {
+                !inner
+                    .by_id
+                    .contains_key(&(tenant.clone(), (*id).to_owned()))
+            })
             .take(max)
             .map(str::to_owned)
             .collect();
@@ -137,9 +153,9 @@ impl StepStore {
         self.len() == 0
     }
 
-    /// Puts the gateway's steps back into `messages`; returns how many
+    /// Puts `tenant`'s gateway steps back into `messages`; returns how many
     /// assistant messages were expanded.
-    pub fn splice(&self, messages: &mut Vec<Value>) -> usize {
+    pub fn splice(&self, tenant: &Arc<str>, messages: &mut Vec<Value>) -> usize {
         let inner = self.lock();
         if inner.by_id.is_empty() {
             return 0;
@@ -150,7 +166,7 @@ impl StepStore {
             }
             m.get("tool_calls")?.as_array()?.iter().find_map(|c| {
                 let id = c.get("id")?.as_str()?;
-                inner.by_id.get(id).cloned()
+                inner.by_id.get(&(tenant.clone(), id.to_owned())).cloned()
             })
         };
         if !messages.iter().any(|m| found(m).is_some()) {
@@ -205,13 +221,22 @@ mod tests {
     #[test]
     fn the_clients_turn_is_expanded_in_order() {
         let store = StepStore::new(10, 1 << 20, Duration::from_secs(60));
-        store.keep(vec!["c1".into()], steps(""));
+        let a: Arc<str> = "a".into();
+        store.keep(&a, vec!["c1".into()], steps(""));
         let mut messages = vec![
             json!({"role": "user", "content": "hi"}),
             json!({"role": "assistant", "content": "It is noon. Now the weather.", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "Notify", "arguments": "{}"}}]}),
             json!({"role": "tool", "tool_call_id": "c1", "content": "sent"}),
         ];
-        assert_eq!(store.splice(&mut messages), 1);
+        let b: Arc<str> = "b".into();
+        let mut theirs = messages.clone();
+        assert_eq!(
+            store.splice(&b, &mut theirs),
+            0,
+            "another tenant's history finds nothing"
+        );
+        assert_eq!(store.unknown_ids(&b, &theirs, 8), ["c1"]);
+        assert_eq!(store.splice(&a, &mut messages), 1);
         let roles: Vec<&str> = messages
             .iter()
             .map(|m| m["role"].as_str().unwrap())
@@ -235,18 +260,19 @@ mod tests {
     #[test]
     fn bounded_by_count_and_bytes() {
         let store = StepStore::new(3, 1 << 20, Duration::from_secs(60));
+        let t: Arc<str> = "t".into();
         for i in 0..10 {
-            store.keep(vec![format!("c{i}")], steps(&i.to_string()));
+            store.keep(&t, vec![format!("c{i}")], steps(&i.to_string()));
         }
         assert_eq!(store.len(), 3);
         let mut old = vec![json!({"role": "assistant", "tool_calls": [{"id": "c0"}]})];
-        assert_eq!(store.splice(&mut old), 0, "the oldest were evicted");
+        assert_eq!(store.splice(&t, &mut old), 0, "the oldest were evicted");
         let mut new = vec![json!({"role": "assistant", "tool_calls": [{"id": "c9"}]})];
-        assert_eq!(store.splice(&mut new), 1);
+        assert_eq!(store.splice(&t, &mut new), 1);
         let one = steps("x").bytes();
         let store = StepStore::new(100, one * 2, Duration::from_secs(60));
         for i in 0..5 {
-            store.keep(vec![format!("c{i}")], steps("x"));
+            store.keep(&t, vec![format!("c{i}")], steps("x"));
         }
         assert_eq!(store.len(), 2);
     }

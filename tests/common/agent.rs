@@ -19,8 +19,18 @@ pub fn chunk(choices: Value) -> String {
 
 /// An upstream stream making native calls `(name, arguments)`, one per index.
 pub fn calls_sse(calls: &[(&str, &str)]) -> String {
+    text_then_calls_sse("", calls)
+}
+
+/// An upstream stream writing `text`, then making native calls.
+pub fn text_then_calls_sse(text: &str, calls: &[(&str, &str)]) -> String {
+    let content = if text.is_empty() {
+        Value::Null
+    } else {
+        Value::from(text)
+    };
     let mut out = chunk(
-        json!([{"index": 0, "delta": {"role": "assistant", "content": null}, "finish_reason": null}]),
+        json!([{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": null}]),
     );
     for (i, (name, args)) in calls.iter().enumerate() {
         out.push_str(&chunk(json!([{"index": 0, "delta": {"tool_calls": [{"index": i, "id": format!("up_call_{i}"), "type": "function", "function": {"name": name, "arguments": ""}}]}, "finish_reason": null}])));

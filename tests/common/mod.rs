@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod binary;
 pub mod installed;
 pub mod postgres;
 

@@ -1,0 +1,71 @@
+//! Who a request comes from: the key it presents (`Authorization: Bearer`,
+//! or Anthropic's `x-api-key`) identified against `[server.auth]`. Without
+//! `[server.auth]` every request is the anonymous tenant's.
+
+use std::sync::Arc;
+
+use http::{Request, header};
+
+use crate::api::transcripts::Viewer;
+use crate::config::{Caller, Config, Tenant};
+use crate::error::GatewayError;
+
+/// The tenant of a `/v1` request. Admin keys read transcripts; they do not
+/// call models.
+pub fn tenant<B>(config: &Config, req: &Request<B>) -> Result<Arc<Tenant>, GatewayError> {
+    let Some(auth) = &config.server.auth else {
+        return Ok(Tenant::anonymous());
+    };
+    match presented(req).and_then(|key| auth.identify(key)) {
+        Some(Caller::Client(tenant)) => Ok(tenant),
+        Some(Caller::Admin) | None => Err(GatewayError::Unauthorized),
+    }
+}
+
+/// Who reads the transcript API: an admin key sees every tenant, a client
+/// key its own tenant, and without `[server.auth]` everyone is anonymous.
+pub fn viewer<B>(config: &Config, req: &Request<B>) -> Result<Viewer, GatewayError> {
+    let Some(auth) = &config.server.auth else {
+        return Ok(Viewer::Tenant(Tenant::anonymous().name.clone()));
+    };
+    match presented(req).and_then(|key| auth.identify(key)) {
+        Some(Caller::Admin) => Ok(Viewer::Admin),
+        Some(Caller::Client(tenant)) => Ok(Viewer::Tenant(tenant.name.clone())),
+        None => Err(GatewayError::Unauthorized),
+    }
+}
+
+/// The key a request presents.
+fn presented<B>(req: &Request<B>) -> Option<&[u8]> {
+    req.headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| bearer_token(v.as_bytes()))
+        .or_else(|| {
+            req.headers()
+                .get("x-api-key")
+                .map(|v| v.as_bytes().trim_ascii())
+        })
+}
+
+/// The token of an `Authorization: Bearer <token>` header. The scheme is
+/// case-insensitive (RFC 9110 §11.1), so `bearer` and `BEARER` are accepted.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, token) = value.split_at_checked(7)?;
+    scheme
+        .eq_ignore_ascii_case(b"Bearer ")
+        .then(|| token.trim_ascii())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token(b"Bearer k"), Some(&b"k"[..]));
+        assert_eq!(bearer_token(b"bearer  k "), Some(&b"k"[..]));
+        assert_eq!(bearer_token(b"BEARER k"), Some(&b"k"[..]));
+        assert_eq!(bearer_token(b"Basic k"), None);
+        assert_eq!(bearer_token(b"Bear"), None);
+    }
+}

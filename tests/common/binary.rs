@@ -1,0 +1,64 @@
+//! The real `toolgate` binary on a loopback port, with its own environment
+//! (keys come from env vars), stopped when dropped.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Binary {
+    child: Child,
+    pub port: u16,
+}
+
+impl Binary {
+    /// Serves `config` (its `listen` is replaced by a free port) with `env`.
+    pub fn start(config: &str, env: &[(&str, &str)]) -> Binary {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("toolgate-bin-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("toolgate.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        command
+            .arg("--config")
+            .arg(&path)
+            .env("TOOLGATE_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+            .env("TOOLGATE_LOG", "warn")
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().unwrap();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                eprintln!("[toolgate:{port}] {line}");
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("toolgate exited at start: {status}");
+            }
+            assert!(Instant::now() < deadline, "toolgate did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Binary { child, port }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
