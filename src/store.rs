@@ -312,14 +312,14 @@ impl Store {
     }
 
     /// Whether chat `id` is `tenant`'s, or is no one's yet (a client may
-    /// name a new chat). Unsure (the database does not answer within the
-    /// linking deadline) counts as not.
+    /// name a new chat). Unsure (the database is not connected, or does not
+    /// answer within the linking deadline) counts as not.
     async fn owned_by(&self, id: &str, tenant: &Arc<str>) -> bool {
         if let Some(owner) = self.shared.heads.owner(id) {
             return owner == *tenant;
         }
         if self.shared.db.get().is_none() {
-            return true;
+            return false;
         }
         let shared = self.shared.clone();
         let chat = id.to_owned();
