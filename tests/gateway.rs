@@ -4,6 +4,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -664,6 +665,68 @@ async fn an_upstreams_keep_alive_timeout_is_honoured() {
     // timeout=1 leaves less than a second of safe idle time: never reused
     // (compare the test above, where 6 requests share 2 connections).
     assert_eq!(mock.connection_count(), 4);
+}
+
+/// An upstream that closes a kept-alive connection as the next request goes
+/// in (llama.cpp's server closes one after every streamed answer): the
+/// request, which got no byte of an answer, is sent again on a new
+/// connection instead of failing with 502.
+#[tokio::test]
+async fn a_request_caught_by_an_upstreams_close_is_sent_again() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let accepted = connections.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            accepted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut served = 0;
+                loop {
+                    // One request head and its (small) body.
+                    let mut buf = Vec::new();
+                    let mut byte = [0u8; 4096];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut byte).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&byte[..n]),
+                        }
+                    }
+                    if served == 1 {
+                        // The next request on a kept connection: closed unanswered.
+                        return;
+                    }
+                    served += 1;
+                    let sse = "data: {\"n\":1}\n\ndata: [DONE]\n\n";
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nkeep-alive: timeout=5, max=100\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{sse}\r\n0\r\n\r\n",
+                        sse.len()
+                    );
+                    if socket.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let gw = TestGateway::start(&format!(
+        "{}{}",
+        fast_server(),
+        provider_toml("up", &format!("http://{addr}/v1"), "[\"*\"]", "")
+    ))
+    .await;
+    for _ in 0..4 {
+        let got = post(
+            &gw.url("/v1/chat/completions"),
+            r#"{"model":"m","stream":true}"#,
+        )
+        .await;
+        assert_eq!(got.status, 200, "{}", got.text());
+        assert!(got.text().contains("[DONE]"));
+    }
+    assert!(connections.load(Ordering::SeqCst) >= 4);
 }
 
 #[tokio::test]

@@ -24,7 +24,11 @@
 //! (`Keep-Alive: timeout=5`, as llama.cpp's server does) gets none reused
 //! within a second of that: its close can be on the wire while a busy worker
 //! has not read it yet, and a request written into a closing connection
-//! fails with nothing to show for it.
+//! fails with nothing to show for it. An upstream may also close a
+//! connection right after a response it said would keep it (llama.cpp does
+//! after every streamed one); a request that goes into such a connection and
+//! gets it closed before any byte of an answer is sent once more, on a new
+//! connection.
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
@@ -145,12 +149,21 @@ impl Pool {
         req: Request<Full<Bytes>>,
     ) -> Result<Response<PooledBody>, SendError> {
         let mut req = req;
+        let mut fresh = false;
         loop {
-            let (mut conn, reused) = match self.inner.checkout(authority) {
+            let pooled = if fresh {
+                None
+            } else {
+                self.inner.checkout(authority)
+            };
+            let (mut conn, reused) = match pooled {
                 Some(conn) => (conn, true),
                 // Boxed: connecting is the rare path, and its future is large.
                 None => (Box::pin(self.inner.connect(authority)).await?, false),
             };
+            // Kept for the one case a written request is sent again (below):
+            // the body is shared bytes, the head a few headers.
+            let again = reused.then(|| copy(&req));
             match exchange(&mut conn, req).await {
                 Ok(response) => {
                     let (parts, incoming) = response.into_parts();
@@ -167,6 +180,16 @@ impl Pool {
                 // a reused connection the upstream had just closed. Safe to send again.
                 Err(mut e) if reused && e.message().is_some() => {
                     req = e.take_message().expect("checked above");
+                }
+                // A reused connection closed with not a byte of an answer:
+                // the upstream closed it as the request went in. Once more,
+                // on a connection of its own.
+                Err(e) if e.error().is_incomplete_message() && again.is_some() => {
+                    tracing::debug!(
+                        "a pooled upstream connection was closed under a request; sending it again on a new one"
+                    );
+                    req = again.expect("checked above");
+                    fresh = true;
                 }
                 Err(e) => return Err(e.into_error().into()),
             }
@@ -252,6 +275,16 @@ impl Inner {
             idle_for: IDLE_TIMEOUT,
         }))
     }
+}
+
+/// A copy of `req` to send again.
+fn copy(req: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+    let mut copy = Request::new(req.body().clone());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    copy
 }
 
 /// How long a connection may sit unused after a response with `headers`:
