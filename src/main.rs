@@ -221,6 +221,8 @@ fn probe_options(
 }
 
 fn probe(config: Config, options: &probe::Options, json: bool, recommend: bool) -> ExitCode {
+    // Warnings only: an upstream failure says why, the per-request lines stay quiet.
+    init_tracing("warn");
     let runtime = match toolgate::workers::runtime() {
         Ok(r) => r,
         Err(e) => {
@@ -286,7 +288,7 @@ fn print_result(result: Result<String, String>) -> ExitCode {
 }
 
 fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
-    init_tracing();
+    init_tracing("info");
     // The main thread is worker 0: it also accepts and deals connections.
     let started = toolgate::workers::runtime().and_then(|runtime| {
         let others = toolgate::workers::Workers::start(config.server.workers.get() - 1)?;
@@ -360,9 +362,10 @@ async fn reload_on_sighup(gateway: Arc<toolgate::gateway::Gateway>, path: Option
     let _ = (gateway, path);
 }
 
-fn init_tracing() {
+/// Logging to stderr at `TOOLGATE_LOG`, `default` when it is not set.
+fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let json = std::env::var("TOOLGATE_LOG_FORMAT").is_ok_and(|v| v == "json");
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -27,9 +27,12 @@ const RESULT_SEPARATOR: &str = "\n---\n";
 
 /// Closes the user turn that hands the model its results when the model
 /// answers next. Without it Qwen2.5-Coder-0.5B called the same tool again
-/// after 8 of 8 results in bracket syntax; with it, none (measured with the
-/// instruction rule about results, in `prompt::instructions`).
-pub const ANSWER_NOW: &str = "Answer my question using these results.";
+/// after 8 of 8 results in bracket syntax; with it (and the instruction rule
+/// about results, in `prompt::instructions`), 1 of 8. Asking to "answer my
+/// question" made it refuse actions ("I can't assist with that") after an
+/// email was sent or a table booked; this wording did not (14/16 loops used
+/// the result across three syntaxes, against 9/16).
+pub const ANSWER_NOW: &str = "Reply to me with what these results say.";
 
 /// How history is written.
 #[derive(Debug, Clone, Copy)]

@@ -288,17 +288,24 @@ pub fn builtin() -> Cases {
     cases
 }
 
-/// Ways an answer can name today's date (UTC, what `builtin:clock` tells).
+/// Ways an answer can name today's date (UTC, what `builtin:clock` tells),
+/// or tomorrow's (a run may pass midnight).
 fn today() -> Vec<String> {
     let now = chrono::Utc::now();
-    vec![
-        now.format("%Y-%m-%d").to_string(),
-        now.format("%B %-d").to_string(),
-        now.format("%-d %B").to_string(),
-        now.format("%b %-d").to_string(),
-        now.format("%-m/%-d/%Y").to_string(),
-        now.format("%d/%m/%Y").to_string(),
-    ]
+    [now, now + chrono::TimeDelta::days(1)]
+        .into_iter()
+        .flat_map(|day| {
+            [
+                "%Y-%m-%d",
+                "%B %-d",
+                "%-d %B",
+                "%b %-d",
+                "%-m/%-d/%Y",
+                "%d/%m/%Y",
+            ]
+            .map(|f| day.format(f).to_string())
+        })
+        .collect()
 }
 
 /// Whether `text` mentions one of `markers` (ASCII case ignored).
