@@ -13,8 +13,8 @@ pub mod pretty;
 pub mod stream;
 
 use bytes::Bytes;
-use http::{Request, Response, header};
-use http_body_util::{BodyExt, Full};
+use http::Response;
+use http_body_util::BodyExt;
 
 use crate::body::{self as gbody, Body};
 use crate::config::Provider;
@@ -63,7 +63,7 @@ impl RenderOptions {
 pub async fn handle(
     upstreams: &Upstreams,
     provider: &Provider,
-    mut parts: http::request::Parts,
+    parts: http::request::Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, GatewayError> {
     let tools = &provider.tools;
@@ -87,11 +87,7 @@ pub async fn handle(
         Some(rewritten) => Bytes::from(rewritten),
         None => bytes,
     };
-    // The reply must be parsed, so it must arrive uncompressed.
-    parts.headers.remove(header::ACCEPT_ENCODING);
-    let response = upstreams
-        .send(provider, Request::from_parts(parts, Full::new(bytes)))
-        .await?;
+    let response = upstreams.send_to_read(provider, parts, bytes).await?;
     if !response.status().is_success() {
         return Ok(response);
     }

@@ -89,6 +89,19 @@ impl Upstreams {
         }
     }
 
+    /// Sends a request whose answer toolgate reads and rewrites, so it asks
+    /// for it uncompressed.
+    pub async fn send_to_read(
+        &self,
+        provider: &Provider,
+        mut parts: http::request::Parts,
+        body: Bytes,
+    ) -> Result<Response<Body>, GatewayError> {
+        parts.headers.remove(header::ACCEPT_ENCODING);
+        self.send(provider, Request::from_parts(parts, Full::new(body)))
+            .await
+    }
+
     /// Sends `req` (whose URI holds only the path and query after `/v1`'s
     /// base) to `provider`. The response body is guarded by the idle timeout.
     pub async fn send(

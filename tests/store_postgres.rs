@@ -4,72 +4,21 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::binary::Binary;
 use common::postgres::Postgres;
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_toolgate");
-
 /// A `toolgate` process serving the demo model with a gateway tool and a
 /// store at `store_url`.
-struct Gateway {
-    child: Child,
-    port: u16,
-}
-
-impl Gateway {
-    fn start(store_url: &str) -> Gateway {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir =
-            std::env::temp_dir().join(format!("toolgate-pgtest-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let config = dir.join("toolgate.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[server]\nlisten = \"127.0.0.1:{port}\"\n[store]\nurl = \"{store_url}\"\n[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 1\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]\n"
-            ),
-        )
-        .unwrap();
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(&config)
-            .env("TOOLGATE_LOG", "warn")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                eprintln!("[toolgate:{port}] {line}");
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "toolgate did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Gateway { child, port }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn gateway(store_url: &str) -> Binary {
+    Binary::start(
+        &format!(
+            "[store]\nurl = \"{store_url}\"\n[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 1\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]\n"
+        ),
+        &[],
+    )
 }
 
 fn ask(port: u16, chat: &str, n: usize) -> common::Collected {
@@ -97,7 +46,7 @@ fn get(url: &str) -> common::Collected {
         .block_on(common::get(url))
 }
 
-fn messages(gw: &Gateway, chat: &str, count: usize) -> Vec<Value> {
+fn messages(gw: &Binary, chat: &str, count: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let r = get(&gw.url(&format!("/toolgate/api/chats/{chat}")));
@@ -119,8 +68,8 @@ const ROWS: usize = 7;
 #[test]
 fn two_processes_write_one_chat_without_losing_or_reordering() {
     let pg = Postgres::start();
-    let a = Gateway::start(&pg.url());
-    let b = Gateway::start(&pg.url());
+    let a = gateway(&pg.url());
+    let b = gateway(&pg.url());
     let answers: Vec<_> = (0..16)
         .map(|n| {
             let port = if n % 2 == 0 { a.port } else { b.port };
@@ -155,7 +104,7 @@ fn two_processes_write_one_chat_without_losing_or_reordering() {
 #[test]
 fn a_stopped_database_costs_rows_not_traffic_and_writes_resume() {
     let pg = Postgres::start();
-    let gw = Gateway::start(&pg.url());
+    let gw = gateway(&pg.url());
     assert_eq!(ask(gw.port, "before", 1).status, 200);
     assert_eq!(messages(&gw, "before", ROWS).len(), ROWS);
 

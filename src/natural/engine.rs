@@ -117,7 +117,7 @@ impl Engine {
         upstreams: &Upstreams,
         config: &Config,
         provider: &Arc<Provider>,
-        mut parts: http::request::Parts,
+        parts: http::request::Parts,
         bytes: Bytes,
         early_calls: bool,
     ) -> Result<Response<Body>, GatewayError> {
@@ -153,11 +153,7 @@ impl Engine {
                 .await;
         };
         let client_auth = parts.headers.get(header::AUTHORIZATION).cloned();
-        // The reply must be parsed, so it must arrive uncompressed.
-        parts.headers.remove(header::ACCEPT_ENCODING);
-        let response = upstreams
-            .send(provider, Request::from_parts(parts, Full::new(body)))
-            .await?;
+        let response = upstreams.send_to_read(provider, parts, body).await?;
         if !response.status().is_success() {
             return Ok(response);
         }
@@ -199,7 +195,7 @@ impl Engine {
         upstreams: &Upstreams,
         provider: &Arc<Provider>,
         state: &ProviderState,
-        mut parts: http::request::Parts,
+        parts: http::request::Parts,
         bytes: Bytes,
         early_calls: bool,
     ) -> Result<Response<Body>, GatewayError> {
@@ -219,10 +215,7 @@ impl Engine {
                 .send(provider, Request::from_parts(parts, Full::new(bytes)))
                 .await;
         };
-        parts.headers.remove(header::ACCEPT_ENCODING);
-        let response = upstreams
-            .send(provider, Request::from_parts(parts, Full::new(bytes)))
-            .await?;
+        let response = upstreams.send_to_read(provider, parts, bytes).await?;
         if !response.status().is_success() {
             return Ok(response);
         }
