@@ -32,6 +32,58 @@ pub fn details_block(call: &GatewayCall) -> String {
     )
 }
 
+/// What every block this module writes starts with.
+const OPENING: &str = "<details type=\"tool_calls\" done=\"true\" id=\"";
+const CLOSING: &str = "</details>";
+
+/// `text` without the blocks [`details_block`] wrote (clients such as Open
+/// WebUI send the content back verbatim): the model reads its own words, and
+/// the history matches the state it continues. `None` when there are none.
+pub fn strip_details(text: &str) -> Option<String> {
+    if !text.contains(OPENING) {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(OPENING) {
+        let Some(len) = rest[at..].find(CLOSING) else {
+            break;
+        };
+        let before = &rest[..at];
+        out.push_str(before.strip_suffix('\n').unwrap_or(before));
+        let after = &rest[at + len + CLOSING.len()..];
+        rest = after.strip_prefix('\n').unwrap_or(after);
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// Strips toolgate's blocks from every assistant message of `messages`.
+pub fn strip_history(messages: &mut [serde_json::Value]) {
+    for message in messages {
+        if message.get("role").and_then(serde_json::Value::as_str) != Some("assistant") {
+            continue;
+        }
+        match message.get_mut("content") {
+            Some(serde_json::Value::String(text)) => {
+                if let Some(stripped) = strip_details(text) {
+                    *text = stripped;
+                }
+            }
+            Some(serde_json::Value::Array(parts)) => {
+                for part in parts {
+                    if let Some(serde_json::Value::String(text)) = part.get_mut("text")
+                        && let Some(stripped) = strip_details(text)
+                    {
+                        *text = stripped;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// HTML escaping for attribute values and text.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + s.len() / 8);
@@ -63,6 +115,27 @@ mod tests {
             output: output.map(str::to_owned),
             error: None,
         }
+    }
+
+    /// What the client sends back is what the model wrote: the blocks go,
+    /// with the line breaks they brought, and nothing else.
+    #[test]
+    fn blocks_sent_back_are_stripped_exactly() {
+        let first = details_block(&call(GatewayStatus::Completed, Some("21 C")));
+        let second = details_block(&call(GatewayStatus::Failed, None));
+        let model = ["Let me check.", "It is 21 C.", " Done."];
+        let shown = format!("{}{first}{}{second}{}", model[0], model[1], model[2]);
+        assert_eq!(strip_details(&shown).unwrap(), model.concat());
+        assert_eq!(strip_details("no blocks <details>here</details>"), None);
+        // A block the client trimmed around is still found.
+        assert_eq!(strip_details(&format!("a{}b", first.trim())).unwrap(), "ab");
+        let mut history = vec![
+            serde_json::json!({"role": "user", "content": shown.clone()}),
+            serde_json::json!({"role": "assistant", "content": shown}),
+        ];
+        strip_history(&mut history);
+        assert!(history[0]["content"].as_str().unwrap().contains("<details"));
+        assert_eq!(history[1]["content"], model.concat());
     }
 
     #[test]
