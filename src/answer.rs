@@ -189,6 +189,7 @@ impl<O: Output> Sink for Recording<'_, O> {
         self.out.event(event);
     }
     fn fail(&mut self, error: GatewayError) {
+        self.recorder.fail(&error);
         self.out.fail(error);
     }
     fn end(&mut self) {
@@ -274,14 +275,26 @@ pub async fn start(
     provider: Arc<Provider>,
     ask: Ask,
 ) -> Result<Started, GatewayError> {
-    let tenant = ask.tenant;
-    let recorder = recorder(&runtime, &provider, &tenant, &ask.request, &ask.headers).await;
+    let Ask {
+        mut request,
+        uri,
+        headers,
+        tenant,
+    } = ask;
+    if provider.tools.gateway.is_some()
+        && let Some(Value::Array(messages)) = request.get_mut("messages")
+    {
+        // Toolgate's own `details` blocks, sent back verbatim: the model and
+        // the chat linking see the history as if they were not there.
+        crate::tools::show::strip_history(messages);
+    }
+    let recorder = recorder(&runtime, &provider, &tenant, &request, &headers).await;
     let offer = offer(&runtime, &provider, &tenant)?;
     let tools = &provider.tools;
     if !offer.is_empty() && tools.mode != Mode::ToNatural {
-        recall_steps(&runtime, &tenant, &ask.request).await;
+        recall_steps(&runtime, &tenant, &request).await;
     }
-    let request = prepare(ask.request, &offer, &runtime, &provider, &tenant)?;
+    let request = prepare(request, &offer, &runtime, &provider, &tenant)?;
     let as_text = (tools.mode == Mode::ToNatural).then(|| RenderOptions {
         syntax: tools.syntax,
         pretty: tools.pretty,
@@ -293,7 +306,7 @@ pub async fn start(
         None => (u32::MAX, 1),
     };
     let rounds = Rounds::new(request, offer, max_rounds, as_text);
-    let mut headers = ask.headers;
+    let mut headers = headers;
     // Each round's reply is parsed, so it must arrive uncompressed.
     headers.remove(header::ACCEPT_ENCODING);
     headers.remove(header::CONTENT_LENGTH);
@@ -305,7 +318,7 @@ pub async fn start(
         upstream: Provided {
             runtime: runtime.clone(),
             provider: provider.clone(),
-            uri: ask.uri,
+            uri,
             headers,
         },
         tools: runtime.tools.clone(),

@@ -1,9 +1,13 @@
 //! Chat Completions answers (a stream's event payloads, or a whole
 //! completion) decoded into [`Event`]s. Sans-IO.
 //!
-//! Native call fragments are joined per index; a call is handed out whole,
-//! as soon as the next index starts or the choice finishes. Only choice 0 is
-//! read (callers refuse `n > 1`). Every buffer is bounded.
+//! Native call fragments are joined per index, in whatever order they come
+//! (an upstream may interleave two calls' arguments), and the calls are
+//! handed out in index order when the choice finishes; a call that arrives
+//! whole in one delta is handed out at once. A call without arguments gets
+//! `{}`. A stream that ends before its answer finished (no finish reason and
+//! no `[DONE]`) is a failure, never a finished answer. Only choice 0 is read
+//! (callers refuse `n > 1`). Every buffer is bounded.
 
 use std::borrow::Cow;
 
@@ -22,11 +26,12 @@ pub const MAX_CALL_BYTES: usize = 4 * 1024 * 1024;
 #[derive(Debug, Default)]
 pub struct ChatDecoder {
     started: bool,
-    /// The call being assembled, and how many were handed out before it.
-    current: Option<Partial>,
+    /// Calls being assembled, in the order their first fragment came.
+    open: Vec<Partial>,
+    /// Calls handed out so far.
     calls: usize,
-    /// The index of the last call handed out as soon as it arrived whole.
-    whole: Option<u64>,
+    /// The indexes of calls handed out as soon as they arrived whole.
+    whole: Vec<u64>,
     finished: bool,
     done: bool,
 }
@@ -138,7 +143,7 @@ impl ChatDecoder {
                 self.delta(delta, out)?;
             }
             if let Some(reason) = choice.finish_reason {
-                self.flush_call(out);
+                self.flush_calls(out);
                 if !self.finished {
                     self.finished = true;
                     out.push(Event::Finish(reason));
@@ -151,16 +156,21 @@ impl ChatDecoder {
         Ok(())
     }
 
-    /// The body ended (with or without `[DONE]`): a call still open is handed
-    /// out, and an answer that never finished finishes as `stop`.
+    /// The body ended. After `[DONE]` (or a finish reason) the calls still
+    /// open are handed out, and an answer without a finish reason finishes
+    /// as `stop`; a body that ended before either is a cut stream: an error,
+    /// never a finished answer.
     pub fn finish(&mut self, out: &mut Vec<Event>) -> Result<(), GatewayError> {
-        self.flush_call(out);
         if !self.started {
             return Err(GatewayError::UpstreamInvalid {
                 message: "The upstream's stream ended before any answer".into(),
                 code: "upstream_empty_stream",
             });
         }
+        if !self.finished && !self.done {
+            return Err(cut());
+        }
+        self.flush_calls(out);
         if !self.finished {
             self.finished = true;
             out.push(Event::Finish("stop".into()));
@@ -213,10 +223,7 @@ impl ChatDecoder {
         function: Option<FunctionDelta<'_>>,
         out: &mut Vec<Event>,
     ) -> Result<(), GatewayError> {
-        if self.current.as_ref().is_some_and(|c| c.index != index) {
-            self.flush_call(out);
-        }
-        if self.current.is_none() && self.whole == Some(index) {
+        if self.whole.contains(&index) {
             let empty = function.as_ref().is_none_or(|f| {
                 f.name.as_deref().is_none_or(str::is_empty)
                     && f.arguments.as_deref().is_none_or(str::is_empty)
@@ -230,19 +237,22 @@ impl ChatDecoder {
                 code: "upstream_invalid_event",
             });
         }
-        let first = self.current.is_none();
-        if first {
-            if self.calls >= MAX_CALLS {
-                return Err(too_large(format!("more than {MAX_CALLS} tool calls")));
+        let (at, first) = match self.open.iter().position(|c| c.index == index) {
+            Some(at) => (at, false),
+            None => {
+                if self.calls + self.open.len() >= MAX_CALLS {
+                    return Err(too_large(format!("more than {MAX_CALLS} tool calls")));
+                }
+                self.open.push(Partial {
+                    index,
+                    id: None,
+                    name: String::new(),
+                    arguments: String::new(),
+                });
+                (self.open.len() - 1, true)
             }
-            self.current = Some(Partial {
-                index,
-                id: None,
-                name: String::new(),
-                arguments: String::new(),
-            });
-        }
-        let call = self.current.as_mut().expect("set above");
+        };
+        let call = &mut self.open[at];
         if call.id.is_none() {
             call.id = id.filter(|id| !id.is_empty());
         }
@@ -254,35 +264,67 @@ impl ChatDecoder {
                 call.arguments.push_str(&arguments);
             }
         }
-        if call.name.len() + call.arguments.len() > MAX_CALL_BYTES {
+        let bytes: usize = self
+            .open
+            .iter()
+            .map(|c| c.name.len() + c.arguments.len())
+            .sum();
+        if bytes > MAX_CALL_BYTES {
             return Err(too_large(format!(
-                "a tool call larger than {MAX_CALL_BYTES} bytes"
+                "tool calls larger than {MAX_CALL_BYTES} bytes"
             )));
         }
         // A call that arrives whole in one delta (natural mode writes them so)
         // is handed out at once: a gateway tool can start while the model
         // goes on writing.
+        // ... unless a call of a lower index is still open: calls go out in
+        // index order.
+        let call = &self.open[at];
         let whole = first
+            && !self.open.iter().any(|c| c.index < index)
             && call.id.is_some()
             && !call.name.is_empty()
             && serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments).is_ok()
             && call.arguments.trim_start().starts_with('{');
         if whole {
-            self.whole = Some(index);
-            self.flush_call(out);
+            let call = self.open.remove(at);
+            self.whole.push(index);
+            self.hand_out(call, out);
         }
         Ok(())
     }
 
-    fn flush_call(&mut self, out: &mut Vec<Event>) {
-        if let Some(call) = self.current.take() {
-            self.calls += 1;
-            out.push(Event::Call(Call {
-                id: call.id.unwrap_or_else(crate::natural::reply::call_id),
-                name: call.name,
-                arguments: call.arguments,
-            }));
+    /// Hands out every open call, in index order.
+    fn flush_calls(&mut self, out: &mut Vec<Event>) {
+        let mut open = std::mem::take(&mut self.open);
+        open.sort_by_key(|c| c.index);
+        for call in open {
+            self.hand_out(call, out);
         }
+    }
+
+    fn hand_out(&mut self, call: Partial, out: &mut Vec<Event>) {
+        self.calls += 1;
+        // A call with no arguments has an empty object of them: clients
+        // parse the string as JSON.
+        let arguments = if call.arguments.trim().is_empty() {
+            "{}".to_owned()
+        } else {
+            call.arguments
+        };
+        out.push(Event::Call(Call {
+            id: call.id.unwrap_or_else(crate::natural::reply::call_id),
+            name: call.name,
+            arguments,
+        }));
+    }
+}
+
+/// The error of a stream that ended before its answer finished.
+pub fn cut() -> GatewayError {
+    GatewayError::UpstreamInvalid {
+        message: "The upstream's stream ended before its answer finished".into(),
+        code: "upstream_stream_cut",
     }
 }
 
@@ -291,6 +333,8 @@ pub fn completion(body: &[u8]) -> Result<Vec<Event>, GatewayError> {
     let mut decoder = ChatDecoder::new();
     let mut out = Vec::new();
     decoder.feed(body, &mut out)?;
+    // A whole body is complete: a missing finish reason reads as `stop`.
+    decoder.done = true;
     decoder.finish(&mut out)?;
     Ok(out)
 }
@@ -365,7 +409,7 @@ mod tests {
             calls(&events),
             [("f".into(), "{\"x\":1}".into()), ("g".into(), "{}".into())]
         );
-        // Call 0 is handed out when call 1 starts, before the finish.
+        // Both are handed out at the finish, in index order.
         assert!(matches!(&events[2], Event::Call(c) if c.id == "a"));
         assert_eq!(events[4], Event::Finish("tool_calls".into()));
         assert!(matches!(
@@ -397,6 +441,70 @@ mod tests {
             r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"x"}}]}}]}"#,
         ]);
         assert!(continued.is_err());
+    }
+
+    /// Two calls whose fragments interleave (each later fragment carrying
+    /// only its index), the name and id on a later fragment, a call with no
+    /// arguments: assembled by index as the direct paths do.
+    #[test]
+    fn interleaved_fragments_are_joined_by_index() {
+        let frag = |index: u32, rest: &str| {
+            format!(
+                r#"{{"id":"c","choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":{index}{rest}}}]}}}}]}}"#
+            )
+        };
+        let events = [
+            frag(
+                0,
+                r#","id":"a","type":"function","function":{"name":"weather","arguments":""}"#,
+            ),
+            frag(1, r#","function":{"arguments":"{\"city\":"}"#),
+            frag(0, r#","function":{"arguments":"{\"city\":"}"#),
+            frag(
+                1,
+                r#","id":"b","function":{"name":"time","arguments":"\"Rome\"}"}"#,
+            ),
+            frag(0, r#","function":{"arguments":"\"Paris\"}"}"#),
+            frag(
+                2,
+                r#","id":"c","type":"function","function":{"name":"clock","arguments":""}"#,
+            ),
+            r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#
+                .to_owned(),
+            "[DONE]".to_owned(),
+        ];
+        let refs: Vec<&str> = events.iter().map(String::as_str).collect();
+        let out = decode(&refs).unwrap();
+        assert_eq!(
+            calls(&out),
+            [
+                ("weather".into(), r#"{"city":"Paris"}"#.into()),
+                ("time".into(), r#"{"city":"Rome"}"#.into()),
+                ("clock".into(), "{}".into()),
+            ]
+        );
+        let ids: Vec<&str> = out
+            .iter()
+            .filter_map(|e| match e {
+                Event::Call(c) => Some(c.id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+    }
+
+    /// A stream cut before its answer finished is an error; one that finished
+    /// without `[DONE]`, or sent `[DONE]` without a finish reason, is not.
+    #[test]
+    fn a_cut_stream_is_a_failure_not_a_finished_answer() {
+        let text = r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hal"}}]}"#;
+        let err = decode(&[text]).unwrap_err();
+        assert_eq!(err.code(), "upstream_stream_cut");
+        let finished = r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#;
+        let out = decode(&[text, finished]).unwrap();
+        assert_eq!(out.last(), Some(&Event::Finish("length".into())));
+        let out = decode(&[text, "[DONE]"]).unwrap();
+        assert_eq!(out.last(), Some(&Event::Finish("stop".into())));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 
 use crate::api::chat_decode::{self, ChatDecoder};
 use crate::body::{Body, BoxError};
+use crate::error::GatewayError;
 use crate::exchange::Event;
 use crate::sse;
 use crate::store::Recorder;
@@ -75,7 +76,7 @@ impl Tap {
                 if chat.is_done() {
                     // Before the client sees `[DONE]`: a follow-up request
                     // finds the state it continues.
-                    self.end();
+                    self.end(Ended::Upstream);
                 }
             }
             Shape::Whole(buffer) => {
@@ -88,13 +89,23 @@ impl Tap {
         }
     }
 
-    fn end(&mut self) {
+    /// Records what was read, and, when the upstream's stream was cut or
+    /// failed, that the answer failed.
+    fn end(&mut self, how: Ended) {
         let Some(mut recorder) = self.recorder.take() else {
             return;
         };
+        let upstream_ended = matches!(how, Ended::Upstream);
+        let mut failure = match how {
+            Ended::Failed(error) => Some(error),
+            Ended::Upstream | Ended::ClientLeft => None,
+        };
         match &mut self.shape {
             Shape::Stream { chat, .. } => {
-                let _ = chat.finish(&mut self.events);
+                let finished = chat.finish(&mut self.events);
+                if let (Err(error), true) = (finished, upstream_ended) {
+                    failure.get_or_insert(error);
+                }
             }
             Shape::Whole(buffer) => {
                 if let Ok(events) = chat_decode::completion(buffer) {
@@ -105,14 +116,27 @@ impl Tap {
         for event in self.events.drain(..) {
             recorder.event(&event);
         }
+        if let Some(error) = failure {
+            recorder.fail(&error);
+        }
         recorder.finish();
     }
+}
+
+/// How the tapped body ended.
+enum Ended {
+    /// The upstream's body ended (its stream may have been cut).
+    Upstream,
+    /// It failed.
+    Failed(GatewayError),
+    /// The client left before the end.
+    ClientLeft,
 }
 
 impl Drop for Tap {
     /// A client that left: what was read is recorded.
     fn drop(&mut self) {
-        self.end();
+        self.end(Ended::ClientLeft);
     }
 }
 
@@ -133,11 +157,18 @@ impl HttpBody for Tap {
                 }
                 // hyper stops polling a body that says it has ended.
                 if self.inner.is_end_stream() {
-                    self.end();
+                    self.end(Ended::Upstream);
                 }
             }
-            Poll::Ready(None) => self.end(),
-            _ => {}
+            Poll::Ready(None) => self.end(Ended::Upstream),
+            Poll::Ready(Some(Err(e))) => {
+                let error = GatewayError::UpstreamInvalid {
+                    message: format!("The upstream stream failed: {e}"),
+                    code: "upstream_stream_error",
+                };
+                self.end(Ended::Failed(error));
+            }
+            Poll::Pending => {}
         }
         polled
     }

@@ -36,6 +36,9 @@ pub struct StreamRewriter {
     ended: bool,
     /// The upstream's stream is over; `[DONE]` waits only for repairs.
     done_requested: bool,
+    /// The upstream sent `[DONE]`: a body that ends without it, and without
+    /// every choice finished, was cut.
+    upstream_done: bool,
     /// Repairs asked for since the driver last took them, by choice index.
     repairs: Vec<(u64, RepairRequest)>,
     text: String,
@@ -69,6 +72,7 @@ impl StreamRewriter {
             include_usage,
             ended: false,
             done_requested: false,
+            upstream_done: false,
             repairs: Vec::new(),
             text: String::new(),
             stencil: Stencil::default(),
@@ -141,7 +145,10 @@ impl StreamRewriter {
             return;
         }
         let mut chunk = match transform::classify(data) {
-            Incoming::Done => return self.finish(out),
+            Incoming::Done => {
+                self.upstream_done = true;
+                return self.finish(out);
+            }
             Incoming::Invalid => return self.fail(out, &transform::invalid_event()),
             Incoming::Error(error) => {
                 // The upstream's own in-stream error (rule 15): pass it on, then
@@ -460,10 +467,16 @@ impl StreamRewriter {
         state.started = true;
     }
 
-    /// The upstream's stream is over (`[DONE]` or end of body).
+    /// The upstream's stream is over (`[DONE]` or end of body). A body that
+    /// ended before `[DONE]` with a choice unfinished was cut: an error
+    /// event, never a finished answer.
     pub fn finish(&mut self, out: &mut BytesMut) {
         if self.ended {
             return;
+        }
+        let finished = !self.choices.is_empty() && self.choices.iter().all(|c| c.finished);
+        if !self.upstream_done && !finished && !self.done_requested {
+            return self.fail(out, &crate::api::chat_decode::cut());
         }
         self.done_requested = true;
         for pos in 0..self.choices.len() {

@@ -17,6 +17,9 @@ pub enum Kind {
     ToolResult,
     ToolsAggregate,
     Usage,
+    /// The answer failed after it began (the upstream's stream was cut, a
+    /// round failed): what was recorded before it is all there is.
+    Error,
 }
 
 impl Kind {
@@ -28,6 +31,7 @@ impl Kind {
             Kind::ToolResult => "tool_result",
             Kind::ToolsAggregate => "tools_aggregate",
             Kind::Usage => "usage",
+            Kind::Error => "error",
         }
     }
 }

@@ -246,6 +246,21 @@ impl Recorder {
         }
     }
 
+    /// The answer failed after it began: the rows so far, and one `error`
+    /// row saying why (the code and the message the client got).
+    pub fn fail(&mut self, error: &crate::error::GatewayError) {
+        if self.closed {
+            return;
+        }
+        self.flush_round();
+        self.flush_text();
+        self.row(
+            "assistant",
+            Kind::Error,
+            json!({"text": error.to_string(), "code": error.code()}),
+        );
+    }
+
     /// The answer is over: the chat's row, and the state a follow-up
     /// request will continue from. (Dropping the recorder does the same: an
     /// answer the client left is recorded as far as it went.)

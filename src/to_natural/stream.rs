@@ -45,6 +45,9 @@ pub struct StreamRenderer {
     header: Option<ChunkHeader>,
     choices: BTreeMap<u64, ChoiceState>,
     ended: bool,
+    /// The upstream sent `[DONE]`: a body that ends without it, and without
+    /// every choice finished, was cut.
+    upstream_done: bool,
     text: String,
     /// A limit the upstream crossed while handling the current event.
     overflow: Option<String>,
@@ -110,6 +113,7 @@ impl StreamRenderer {
             header: None,
             choices: BTreeMap::new(),
             ended: false,
+            upstream_done: false,
             text: String::new(),
             overflow: None,
             stencil: Stencil::default(),
@@ -150,7 +154,10 @@ impl StreamRenderer {
             return;
         }
         let mut chunk = match transform::classify(data) {
-            Incoming::Done => return self.finish(out),
+            Incoming::Done => {
+                self.upstream_done = true;
+                return self.finish(out);
+            }
             Incoming::Invalid => return self.fail(out, &transform::invalid_event()),
             Incoming::Error(error) => {
                 emit::write_error(out, &error);
@@ -380,6 +387,10 @@ impl StreamRenderer {
     pub fn finish(&mut self, out: &mut BytesMut) {
         if self.ended {
             return;
+        }
+        let finished = !self.choices.is_empty() && self.choices.values().all(|c| c.finished);
+        if !self.upstream_done && !finished {
+            return self.fail(out, &crate::api::chat_decode::cut());
         }
         let header = self.header.clone().unwrap_or_else(ChunkHeader::fallback);
         for (&index, state) in &mut self.choices {
