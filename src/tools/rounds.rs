@@ -355,9 +355,14 @@ impl Rounds {
             self.prepare_round();
             return Next::Continue;
         }
-        out.push(Action::Emit(Event::Finish(
-            finish.unwrap_or_else(|| "stop".into()),
-        )));
+        // No call of the client's goes out here: a finish that says there
+        // are some (the model called a tool in the round sent without
+        // tools) would promise what the client never gets.
+        let finish = match finish {
+            Some(reason) if reason != "tool_calls" && reason != "function_call" => reason,
+            _ => "stop".to_owned(),
+        };
+        out.push(Action::Emit(Event::Finish(finish)));
         self.emit_usage(out);
         Next::Done
     }
@@ -592,6 +597,35 @@ mod tests {
                 .contains("not available to this API key"),
             "{result}"
         );
+    }
+
+    /// The round sent without tools still wrote a call: it is not run, and
+    /// the answer ends `stop`, not `tool_calls` with no calls.
+    #[test]
+    fn the_last_round_ends_in_stop_whatever_the_model_wrote() {
+        let Value::Object(request) = json!({"messages": []}) else {
+            unreachable!()
+        };
+        let mut rounds = Rounds::new(request, calculator(), 1, None);
+        let mut out = Vec::new();
+        let ran = round(
+            &mut rounds,
+            vec![
+                call(r#"{"expression": "1+1"}"#),
+                Event::Finish("tool_calls".into()),
+            ],
+            &mut out,
+        );
+        assert!(ran.is_empty(), "tools were withheld: nothing runs");
+        assert_eq!(rounds.end_round(&mut out), Next::Done);
+        let finish: Vec<&str> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Emit(Event::Finish(f)) => Some(f.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(finish, ["stop"]);
     }
 
     #[test]
