@@ -360,7 +360,9 @@ fn string_value(schema: &Map<String, Value>) -> Value {
         .get("description")
         .and_then(Value::as_str)
         .unwrap_or("");
-    if let Some(example) = description_example(description) {
+    if let Some(example) = description_example(description)
+        && accepts(schema, example)
+    {
         return json!(example);
     }
     if description.contains("YYYY-MM-DD") {
@@ -373,18 +375,32 @@ fn string_value(schema: &Map<String, Value>) -> Value {
 }
 
 /// The value after "e.g." in a description ("The city, e.g. San Francisco, CA"
-/// gives "San Francisco, CA"), when it is short enough to be a single value.
+/// gives "San Francisco, CA"), when it is one whole value: the first quoted
+/// one when the example is quoted (`e.g. 'America/New_York', 'Europe/London'`
+/// gives `America/New_York`), else the text up to the end of the clause,
+/// short and free of quotes.
 fn description_example(description: &str) -> Option<&str> {
     let start = description.find("e.g.")? + "e.g.".len();
     let rest = description[start..].trim_start_matches([',', ':', ' ']);
+    if let Some(quote) = rest.chars().next().filter(|c| ['"', '\'', '`'].contains(c)) {
+        let inner = &rest[quote.len_utf8()..];
+        let value = &inner[..inner.find(quote)?];
+        return (!value.trim().is_empty() && value.chars().count() <= 60).then_some(value);
+    }
     let end = rest.find([')', ';', '\n']).unwrap_or(rest.len());
     let rest = &rest[..end];
     let rest = rest.find(". ").map_or(rest, |end| &rest[..end]);
-    let value = rest
-        .trim()
-        .trim_end_matches('.')
-        .trim_matches(['"', '\'', '`']);
-    (!value.is_empty() && value.chars().count() <= 60).then_some(value)
+    let value = rest.trim().trim_end_matches('.');
+    let whole =
+        !value.is_empty() && value.chars().count() <= 60 && !value.contains(['"', '\'', '`']);
+    whole.then_some(value)
+}
+
+/// Whether the property's own schema accepts `value` (its pattern, length,
+/// enum, format): an example taken from prose is shown only when it does.
+fn accepts(schema: &Map<String, Value>, value: &str) -> bool {
+    jsonschema::validator_for(&Value::Object(schema.clone()))
+        .is_ok_and(|validator| validator.is_valid(&json!(value)))
 }
 
 fn integer_value(schema: &Map<String, Value>) -> Value {
@@ -446,6 +462,39 @@ mod tests {
             arguments(Some(&schema)),
             json!({"location": "San Francisco, CA", "unit": "celsius"})
         );
+    }
+
+    /// An example taken from prose is one whole value the schema accepts,
+    /// or none: a list of quoted examples gives its first, never the text
+    /// between two quotes (the demo model copied that, and the tool failed).
+    #[test]
+    fn prose_examples_are_whole_values_the_schema_accepts() {
+        let example = |description: &str, extra: Value| {
+            let mut property = json!({"type": "string", "description": description});
+            if let (Value::Object(p), Value::Object(e)) = (&mut property, extra) {
+                p.extend(e);
+            }
+            let schema =
+                json!({"type": "object", "properties": {"v": property}, "required": ["v"]});
+            arguments(Some(&schema))["v"].clone()
+        };
+        assert_eq!(
+            example(
+                "IANA zone, e.g. 'America/New_York', 'Europe/London'",
+                json!({})
+            ),
+            "America/New_York"
+        );
+        assert_eq!(example("e.g. \"Paris\" or \"Lyon\"", json!({})), "Paris");
+        assert_eq!(example("A city, e.g. Paris", json!({})), "Paris");
+        // Quotes inside an unquoted example: not one value.
+        assert_eq!(example("e.g. O'Hare, 'JFK'", json!({})), "example");
+        // The schema refuses the prose's example: none is taken.
+        assert_eq!(
+            example("Two letters, e.g. France", json!({"pattern": "^[A-Z]{2}$"})),
+            "example"
+        );
+        assert_eq!(example("e.g. 'FR'", json!({"pattern": "^[A-Z]{2}$"})), "FR");
     }
 
     #[test]
