@@ -130,9 +130,23 @@ async fn errors_take_anthropic_shape() {
     assert_eq!(r.status, 404);
     assert_eq!(r.json()["error"]["type"], "not_found_error");
 
+    // count_tokens: a tokenizer-free estimate, never a 501.
     let r = post(&gw.url("/v1/messages/count_tokens"), &ask().to_string()).await;
-    assert_eq!(r.status, 501);
-    assert_eq!(r.json()["type"], "error");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let tokens = r.json()["input_tokens"].as_u64().unwrap();
+    let longer = {
+        let mut body = ask();
+        body["messages"][0]["content"] = json!("x".repeat(4000));
+        post(&gw.url("/v1/messages/count_tokens"), &body.to_string())
+            .await
+            .json()["input_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(
+        tokens >= 1 && longer >= 1000 && longer > tokens,
+        "{tokens} {longer}"
+    );
 }
 
 #[tokio::test]

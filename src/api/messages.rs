@@ -64,11 +64,10 @@ pub async fn handle(
     bytes: Bytes,
 ) -> Result<Response<Body>, GatewayError> {
     if parts.uri.path().trim_end_matches('/') == "/v1/messages/count_tokens" {
-        let body = json!({"type": "error", "error": {"type": "api_error",
-            "message": "toolgate does not count tokens: /v1/messages/count_tokens is not implemented in front of a chat provider"}});
-        let mut response = super::json(&body);
-        *response.status_mut() = http::StatusCode::NOT_IMPLEMENTED;
-        return Ok(response);
+        let request = super::json_object(&bytes)?;
+        return Ok(super::json(
+            &json!({"input_tokens": estimate_tokens(&request)}),
+        ));
     }
     let request = super::json_object(&bytes)?;
     let translated = messages_request::translate(request)?;
@@ -89,11 +88,43 @@ pub async fn handle(
         Started::Refused(response) => return Ok(response),
         Started::Running(running) => running,
     };
-    let encoder = MessagesEvents::new(&model, translated.stream, running.show());
+    let encoder = MessagesEvents::new(&model, translated.stream, running.show())
+        .with_stop_sequences(translated.stop_sequences);
     if translated.stream {
         return Ok(super::streamed(running, encoder));
     }
     super::whole(running, encoder, MessagesEvents::into_message).await
+}
+
+/// Bytes of text per token in [`estimate_tokens`]: about what English
+/// prose and JSON average in the common BPE vocabularies.
+const BYTES_PER_TOKEN: usize = 4;
+
+/// `count_tokens` without a tokenizer: the text of the system prompt, the
+/// messages and the tools (as JSON), one token per [`BYTES_PER_TOKEN`] bytes
+/// rounded up, plus one per message for its framing. The same estimate for
+/// every provider: an upper bound for planning, not a bill.
+fn estimate_tokens(request: &serde_json::Map<String, Value>) -> usize {
+    fn text_bytes(value: &Value) -> usize {
+        match value {
+            Value::String(s) => s.len(),
+            Value::Array(items) => items.iter().map(text_bytes).sum(),
+            Value::Object(map) => map
+                .iter()
+                .map(|(k, v)| match k.as_str() {
+                    "text" | "content" | "thinking" | "input" => text_bytes(v),
+                    "type" | "cache_control" | "id" | "tool_use_id" => 0,
+                    _ => text_bytes(v),
+                })
+                .sum(),
+            other => other.to_string().len(),
+        }
+    }
+    let messages = request.get("messages").and_then(Value::as_array);
+    let bytes = request.get("system").map_or(0, text_bytes)
+        + messages.map_or(0, |m| m.iter().map(text_bytes).sum())
+        + request.get("tools").map_or(0, |t| t.to_string().len());
+    bytes.div_ceil(BYTES_PER_TOKEN) + messages.map_or(0, Vec::len)
 }
 
 #[cfg(test)]

@@ -51,6 +51,11 @@ pub struct MessagesEvents {
     completed: bool,
     ended: bool,
     out: BytesMut,
+    /// The request's `stop_sequences`, and the end of the text written so
+    /// far (as long as the longest of them): an answer that stopped with one
+    /// of them showing reports it.
+    stop_sequences: Vec<String>,
+    tail: String,
 }
 
 impl MessagesEvents {
@@ -78,6 +83,8 @@ impl MessagesEvents {
             completed: false,
             ended: false,
             out: BytesMut::new(),
+            stop_sequences: Vec::new(),
+            tail: String::new(),
         };
         let snapshot = this.message.clone();
         this.write("message_start", json!({"message": snapshot}));
@@ -220,6 +227,28 @@ impl MessagesEvents {
         }
     }
 
+    /// The request's `stop_sequences`: an answer that stops with one of
+    /// them at the end of its text says `stop_sequence`.
+    pub fn with_stop_sequences(mut self, stop_sequences: Vec<String>) -> Self {
+        self.stop_sequences = stop_sequences;
+        self
+    }
+
+    /// Keeps the end of the text, as long as the longest stop sequence.
+    fn remember_tail(&mut self, text: &str) {
+        let Some(longest) = self.stop_sequences.iter().map(String::len).max() else {
+            return;
+        };
+        self.tail.push_str(text);
+        if self.tail.len() > 2 * longest.max(64) {
+            let mut cut = self.tail.len() - longest;
+            while !self.tail.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            self.tail.drain(..cut);
+        }
+    }
+
     /// Closes the open block and fills in the message's end state.
     fn complete(&mut self) {
         if std::mem::replace(&mut self.completed, true) {
@@ -228,6 +257,15 @@ impl MessagesEvents {
         self.close();
         self.message["content"] = Value::Array(std::mem::take(&mut self.blocks));
         self.message["stop_reason"] = json!(stop_reason(self.finish.as_deref()));
+        let stopped = self.finish.as_deref() == Some("stop");
+        if let Some(sequence) = self
+            .stop_sequences
+            .iter()
+            .find(|s| stopped && !s.is_empty() && self.tail.ends_with(s.as_str()))
+        {
+            self.message["stop_reason"] = json!("stop_sequence");
+            self.message["stop_sequence"] = json!(sequence);
+        }
         self.message["usage"] = json!({
             "input_tokens": self.usage.prompt_tokens,
             "output_tokens": self.usage.completion_tokens,
@@ -254,7 +292,10 @@ impl Sink for MessagesEvents {
         }
         match event {
             Event::Start(_) => {}
-            Event::Text(text) => self.streamed(Open::Text, &text),
+            Event::Text(text) => {
+                self.remember_tail(&text);
+                self.streamed(Open::Text, &text);
+            }
             Event::Reasoning(text) => self.streamed(Open::Thinking, &text),
             Event::Call(call) => self.call(call),
             Event::Gateway(call) => self.gateway_call(call),
@@ -285,7 +326,7 @@ impl Sink for MessagesEvents {
         }
         self.complete();
         let delta = json!({
-            "delta": {"stop_reason": self.message["stop_reason"], "stop_sequence": null},
+            "delta": {"stop_reason": self.message["stop_reason"], "stop_sequence": self.message["stop_sequence"]},
             "usage": self.message["usage"],
         });
         self.write("message_delta", delta);

@@ -18,6 +18,16 @@ pub struct Translated {
     pub stop_sequences: Vec<String>,
 }
 
+/// The chat call id behind a `toolu_` id this door wrote (it writes
+/// `call_X` as `toolu_X`), so the gateway's steps kept under the chat id are
+/// found; any other id is the client's own and stays as it is.
+fn chat_call_id(id: &str) -> String {
+    match id.strip_prefix("toolu_") {
+        Some(rest) if !rest.is_empty() => format!("call_{rest}"),
+        _ => id.to_owned(),
+    }
+}
+
 fn bad(message: impl Into<String>, param: &str) -> GatewayError {
     GatewayError::bad_request(message, Some(param))
 }
@@ -179,9 +189,12 @@ fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), GatewayError
                         &format!("{here}.input"),
                     ));
                 }
-                calls.push(json!({"id": id, "type": "function",
+                calls.push(json!({"id": chat_call_id(id), "type": "function",
                     "function": {"name": name, "arguments": block["input"].to_string()}}));
             }
+            // The gateway's own calls and results, as this door wrote them:
+            // the steps kept for the follow-up put the real ones back.
+            ("assistant", Some("mcp_tool_use" | "mcp_tool_result")) => {}
             ("assistant", Some("thinking")) => {
                 let text = block["thinking"].as_str().ok_or_else(|| {
                     bad(
@@ -198,7 +211,7 @@ fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), GatewayError
                         &format!("{here}.tool_use_id"),
                     )
                 })?;
-                out.push(json!({"role": "tool", "tool_call_id": id,
+                out.push(json!({"role": "tool", "tool_call_id": chat_call_id(id),
                     "content": tool_result_content(block, &here)?}));
             }
             _ => {
@@ -435,8 +448,8 @@ mod tests {
                     {"role": "system", "content": "be brief"},
                     {"role": "user", "content": "weather?"},
                     {"role": "assistant", "content": "checking", "reasoning_content": "hm",
-                     "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
-                    {"role": "tool", "tool_call_id": "toolu_1", "content": "Error: rain"},
+                     "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "Error: rain"},
                     {"role": "user", "content": "and?"}
                 ]
             })
