@@ -393,10 +393,12 @@ async fn busy(url: &str) -> bool {
         .any(|s| s["is_processing"] == true)
 }
 
-/// Qwen2.5-Coder-0.5B through bracket natural mode and through rescue (its
-/// native answer is a fenced JSON object): the call, its result sent back as
-/// the SDKs do, and an answer that uses it without calling again; and a
-/// gateway tool's loop ending in an answer that uses its result.
+/// Qwen2.5-Coder-0.5B through bracket natural mode: the call, its result
+/// sent back as the SDKs do, and an answer that uses it without calling
+/// again. Through rescue (its native answer is a fenced JSON object): the
+/// call comes back native (the model's own template, which toolgate leaves
+/// alone, does not close its loop). And a gateway tool's loop, in both,
+/// ending in an answer that uses its result.
 #[tokio::test]
 async fn the_tool_loop_closes_on_qwen() {
     let Some(url) = upstream() else { return };
@@ -417,6 +419,9 @@ async fn the_tool_loop_closes_on_qwen() {
         let message = v["choices"][0]["message"].clone();
         let call = &message["tool_calls"][0];
         assert_eq!(call["function"]["name"], "get_weather", "{provider}: {v:#}");
+        if provider == "rescue" {
+            continue;
+        }
         let follow_up = json!({
             "model": model(provider), "temperature": 0, "max_tokens": 96,
             "tools": [weather_tool()],
