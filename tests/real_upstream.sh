@@ -172,7 +172,7 @@ base_url = "http://127.0.0.1:$port/v1"
 models = ["$name"]
 EOF
     "$bin" probe --config "$config" --provider "$name" --runs "${PROBE_RUNS:-3}" \
-      --syntaxes "${PROBE_SYNTAXES:-tag,tool_call,bracket,native}" \
+      --syntaxes "${PROBE_SYNTAXES:-tag,tool_call,bracket,native,rescue}" \
       --cases builtin --cases tests/probe/loops.jsonl --recommend
     rm -f "$config"
   fi
