@@ -143,6 +143,9 @@ impl ChatDecoder {
                 self.delta(delta, out)?;
             }
             if let Some(reason) = choice.finish_reason {
+                if reason == "length" {
+                    self.drop_truncated();
+                }
                 self.flush_calls(out);
                 if !self.finished {
                     self.finished = true;
@@ -292,6 +295,24 @@ impl ChatDecoder {
             self.hand_out(call, out);
         }
         Ok(())
+    }
+
+    /// The answer ran out of tokens: a call whose arguments are not whole
+    /// JSON was cut, and is no call a client could run (the answer's
+    /// `length` says it was cut).
+    fn drop_truncated(&mut self) {
+        self.open.retain(|c| {
+            let whole = c.arguments.trim().is_empty()
+                || serde_json::from_str::<serde::de::IgnoredAny>(&c.arguments).is_ok();
+            if !whole {
+                tracing::warn!(
+                    tool = %c.name,
+                    arguments_bytes = c.arguments.len(),
+                    "a call cut by finish_reason length is not handed out"
+                );
+            }
+            whole
+        });
     }
 
     /// Hands out every open call, in index order.
@@ -505,6 +526,11 @@ mod tests {
         assert_eq!(out.last(), Some(&Event::Finish("length".into())));
         let out = decode(&[text, "[DONE]"]).unwrap();
         assert_eq!(out.last(), Some(&Event::Finish("stop".into())));
+        // A call cut by `length` is not handed out.
+        let cut_call = r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{\"pa"}}]}}]}"#;
+        let out = decode(&[cut_call, finished]).unwrap();
+        assert!(calls(&out).is_empty(), "{out:?}");
+        assert_eq!(out.last(), Some(&Event::Finish("length".into())));
     }
 
     #[test]
