@@ -180,7 +180,7 @@ fn bench_stream(c: &mut Criterion) {
         let mut events: Vec<Event> = Vec::new();
         b.iter(|| {
             let mut decoder = Decoder::new();
-            let mut renderer = StreamRenderer::new(options.clone());
+            let mut renderer = StreamRenderer::new(options.clone(), false);
             let mut out = BytesMut::new();
             let mut sent = 0;
             for frame in &frames {

@@ -59,6 +59,23 @@ impl RenderOptions {
     }
 }
 
+/// `stream_options.include_usage` in a chat request.
+fn asks_for_usage(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Request {
+        stream_options: Option<StreamOptions>,
+    }
+    #[derive(serde::Deserialize)]
+    struct StreamOptions {
+        #[serde(default)]
+        include_usage: bool,
+    }
+    serde_json::from_slice::<Request>(body)
+        .ok()
+        .and_then(|r| r.stream_options)
+        .is_some_and(|o| o.include_usage)
+}
+
 /// Sends a chat completion to a to_natural provider and renders the reply.
 pub async fn handle(
     upstreams: &Upstreams,
@@ -76,10 +93,10 @@ pub async fn handle(
         syntax: tools.syntax,
         max_tool_result_chars: tools.max_tool_result_chars,
     };
-    let rewritten = {
+    let (rewritten, include_usage) = {
         let body = bytes.clone();
         crate::natural::engine::rewrite_off_worker(bytes.len(), move || {
-            history::rewrite(&body, &history)
+            history::rewrite(&body, &history).map(|r| (r, asks_for_usage(&body)))
         })
         .await??
     };
@@ -93,7 +110,7 @@ pub async fn handle(
     }
     let (mut parts, upstream_body) = response.into_parts();
     if let Shape::Stream = reply::prepare(&mut parts)? {
-        let renderer = stream::StreamRenderer::new(options);
+        let renderer = stream::StreamRenderer::new(options, include_usage);
         return Ok(Response::from_parts(
             parts,
             TransformBody::new(upstream_body, renderer).boxed_unsync(),

@@ -45,7 +45,7 @@ fn call_args(index: u64, fragment: &str) -> Value {
 
 /// Runs upstream event payloads through a renderer; returns the client body.
 fn render(events: &[String], syntax: Syntax) -> String {
-    let mut r = StreamRenderer::new(options(syntax));
+    let mut r = StreamRenderer::new(options(syntax), true);
     let mut out = BytesMut::new();
     for e in events {
         r.on_event(e.as_bytes(), &mut out);
@@ -505,7 +505,7 @@ proptest! {
             offset += cut;
         }
         events.push(chunk(json!({}), Some("tool_calls")));
-        let mut r = StreamRenderer::new(RenderOptions { syntax, pretty, separator: "---".into() });
+        let mut r = StreamRenderer::new(RenderOptions { syntax, pretty, separator: "---".into() }, true);
         let mut out = BytesMut::new();
         for e in &events {
             r.on_event(e.as_bytes(), &mut out);
@@ -581,7 +581,7 @@ fn too_many_choice_indexes_end_the_stream_with_an_error() {
                 .to_string()
         })
         .collect();
-    let mut r = StreamRenderer::new(options(Syntax::ToolCall));
+    let mut r = StreamRenderer::new(options(Syntax::ToolCall), true);
     let mut out = BytesMut::new();
     for e in &events {
         r.on_event(e.as_bytes(), &mut out);
@@ -602,7 +602,7 @@ fn arguments_held_past_the_cap_end_the_stream_with_an_error() {
         None,
     )];
     events.extend((0..20).map(|_| chunk(call_args(1, &fragment), None)));
-    let mut r = StreamRenderer::new(options(Syntax::ToolCall));
+    let mut r = StreamRenderer::new(options(Syntax::ToolCall), true);
     let mut out = BytesMut::new();
     for e in &events {
         r.on_event(e.as_bytes(), &mut out);

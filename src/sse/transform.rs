@@ -48,12 +48,49 @@ pub fn classify(data: &[u8]) -> Incoming {
         return Incoming::Done;
     }
     match serde_json::from_slice::<Value>(data) {
-        Ok(Value::Object(chunk)) if chunk.contains_key("error") => {
-            Incoming::Error(Value::Object(chunk))
+        Ok(Value::Object(mut chunk)) if chunk.contains_key("error") => {
+            let error = chunk.remove("error").unwrap_or_default();
+            Incoming::Error(conform_error(error))
         }
         Ok(Value::Object(chunk)) => Incoming::Chunk(chunk),
         _ => Incoming::Invalid,
     }
+}
+
+/// An upstream's in-stream error in the shape clients read (rule 15):
+/// `{"error": {"message": string, "type": string, "code": string or null}}`.
+/// Servers send `code` as a number (vLLM's HTTP status) or the error as a
+/// bare string; the message and every other field are kept.
+fn conform_error(error: Value) -> Value {
+    let mut error = match error {
+        Value::Object(error) => error,
+        Value::String(message) => Map::from_iter([("message".to_owned(), Value::String(message))]),
+        other => Map::from_iter([(
+            "message".to_owned(),
+            Value::String(format!("the upstream sent an error event: {other}")),
+        )]),
+    };
+    if !error.get("message").is_some_and(Value::is_string) {
+        let said = error
+            .get("message")
+            .map(Value::to_string)
+            .unwrap_or_default();
+        let message = format!("the upstream sent an error event without a message {said}");
+        error.insert(
+            "message".into(),
+            Value::String(message.trim_end().to_owned()),
+        );
+    }
+    if !error.get("type").is_some_and(Value::is_string) {
+        error.insert("type".into(), Value::String("upstream_error".into()));
+    }
+    let code = match error.remove("code") {
+        None | Some(Value::Null) => Value::Null,
+        Some(Value::String(code)) => Value::String(code),
+        Some(other) => Value::String(other.to_string()),
+    };
+    error.insert("code".into(), code);
+    serde_json::json!({ "error": error })
 }
 
 /// The error for [`Incoming::Invalid`].
@@ -239,6 +276,35 @@ pub(crate) mod twin {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+
+    #[test]
+    fn upstream_errors_take_the_shape_clients_read() {
+        let error = |data: &str| match classify(data.as_bytes()) {
+            Incoming::Error(error) => error,
+            _ => panic!("{data} is an error event"),
+        };
+        // vLLM's numeric code becomes a string; message, type and param stay.
+        let vllm = error(
+            r#"{"error":{"message":"engine died","type":"InternalServerError","param":null,"code":500}}"#,
+        );
+        assert_eq!(
+            vllm,
+            serde_json::json!({"error": {"message": "engine died", "type": "InternalServerError", "param": null, "code": "500"}})
+        );
+        // A bare string is the message.
+        let bare = error(r#"{"error":"out of memory"}"#);
+        assert_eq!(bare["error"]["message"], "out of memory");
+        assert_eq!(bare["error"]["type"], "upstream_error");
+        assert_eq!(bare["error"]["code"], Value::Null);
+        // Whatever the upstream said is still in the message.
+        let odd = error(r#"{"error":{"message":42}}"#);
+        assert!(
+            odd["error"]["message"].as_str().unwrap().ends_with("42"),
+            "{odd}"
+        );
+        let good = r#"{"error":{"message":"m","type":"t","code":"c"}}"#;
+        assert_eq!(error(good), serde_json::from_str::<Value>(good).unwrap());
+    }
 
     /// Writes each event's data back as an event.
     struct Echo {

@@ -9,7 +9,8 @@
 //! another. Content that arrives while a call is open waits until it closes.
 //! `finish_reason: "tool_calls"` becomes `"stop"`; every other field of the
 //! upstream's chunks (`id`, `created`, `model`, `system_fingerprint`,
-//! `usage`, `logprobs`) is kept.
+//! `logprobs`) is kept. Usage goes out once, last, and only when the client
+//! asked for it.
 //!
 //! Most chunks are one choice's content or call fragments and nothing else.
 //! Those are read borrowed, without building a JSON tree, and written back
@@ -49,6 +50,12 @@ pub struct StreamRenderer {
     /// every choice finished, was cut.
     upstream_done: bool,
     text: String,
+    /// The client asked for usage (`stream_options.include_usage`): the
+    /// upstream's latest goes out once, in its own chunk before `[DONE]`
+    /// (rule 14). Servers that send usage unasked (llama.cpp, Ollama,
+    /// Mistral) have it dropped.
+    include_usage: bool,
+    usage: Option<Value>,
     /// A limit the upstream crossed while handling the current event.
     overflow: Option<String>,
     /// The last plain chunk read in full, its choice and what its hole
@@ -107,9 +114,11 @@ struct ChoiceState {
 }
 
 impl StreamRenderer {
-    pub fn new(options: RenderOptions) -> Self {
+    pub fn new(options: RenderOptions, include_usage: bool) -> Self {
         StreamRenderer {
             options,
+            include_usage,
+            usage: None,
             header: None,
             choices: BTreeMap::new(),
             ended: false,
@@ -169,11 +178,13 @@ impl StreamRenderer {
         if self.header.is_none() {
             self.header = Some(ChunkHeader::from_chunk(&chunk));
         }
+        if let Some(usage) = chunk.remove("usage").filter(|u| !u.is_null()) {
+            self.usage = Some(usage);
+        }
         let Some(Value::Array(choices)) = chunk.remove("choices") else {
             encoder::write_json(out, &Value::Object(chunk));
             return;
         };
-        let has_usage = chunk.get("usage").is_some_and(|u| !u.is_null());
         let mut kept = Vec::with_capacity(choices.len());
         for choice in choices {
             if let Value::Object(choice) = choice
@@ -182,7 +193,7 @@ impl StreamRenderer {
                 kept.push(Value::Object(choice));
             }
         }
-        if !kept.is_empty() || has_usage {
+        if !kept.is_empty() {
             chunk.insert("choices".into(), Value::Array(kept));
             encoder::write_json(out, &Value::Object(chunk));
         }
@@ -405,6 +416,11 @@ impl StreamRenderer {
             }
             header.write_finish(out, index, &json!("stop"), false);
         }
+        if self.include_usage
+            && let Some(usage) = &self.usage
+        {
+            header.write_usage(out, usage);
+        }
         out.extend_from_slice(encoder::DONE);
         self.ended = true;
     }
@@ -554,11 +570,14 @@ mod tests {
     use crate::sse::transform::twin;
 
     fn renderer() -> StreamRenderer {
-        StreamRenderer::new(RenderOptions {
-            syntax: Syntax::Tag,
-            pretty: true,
-            separator: "---".into(),
-        })
+        StreamRenderer::new(
+            RenderOptions {
+                syntax: Syntax::Tag,
+                pretty: true,
+                separator: "---".into(),
+            },
+            false,
+        )
     }
 
     fn chunk(delta: &str, finish: &str) -> String {
@@ -628,6 +647,52 @@ mod tests {
             let (fast, general) = twin::fast_and_general(renderer, &chunks);
             assert_eq!(fast, general, "{chunks:#?}");
             assert!(fast.len() >= 3, "{fast:#?}");
+        }
+    }
+
+    #[test]
+    fn usage_goes_last_and_only_when_asked() {
+        // Mistral's shape: usage on the chunk that finishes; llama.cpp's: a
+        // usage chunk of its own after it.
+        let finishing = r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+        let alone = r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#;
+        for (events, asked) in [
+            (vec![finishing], true),
+            (vec![finishing, alone], true),
+            (vec![finishing, alone], false),
+        ] {
+            let mut r = StreamRenderer::new(
+                RenderOptions {
+                    syntax: Syntax::Tag,
+                    pretty: true,
+                    separator: "---".into(),
+                },
+                asked,
+            );
+            let mut out = BytesMut::new();
+            for event in events.iter().chain(&["[DONE]"]) {
+                r.on_event(event.as_bytes(), &mut out);
+            }
+            let text = std::str::from_utf8(&out).unwrap();
+            let chunks: Vec<Value> = text
+                .split("\n\n")
+                .filter_map(|e| e.strip_prefix("data: "))
+                .filter(|d| *d != "[DONE]")
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect();
+            let with_usage: Vec<usize> = (0..chunks.len())
+                .filter(|&i| chunks[i].get("usage").is_some())
+                .collect();
+            if asked {
+                let last = chunks.len() - 1;
+                assert_eq!(with_usage, vec![last], "{text}");
+                assert_eq!(chunks[last]["choices"], json!([]));
+                let want = if events.len() == 2 { 5 } else { 4 };
+                assert_eq!(chunks[last]["usage"]["total_tokens"], want);
+            } else {
+                assert!(with_usage.is_empty(), "{text}");
+            }
+            assert!(text.ends_with("data: [DONE]\n\n"));
         }
     }
 }
