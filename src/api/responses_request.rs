@@ -213,27 +213,12 @@ fn input(value: Value, messages: &mut Vec<Value>) -> Result<(), GatewayError> {
                     "content": output,
                 }));
             }
-            // The gateway's own earlier calls, sent back by the client: the
-            // model sees them as the calls and results they were.
-            "mcp_call" => {
-                let id = text_field(&item, "id", &at)?;
-                push_call(
-                    messages,
-                    json!({"id": id, "type": "function", "function": {
-                        "name": text_field(&item, "name", &at)?,
-                        "arguments": text_field(&item, "arguments", &at)?,
-                    }}),
-                );
-                let result = match (item.get("output"), item.get("error")) {
-                    (Some(Value::String(out)), _) => out.clone(),
-                    (_, Some(Value::String(error))) => format!("Error: {error}"),
-                    _ => String::new(),
-                };
-                messages.push(json!({"role": "tool", "tool_call_id": id, "content": result}));
-            }
+            // The gateway's own earlier calls, as this door wrote them: the
+            // steps kept for the follow-up put the real ones back, as the
+            // other doors do, so the history links to the chat it continues.
             // A listing the gateway wrote, and reasoning the model wrote: a
             // chat upstream has no place for either, and neither is the user's.
-            "mcp_list_tools" | "reasoning" => {}
+            "mcp_call" | "mcp_list_tools" | "reasoning" => {}
             "" => return Err(bad("an input item needs a `type`", &at)),
             other => {
                 return Err(bad(
@@ -547,10 +532,6 @@ mod tests {
                 ]},
                 {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
                 {"role": "tool", "tool_call_id": "c2", "content": "noon"},
-                {"role": "assistant", "content": null, "tool_calls": [
-                    {"id": "g1", "type": "function", "function": {"name": "clock", "arguments": "{}"}},
-                ]},
-                {"role": "tool", "tool_call_id": "g1", "content": "12:00"},
             ])
         );
         assert_eq!(
