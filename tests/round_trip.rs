@@ -238,16 +238,6 @@ impl Agent {
                     reply.json()
                 };
                 let output = response["output"].as_array().cloned().unwrap_or_default();
-                let calls = output
-                    .iter()
-                    .filter(|i| i["type"] == "function_call")
-                    .map(|i| {
-                        (
-                            i["call_id"].as_str().unwrap().to_owned(),
-                            i["name"].as_str().unwrap().to_owned(),
-                        )
-                    })
-                    .collect();
                 let text = output
                     .iter()
                     .filter(|i| i["type"] == "message")
@@ -255,7 +245,7 @@ impl Agent {
                     .filter_map(|p| p["text"].as_str().map(str::to_owned))
                     .collect();
                 Ok(Turn {
-                    calls,
+                    calls: calls_in(&output, "function_call", "call_id"),
                     text,
                     echo: output,
                 })
@@ -267,22 +257,12 @@ impl Agent {
                     reply.json()
                 };
                 let content = message["content"].as_array().cloned().unwrap_or_default();
-                let calls = content
-                    .iter()
-                    .filter(|b| b["type"] == "tool_use")
-                    .map(|b| {
-                        (
-                            b["id"].as_str().unwrap().to_owned(),
-                            b["name"].as_str().unwrap().to_owned(),
-                        )
-                    })
-                    .collect();
                 let text = content
                     .iter()
                     .filter_map(|b| b["text"].as_str().map(str::to_owned))
                     .collect();
                 Ok(Turn {
-                    calls,
+                    calls: calls_in(&content, "tool_use", "id"),
                     text,
                     echo: vec![json!({"role": "assistant", "content": content})],
                 })
@@ -308,6 +288,20 @@ impl Agent {
                 "content": format!("<tool_response name=\"get_weather\">\n{RESULT}\n</tool_response>")}));
         }
     }
+}
+
+/// The `(id, name)` of each item of type `kind`, its id under `id`.
+fn calls_in(items: &[Value], kind: &str, id: &str) -> Vec<(String, String)> {
+    items
+        .iter()
+        .filter(|i| i["type"] == kind)
+        .map(|i| {
+            (
+                i[id].as_str().unwrap().to_owned(),
+                i["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// Runs one loop to its end; the chat id every turn's answer named.
