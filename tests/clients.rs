@@ -590,7 +590,7 @@ async fn python_three_turns_are_one_recorded_chat() {
         .collect();
     assert_eq!(chats.len(), 3);
     assert!(chats.iter().all(|c| *c == chats[0]), "{chats:?}");
-    let list = get(&gw.url("/toolgate/api/chats")).await.json();
+    let list = chats_listed(&gw.url(""), 1).await;
     assert_eq!(list["data"].as_array().unwrap().len(), 1, "{list:#}");
     assert_eq!(list["data"][0]["id"], chats[0]);
 }

@@ -11,7 +11,7 @@ mod conformance;
 use std::sync::{Arc, Mutex};
 
 use common::agent::{calls_sse, sse, text_sse};
-use common::{Collected, Mock, Recorded, Reply, TestGateway, fast_server, get, post};
+use common::{Collected, Mock, Recorded, Reply, TestGateway, chats_listed, fast_server, post};
 use conformance::messages::check_messages;
 use conformance::responses::check_responses;
 use conformance::{Expect, check_completion, check_stream};
@@ -415,7 +415,7 @@ async fn every_door_and_mode_runs_an_agent_loop_to_the_end_in_one_chat() {
         chats.len(),
         "each loop is a chat of its own: {chats:?}"
     );
-    let listed = get(&gw.url("/toolgate/api/chats")).await.json();
+    let listed = chats_listed(&gw.url(""), chats.len()).await;
     assert_eq!(
         listed["data"].as_array().map(Vec::len),
         Some(chats.len()),

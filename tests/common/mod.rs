@@ -377,6 +377,23 @@ pub async fn get(url: &str) -> Collected {
     send(Request::get(url).body(Full::new(Bytes::new())).unwrap()).await
 }
 
+/// The transcript list once it holds `n` chats (or after 5 s, whatever it
+/// holds then): transcripts are written behind the answer, so the last
+/// turn's chat may land a moment after its reply was read.
+#[allow(dead_code)]
+pub async fn chats_listed(gateway_url: &str, n: usize) -> serde_json::Value {
+    let url = format!("{gateway_url}/toolgate/api/chats");
+    let mut listed = get(&url).await.json();
+    for _ in 0..50 {
+        if listed["data"].as_array().map(Vec::len) == Some(n) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        listed = get(&url).await.json();
+    }
+    listed
+}
+
 pub fn provider_toml(name: &str, url: &str, models: &str, extra: &str) -> String {
     format!("[[providers]]\nname = \"{name}\"\nbase_url = \"{url}\"\nmodels = {models}\n{extra}\n")
 }
