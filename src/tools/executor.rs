@@ -42,23 +42,54 @@ pub async fn execute(
     arguments: &str,
     max_chars: usize,
 ) -> Outcome {
-    let started = Instant::now();
-    let gauge = metrics::gauge!(m::GATEWAY_TOOLS_IN_FLIGHT);
-    gauge.increment(1.0);
+    let mut watch = CallWatch::start(tool);
     let outcome = run(tools, tool, arguments, max_chars).await;
-    gauge.decrement(1.0);
-    let label = if outcome.is_error() {
+    watch.finish(if outcome.is_error() {
         "failed"
     } else {
         "completed"
-    };
-    metrics::counter!(m::GATEWAY_TOOL_CALLS, "tool" => tool.name.clone(), "server" => tool.server().to_owned(), "outcome" => label)
-        .increment(1);
-    metrics::histogram!(m::GATEWAY_TOOL_DURATION, "server" => tool.server().to_owned())
-        .record(started.elapsed().as_secs_f64());
+    });
     match outcome {
         Outcome::Completed(text) => Outcome::Completed(truncate(text, max_chars)),
         failed => failed,
+    }
+}
+
+/// One call's metrics: in flight from [`CallWatch::start`] until it is
+/// finished or dropped. A call whose future is dropped (the client left, the
+/// answer was cancelled) is counted as `cancelled`, so the in-flight gauge
+/// never keeps a call that is gone.
+struct CallWatch {
+    tool: String,
+    server: String,
+    started: Instant,
+    outcome: Option<&'static str>,
+}
+
+impl CallWatch {
+    fn start(tool: &GatewayTool) -> Self {
+        metrics::gauge!(m::GATEWAY_TOOLS_IN_FLIGHT).increment(1.0);
+        CallWatch {
+            tool: tool.name.clone(),
+            server: tool.server().to_owned(),
+            started: Instant::now(),
+            outcome: None,
+        }
+    }
+
+    fn finish(&mut self, outcome: &'static str) {
+        self.outcome = Some(outcome);
+    }
+}
+
+impl Drop for CallWatch {
+    fn drop(&mut self) {
+        metrics::gauge!(m::GATEWAY_TOOLS_IN_FLIGHT).decrement(1.0);
+        let outcome = self.outcome.unwrap_or("cancelled");
+        metrics::counter!(m::GATEWAY_TOOL_CALLS, "tool" => self.tool.clone(), "server" => self.server.clone(), "outcome" => outcome)
+            .increment(1);
+        metrics::histogram!(m::GATEWAY_TOOL_DURATION, "server" => self.server.clone())
+            .record(self.started.elapsed().as_secs_f64());
     }
 }
 
