@@ -2,7 +2,8 @@
 //! first), `/toolgate/api/chats/{id}` (every message in order),
 //! `/toolgate/api/chats/{id}/events` (SSE: stored messages replayed, then
 //! live ones while the chat is answered) and `/toolgate/ui/`, one page
-//! embedded in the binary.
+//! (with its script and style sheet as files, under a strict CSP) embedded
+//! in the binary. API answers are `no-store`.
 //!
 //! A client key sees its own tenant's chats; another tenant's chat is not
 //! found, like one that does not exist. An admin key sees every tenant's,
@@ -21,6 +22,11 @@ use crate::error::GatewayError;
 use crate::store::{Message, Store, StoreError};
 
 const PAGE: &str = include_str!("transcripts.html");
+const SCRIPT: &str = include_str!("transcripts.js");
+const STYLE: &str = include_str!("transcripts.css");
+/// The page runs only its own script file and style sheet, shows what it
+/// reads as text, and is never framed.
+const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 500;
 /// A comment this often keeps an idle events stream open through proxies.
@@ -46,6 +52,43 @@ impl Viewer {
     }
 }
 
+/// The page's files under `/toolgate/ui/` (public: its data comes from the
+/// API, which asks for a key), or `None` for a path that is not one.
+pub fn page(path: &str) -> Option<Response<Body>> {
+    let (text, content_type) = match path {
+        "/toolgate/ui" | "/toolgate/ui/" => (PAGE, "text/html; charset=utf-8"),
+        "/toolgate/ui/transcripts.js" => (SCRIPT, "text/javascript; charset=utf-8"),
+        "/toolgate/ui/transcripts.css" => (STYLE, "text/css; charset=utf-8"),
+        _ => return None,
+    };
+    let mut r = Response::new(body::full(text));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(PAGE_POLICY),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    Some(r)
+}
+
+/// What every transcript API answer carries, errors included: transcripts
+/// are private to their key, so no cache keeps them and no browser guesses
+/// their type.
+pub fn private(mut r: Response<Body>) -> Response<Body> {
+    let h = r.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    r
+}
+
 pub async fn handle(
     store: Option<&Arc<Store>>,
     viewer: &Viewer,
@@ -58,22 +101,6 @@ pub async fn handle(
             method: method.to_string(),
             path: path.to_owned(),
         });
-    }
-    if path == "/toolgate/ui" || path == "/toolgate/ui/" {
-        let mut r = Response::new(body::full(PAGE));
-        let h = r.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/html; charset=utf-8"),
-        );
-        // The page runs only its own script; what it shows is text.
-        h.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(
-                "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:",
-            ),
-        );
-        return Ok(r);
     }
     let Some(rest) = path.strip_prefix("/toolgate/api/chats") else {
         return Err(GatewayError::UnknownRoute {
