@@ -6,6 +6,7 @@ pub mod chat_decode;
 pub mod chat_events;
 pub mod chat_message;
 pub mod chat_tap;
+pub mod fields;
 pub mod from_responses;
 pub mod messages;
 pub mod messages_events;

@@ -147,6 +147,22 @@ async fn errors_take_anthropic_shape() {
         tokens >= 1 && longer >= 1000 && longer > tokens,
         "{tokens} {longer}"
     );
+    // Wrong types are refused in the same shape, never read as a default.
+    for (field, value) in [
+        ("max_tokens", json!(0)),
+        ("max_tokens", json!("10")),
+        ("messages", json!([])),
+        ("stream", json!("yes")),
+    ] {
+        let mut body = ask();
+        body[field] = value.clone();
+        let r = post(&gw.url("/v1/messages"), &body.to_string()).await;
+        assert_eq!(r.status, 400, "{field}: {value}: {}", r.text());
+        let e = r.json();
+        assert_eq!(e["error"]["type"], "invalid_request_error");
+        let message = e["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("`{field}`")), "{e}");
+    }
 }
 
 #[tokio::test]

@@ -180,6 +180,20 @@ async fn what_cannot_be_served_is_a_400_naming_the_field() {
             "tools[0].type",
         ),
         (json!({"model": "m", "input": 7}), "input"),
+        // Wrong types are refused, never read as the default.
+        (
+            json!({"model": "m", "input": "x", "stream": "yes"}),
+            "stream",
+        ),
+        (json!({"model": "m", "input": "x", "store": "no"}), "store"),
+        (
+            json!({"model": "m", "input": "x", "metadata": 0}),
+            "metadata",
+        ),
+        (
+            json!({"model": "m", "input": "x", "max_output_tokens": "10"}),
+            "max_output_tokens",
+        ),
     ];
     for (body, param) in cases {
         let r = post(&gw.url("/v1/responses"), &body.to_string()).await;

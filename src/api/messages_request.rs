@@ -7,7 +7,22 @@
 
 use serde_json::{Map, Value, json};
 
+use super::fields::{self, Kind};
 use crate::error::GatewayError;
+
+/// The fields this door reads, with their types (`system`, `tools` and
+/// `tool_choice` are read as their several shapes below).
+pub const FIELDS: &[(&str, Kind)] = &[
+    ("model", Kind::String),
+    ("messages", Kind::NonEmptyList),
+    ("max_tokens", Kind::Positive),
+    ("stream", Kind::Bool),
+    ("temperature", Kind::Number),
+    ("top_p", Kind::Number),
+    ("top_k", Kind::Count),
+    ("stop_sequences", Kind::Strings),
+    ("metadata", Kind::Object),
+];
 
 /// A translated request.
 #[derive(Debug)]
@@ -322,6 +337,7 @@ fn tool_choice(choice: &Value, chat: &mut Map<String, Value>) -> Result<(), Gate
 
 /// Translates a Messages request body.
 pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayError> {
+    fields::check(&request, FIELDS)?;
     let mut chat = Map::new();
     let mut messages = Vec::new();
     let mut stream = false;
@@ -476,13 +492,13 @@ mod tests {
 
     #[test]
     fn tool_choice_tool_and_none() {
-        let t = run(json!({"model": "m", "max_tokens": 1, "messages": [], "tool_choice": {"type": "tool", "name": "f"}})).unwrap();
+        let t = run(json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "tool", "name": "f"}})).unwrap();
         assert_eq!(
             t.chat["tool_choice"],
             json!({"type": "function", "function": {"name": "f"}})
         );
         let t = run(
-            json!({"model": "m", "max_tokens": 1, "messages": [], "tool_choice": {"type": "none"}}),
+            json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "none"}}),
         )
         .unwrap();
         assert_eq!(t.chat["tool_choice"], json!("none"));
@@ -494,14 +510,14 @@ mod tests {
 
     #[test]
     fn untranslatable_fields_name_the_field() {
-        let e = run(json!({"model": "m", "max_tokens": 1, "messages": [], "container": "x"}))
+        let e = run(json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}], "container": "x"}))
             .unwrap_err();
         assert_eq!(param(e).as_deref(), Some("container"));
         let e = run(json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "document"}]}]})).unwrap_err();
         assert_eq!(param(e).as_deref(), Some("messages.0.content.0.type"));
-        let e = run(json!({"model": "m", "messages": [], "tools": [{"type": "web_search_20250305", "name": "web_search"}]})).unwrap_err();
+        let e = run(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "web_search_20250305", "name": "web_search"}]})).unwrap_err();
         assert_eq!(param(e).as_deref(), Some("tools.0.type"));
-        let e = run(json!({"model": "m", "messages": [], "metadata": {"other": 1}})).unwrap_err();
+        let e = run(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "metadata": {"other": 1}})).unwrap_err();
         assert_eq!(param(e).as_deref(), Some("metadata.other"));
         let e = run(json!({"model": "m"})).unwrap_err();
         assert_eq!(param(e).as_deref(), Some("messages"));

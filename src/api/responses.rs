@@ -25,8 +25,9 @@ pub async fn handle(
     parts: http::request::Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, GatewayError> {
-    let request = super::json_object(&bytes)?;
-    let mut request = request;
+    let mut request = super::json_object(&bytes)?;
+    // Before `store` and `previous_response_id` are read.
+    super::fields::check(&request, responses_request::FIELDS)?;
     let store = runtime.store.clone();
     let owner = tenant.name.clone();
     // With a store, answers are kept (unless `store: false`) as the

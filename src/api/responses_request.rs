@@ -6,7 +6,28 @@
 
 use serde_json::{Map, Value, json};
 
+use super::fields::{self, Kind};
 use crate::error::GatewayError;
+
+/// The fields this door reads, with their types (`input`, `tools`,
+/// `tool_choice` and `truncation` are read as their several shapes below).
+pub const FIELDS: &[(&str, Kind)] = &[
+    ("model", Kind::String),
+    ("instructions", Kind::String),
+    ("stream", Kind::Bool),
+    ("store", Kind::Bool),
+    ("previous_response_id", Kind::String),
+    ("metadata", Kind::Object),
+    ("max_output_tokens", Kind::Positive),
+    ("temperature", Kind::Number),
+    ("top_p", Kind::Number),
+    ("parallel_tool_calls", Kind::Bool),
+    ("user", Kind::String),
+    ("include", Kind::Strings),
+    ("stream_options", Kind::Object),
+    ("reasoning", Kind::Object),
+    ("text", Kind::Object),
+];
 
 /// The parts of the request the answer echoes back on the response object.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -43,6 +64,7 @@ fn bad(message: impl Into<String>, param: &str) -> GatewayError {
 
 /// Translates a Responses request body.
 pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayError> {
+    fields::check(&request, FIELDS)?;
     let mut chat = Map::new();
     let mut echo = Echo {
         parallel_tool_calls: json!(true),
