@@ -32,7 +32,7 @@ pub use auth::{Auth, Caller, Tenant};
 pub use gateway_tools::{
     GatewaySettings, HttpToolConfig, McpServerConfig, McpTransport, ToolSource,
 };
-pub use raw::{Api, Mode, OnInvalid, RawConfig, Record, ResultRole, ShowGatewayTools};
+pub use raw::{Api, Mode, OnInvalid, RawConfig, Readiness, Record, ResultRole, ShowGatewayTools};
 pub use store::StoreConfig;
 
 use crate::natural::syntax::Syntax;
@@ -114,6 +114,7 @@ pub struct ServerConfig {
     /// `[server.auth]`: inbound keys and their tenants; `None`: one
     /// anonymous tenant.
     pub auth: Option<Arc<Auth>>,
+    pub readiness: Readiness,
 }
 
 #[derive(Debug)]
@@ -441,6 +442,7 @@ fn server(raw: &raw::RawServer) -> Result<ServerConfig, ConfigError> {
         tls: raw.tls.as_ref().map(tls).transpose()?,
         // Read once the tools are known (`keys[].gateway_tools` names them).
         auth: None,
+        readiness: raw.readiness,
     })
 }
 

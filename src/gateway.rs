@@ -24,7 +24,6 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use tokio::sync::{Semaphore, watch};
 
-use crate::api::transcripts::Viewer;
 use crate::body::drain::DrainGuard;
 use crate::body::observed::{Observed, RequestLog};
 use crate::body::stall::StallGuard;
@@ -316,7 +315,11 @@ impl Gateway {
                 crate::tools::mcp::State::Starting => "starting".to_owned(),
                 crate::tools::mcp::State::Down { error } => format!("down: {error}"),
             };
-            ready &= !offered || state.is_up();
+            // By default a tool server that is down takes out only the
+            // providers that offer it (they answer 503 on their own).
+            if config.server.readiness == crate::config::Readiness::Strict {
+                ready &= !offered || state.is_up();
+            }
             detail.push_str(&format!("tool server {name}: {line}\n"));
         }
         if let Some(store) = &self.store {
@@ -428,35 +431,36 @@ impl Gateway {
                 );
                 r
             }
-            (&Method::GET, "/toolgate/ui" | "/toolgate/ui/") => {
-                // The page itself is public; its data comes from the API.
-                let viewer = Viewer::Tenant(Tenant::anonymous().name.clone());
-                let path = req.uri().path();
-                match crate::api::transcripts::handle(None, &viewer, req.method(), path, None).await
-                {
-                    Ok(r) => r,
-                    Err(e) => e.into_response(),
-                }
+            (&Method::GET, path) if path.starts_with("/toolgate/ui") => {
+                crate::api::transcripts::page(path).unwrap_or_else(|| {
+                    GatewayError::UnknownRoute {
+                        method: "GET".into(),
+                        path: path.to_owned(),
+                    }
+                    .into_response()
+                })
             }
             (_, path) if path.starts_with("/toolgate/api/") => {
                 let runtime = self.runtime.load_full();
                 let viewer = match auth::viewer(&runtime.config, &req) {
                     Ok(viewer) => viewer,
-                    Err(e) => return e.into_response(),
+                    Err(e) => return crate::api::transcripts::private(e.into_response()),
                 };
                 let query = req.uri().query();
-                match crate::api::transcripts::handle(
-                    self.store.as_ref(),
-                    &viewer,
-                    req.method(),
-                    path,
-                    query,
+                crate::api::transcripts::private(
+                    match crate::api::transcripts::handle(
+                        self.store.as_ref(),
+                        &viewer,
+                        req.method(),
+                        path,
+                        query,
+                    )
+                    .await
+                    {
+                        Ok(r) => r,
+                        Err(e) => e.into_response(),
+                    },
                 )
-                .await
-                {
-                    Ok(r) => r,
-                    Err(e) => e.into_response(),
-                }
             }
             (method, path) => GatewayError::UnknownRoute {
                 method: method.to_string(),

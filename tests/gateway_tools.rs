@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::agent::{calls_sse, last_role, messages, provider, sse, stream_request, text_sse};
+use common::binary::Binary;
 use common::{Mock, Reply, TestGateway, fast_server, post};
 use conformance::{Expect, check_completion, check_stream};
 use serde_json::json;
@@ -544,11 +545,33 @@ async fn a_tool_server_that_is_down_makes_the_provider_unavailable() {
         0,
         "the model is never called without its tools"
     );
+    // The gateway still serves (other providers, passthrough traffic): the
+    // server is named, not waited for.
+    let ready = common::get(&gw.url("/readyz")).await;
+    assert_eq!(ready.status, 200);
+    assert!(
+        ready.text().contains("tool server ghost: down"),
+        "{}",
+        ready.text()
+    );
+    drop(gw);
+    // `server.readiness = "strict"` takes the replica out while it is down.
+    let strict = config.replacen("[server]\n", "[server]\nreadiness = \"strict\"\n", 1);
+    assert_ne!(strict, config);
+    let gw = TestGateway::start(&strict).await;
+    gw.gateway
+        .tools()
+        .mcp()
+        .settled(Duration::from_secs(10))
+        .await;
     let ready = common::get(&gw.url("/readyz")).await;
     assert_eq!(ready.status, 503);
     assert!(ready.text().contains("ghost"), "{}", ready.text());
 }
 
+/// A client leaving cancels the running tool's request, and the call is
+/// counted as cancelled: the in-flight gauge goes back to 0. The real binary,
+/// so its metrics are its own.
 #[tokio::test]
 async fn a_client_that_leaves_cancels_the_running_tools() {
     let tool = tool_server(200, "never read", Duration::from_secs(30)).await;
@@ -559,7 +582,7 @@ async fn a_client_that_leaves_cancels_the_running_tools() {
         http_tool("Slow", &format!("http://{}/", tool.addr), 60.0),
         provider(&upstream.url(), "passthrough", &["Slow"], "")
     );
-    let gw = TestGateway::start(&config).await;
+    let gw = Binary::start(&config, &[]);
     let request = http::Request::post(gw.url("/v1/chat/completions"))
         .header("content-type", "application/json")
         .body(http_body_util::Full::new(Bytes::from(stream_request(
@@ -579,11 +602,31 @@ async fn a_client_that_leaves_cancels_the_running_tools() {
             seen.push_str(&String::from_utf8_lossy(&data));
         }
     }
+    let running = common::get(&gw.url("/metrics")).await.text();
+    assert!(
+        running.contains("toolgate_gateway_tools_in_flight 1\n"),
+        "{running}"
+    );
     let cancelled = tool.stream_cancelled.notified();
     drop(body);
     tokio::time::timeout(Duration::from_secs(10), cancelled)
         .await
         .expect("the tool's request is cancelled when the client leaves");
+    let wanted = [
+        "toolgate_gateway_tools_in_flight 0\n",
+        "toolgate_gateway_tool_calls_total{tool=\"Slow\",server=\"http\",outcome=\"cancelled\"} 1\n",
+    ];
+    let mut metrics = String::new();
+    for _ in 0..50 {
+        metrics = common::get(&gw.url("/metrics")).await.text();
+        if wanted.iter().all(|w| metrics.contains(w)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for w in wanted {
+        assert!(metrics.contains(w), "{w}{metrics}");
+    }
 }
 
 #[tokio::test]

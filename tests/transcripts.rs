@@ -328,6 +328,46 @@ async fn without_a_store_the_api_says_so() {
     assert!(page.text().contains("toolgate transcripts"));
 }
 
+/// The page runs no inline script, is never framed, and no browser guesses
+/// its files' types; the API's answers (errors too) are never cached.
+#[tokio::test]
+async fn the_page_and_the_api_send_strict_headers() {
+    let store = format!("[store]\nurl = \"{}\"\n", sqlite_file("headers"));
+    let gw = TestGateway::start(&demo_agent(&store)).await;
+    let page = get(&gw.url("/toolgate/ui/")).await;
+    let csp = page.headers["content-security-policy"].to_str().unwrap();
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    assert!(csp.contains("script-src 'self'"), "{csp}");
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(
+        !page.text().contains("<script>") && !page.text().contains("<style>"),
+        "{}",
+        page.text()
+    );
+    for (path, kind) in [
+        ("/toolgate/ui/", "text/html"),
+        ("/toolgate/ui/transcripts.js", "text/javascript"),
+        ("/toolgate/ui/transcripts.css", "text/css"),
+    ] {
+        let r = get(&gw.url(path)).await;
+        assert_eq!(r.status, 200, "{path}");
+        assert!(
+            r.headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with(kind),
+            "{path}"
+        );
+        assert_eq!(r.headers["x-content-type-options"], "nosniff", "{path}");
+    }
+    assert_eq!(get(&gw.url("/toolgate/ui/other.js")).await.status, 404);
+    for path in ["/toolgate/api/chats", "/toolgate/api/chats/no-such-chat"] {
+        let r = get(&gw.url(path)).await;
+        assert_eq!(r.headers["cache-control"], "no-store", "{path}");
+        assert_eq!(r.headers["x-content-type-options"], "nosniff", "{path}");
+    }
+}
+
 #[tokio::test]
 async fn the_transcript_api_takes_admin_keys_when_they_are_set() {
     // SAFETY: the variable names are unique to this test.
@@ -370,4 +410,21 @@ async fn the_transcript_api_takes_admin_keys_when_they_are_set() {
         common::send(call("/v1/models", "admin-key")).await.status,
         401
     );
+}
+
+/// A store that has taken no write yet is up once its migrations ran (it
+/// said "down: connecting" until the first exchange).
+#[tokio::test]
+async fn an_idle_store_is_up_once_migrated() {
+    let store = format!("[store]\nurl = \"{}\"\n", sqlite_file("idle"));
+    let gw = TestGateway::start(&demo_agent(&store)).await;
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = get(&gw.url("/readyz")).await.text();
+        if text.contains("store: up") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the idle store never shows up: {text}");
 }

@@ -74,6 +74,22 @@ pub struct RawServer {
     /// Accept a store or gateway tools on a non-loopback `listen` without
     /// `[server.auth]` (refused otherwise).
     pub allow_open_store: bool,
+    /// What `/readyz` waits for: `"serving"` (the gateway can serve; tool
+    /// servers that are down are named) or `"strict"` (every offered tool
+    /// server up too).
+    pub readiness: Readiness,
+}
+
+/// `server.readiness`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Readiness {
+    /// `200` while the gateway can serve; a provider whose tool server is
+    /// down answers `503 tool_server_unavailable` on its own.
+    #[default]
+    Serving,
+    /// `503` while any tool server a provider offers is not up.
+    Strict,
 }
 
 /// `[server.tls]`: serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN).
@@ -139,6 +155,7 @@ impl Default for RawServer {
             tls: None,
             auth: None,
             allow_open_store: false,
+            readiness: Readiness::Serving,
         }
     }
 }

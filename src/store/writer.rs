@@ -87,7 +87,11 @@ async fn connect(shared: &Shared, stop: &CancellationToken) -> Option<Db> {
         let opened = Db::open(&shared.config.backend);
         let result = match opened {
             Ok(db) => match db.migrate().await {
-                Ok(()) => return Some(db),
+                Ok(()) => {
+                    // Up once its migrations ran, not at its first write.
+                    shared.set_health(None);
+                    return Some(db);
+                }
                 Err(e) => e,
             },
             Err(e) => e,
