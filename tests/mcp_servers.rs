@@ -74,19 +74,27 @@ fn toml_str(path: &Path) -> String {
     serde_json::to_string(&path.display().to_string()).unwrap()
 }
 
-/// Waits until `/readyz` answers `status`, returning its text.
-async fn readyz(gw: &TestGateway, status: u16, within: Duration) -> String {
+/// Waits until `/readyz` says every tool server is `up` (or, with `up`
+/// false, that one is down), returning its text. Either way the gateway
+/// itself stays ready: a tool server is named, not waited for.
+async fn readyz(gw: &TestGateway, up: bool, within: Duration) -> String {
     let deadline = tokio::time::Instant::now() + within;
     loop {
         let r = get(&gw.url("/readyz")).await;
-        if r.status == status {
-            return r.text();
+        assert_eq!(r.status, 200, "{}", r.text());
+        let text = r.text();
+        let servers: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("tool server "))
+            .collect();
+        let all_up = servers.iter().all(|l| l.contains(": up"));
+        let one_down = servers.iter().any(|l| l.contains(": down"));
+        if (up && all_up) || (!up && one_down) {
+            return text;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "/readyz still answers {} after {within:?}: {}",
-            r.status,
-            r.text()
+            "/readyz after {within:?}: {text}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -119,7 +127,7 @@ async fn time_server_over_stdio_offers_its_allowed_tools_under_a_prefix() {
         provider(&upstream.url(), "passthrough", &["time"], "")
     );
     let gw = TestGateway::start(&config).await;
-    readyz(&gw, 200, Duration::from_secs(30)).await;
+    readyz(&gw, true, Duration::from_secs(30)).await;
 
     let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -173,7 +181,7 @@ async fn everything_server_over_http_runs_calls_in_parallel_with_a_timeout() {
         provider(&upstream.url(), "passthrough", &["everything"], "")
     );
     let gw = TestGateway::start(&config).await;
-    readyz(&gw, 200, Duration::from_secs(30)).await;
+    readyz(&gw, true, Duration::from_secs(30)).await;
 
     let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -232,7 +240,7 @@ async fn a_killed_server_fails_its_call_and_is_used_again_once_back() {
         provider(&upstream.url(), "passthrough", &["everything"], "")
     );
     let gw = TestGateway::start(&config).await;
-    readyz(&gw, 200, Duration::from_secs(30)).await;
+    readyz(&gw, true, Duration::from_secs(30)).await;
 
     let slow = json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
         "messages": [{"role": "user", "content": "something slow"}]});
@@ -248,11 +256,11 @@ async fn a_killed_server_fails_its_call_and_is_used_again_once_back() {
     let (_, calls) = gateway_calls(&r.body);
     assert_eq!(calls[0]["status"], "failed", "{}", r.text());
 
-    let down = readyz(&gw, 503, Duration::from_secs(20)).await;
+    let down = readyz(&gw, false, Duration::from_secs(20)).await;
     assert!(down.contains("everything"), "{down}");
 
     let _server = Everything::start(port).await;
-    readyz(&gw, 200, Duration::from_secs(40)).await;
+    readyz(&gw, true, Duration::from_secs(40)).await;
     let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
     let (_, calls) = gateway_calls(&r.body);
     assert_eq!(calls[0]["status"], "completed", "{}", r.text());
@@ -311,4 +319,42 @@ fn toolgate_tools_lists_each_servers_tools_and_names_the_one_that_failed() {
         3,
         "{listing}"
     );
+}
+
+/// A server that pages `tools/list` forever, and one that lists too many
+/// tools: each is down with the reason (the gateway stays ready), and is
+/// tried again less and less often, not twice a second for good.
+#[tokio::test]
+async fn hostile_listings_are_bounded_and_retried_with_growing_backoff() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/hostile.py");
+    for (mode, reason) in [
+        ("paginate", "went on past 64 pages"),
+        ("too-many", "lists more than 512 tools"),
+    ] {
+        let upstream = Mock::start(|_| sse(text_sse("never"))).await;
+        let dir = std::env::temp_dir().join(format!(
+            "toolgate-mcp-hostile-{}-{mode}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let starts = dir.join("starts");
+        let config = format!(
+            "{}[[mcp_servers]]\nname = \"hostile\"\ncommand = [{}, {}, \"{mode}\", {}]\n{}",
+            fast_server(),
+            toml_str(&python()),
+            toml_str(&script),
+            toml_str(&starts),
+            provider(&upstream.url(), "passthrough", &["hostile"], "")
+        );
+        let gw = TestGateway::start(&config).await;
+        let down = readyz(&gw, false, Duration::from_secs(20)).await;
+        assert!(down.contains(reason), "{mode}: {down}");
+        assert!(down.contains("retrying in"), "{mode}: {down}");
+        // Backoff 0.25 s, 0.5, 1, 2, 4: about five starts in six seconds
+        // (a reset after every connect started it twice a second or more).
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let n = std::fs::read_to_string(&starts).unwrap().lines().count();
+        assert!((2..=7).contains(&n), "{mode}: {n} starts in about 6 s");
+    }
 }

@@ -11,10 +11,11 @@
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+    PaginatedRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RoleClient, ServiceError};
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
@@ -38,6 +39,16 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(30));
 /// Most tools one server may offer; a server listing more is refused.
 const MAX_TOOLS_PER_SERVER: usize = 512;
+/// Most `tools/list` pages read from one server; a server that pages on
+/// past it is refused (a cursor that never ends would grow without bound).
+const MAX_LIST_PAGES: usize = 64;
+/// Most tools read across a listing's pages, `allowed_tools` or not.
+const MAX_LISTED_TOOLS: usize = 4 * MAX_TOOLS_PER_SERVER;
+/// Most bytes of names, descriptions and schemas read across a listing.
+const MAX_LISTED_BYTES: usize = 16 * 1024 * 1024;
+/// A connection up this long resets the reconnection backoff; one that
+/// fails sooner (e.g. it lists too many tools) keeps it growing.
+const STABLE: Duration = Duration::from_secs(60);
 /// Calls in flight at once to one streamable HTTP server (more wait their turn).
 const MAX_HTTP_CALLS: usize = 64;
 /// Longest stderr line of a child that is logged (the rest is cut).
@@ -310,10 +321,14 @@ impl ClientHandler for Handler {
     }
 }
 
-/// Connects, serves, and reconnects with backoff until stopped.
+/// Connects, serves, and reconnects with backoff until stopped. The
+/// backoff doubles on every failure and resets only after a connection
+/// stayed up for [`STABLE`]; while it waits, the server is down with the
+/// reason and when it is tried again.
 async fn supervise(server: Arc<Server>) {
     let name = server.config.name.clone();
     let mut backoff = BACKOFF.0;
+    let mut last_error = String::new();
     loop {
         let changed = Arc::new(Notify::new());
         let connected = tokio::select! {
@@ -324,29 +339,31 @@ async fn supervise(server: Arc<Server>) {
             Err(_) => Err(format!("did not start within {}s", START_TIMEOUT.as_secs())),
             Ok(result) => result,
         };
-        match running {
-            Err(error) => set_down(&server, error),
+        let why = match running {
+            Err(error) => error,
             Ok(running) => {
-                backoff = BACKOFF.0;
                 let peer = running.peer().clone();
                 let cancel = running.cancellation_token();
                 let mut waiting = std::pin::pin!(running.waiting());
+                let mut up_since = None;
                 let mut listed = list(&server, &peer).await;
-                loop {
-                    if let Err(error) = listed {
-                        cancel.cancel();
-                        let _ = (&mut waiting).await;
-                        set_down(&server, error);
-                        break;
+                let why = loop {
+                    match &listed {
+                        Ok(()) => {
+                            up_since.get_or_insert_with(Instant::now);
+                        }
+                        Err(error) => {
+                            cancel.cancel();
+                            let _ = (&mut waiting).await;
+                            break error.clone();
+                        }
                     }
                     tokio::select! {
                         quit = &mut waiting => {
-                            let why = match quit {
+                            break match quit {
                                 Ok(reason) => format!("the connection ended ({reason:?})"),
                                 Err(e) => format!("the connection failed: {e}"),
                             };
-                            set_down(&server, why);
-                            break;
                         }
                         () = changed.notified() => listed = list(&server, &peer).await,
                         () = server.broken.notified() => {
@@ -355,16 +372,30 @@ async fn supervise(server: Arc<Server>) {
                         () = server.stop.cancelled() => {
                             cancel.cancel();
                             let _ = (&mut waiting).await;
-                            break;
+                            break String::new();
                         }
                     }
+                };
+                if up_since.is_some_and(|t: Instant| t.elapsed() >= STABLE) {
+                    backoff = BACKOFF.0;
                 }
+                why
             }
-        }
+        };
         if server.stop.is_cancelled() {
             break;
         }
-        tracing::info!(server = ?name, retry_in_ms = backoff.as_millis() as u64, "reconnecting to MCP server");
+        // Logged when the reason changes, not on every attempt.
+        if why != last_error {
+            tracing::warn!(server = ?name, error = ?why, retry_in_ms = backoff.as_millis() as u64, "MCP server is down");
+            last_error.clone_from(&why);
+        } else {
+            tracing::debug!(server = ?name, error = ?why, retry_in_ms = backoff.as_millis() as u64, "MCP server is still down");
+        }
+        set_down(
+            &server,
+            format!("{why} (retrying in {:.1}s)", backoff.as_secs_f64()),
+        );
         tokio::select! {
             () = server.stop.cancelled() => break,
             () = tokio::time::sleep(backoff) => {}
@@ -376,7 +407,6 @@ async fn supervise(server: Arc<Server>) {
 }
 
 fn set_down(server: &Server, error: String) {
-    tracing::warn!(server = ?server.config.name, error = ?error, "MCP server is down");
     metrics::gauge!(m::MCP_SERVER_UP, "server" => server.config.name.clone()).set(0.0);
     server.state.send_replace(Arc::new(State::Down { error }));
 }
@@ -429,15 +459,14 @@ async fn connect(config: &McpServerConfig, changed: Arc<Notify>) -> Result<Runni
 
 /// Lists the server's tools and publishes them.
 async fn list(server: &Server, peer: &Peer<RoleClient>) -> Result<(), String> {
-    let listed = tokio::time::timeout(START_TIMEOUT, peer.list_all_tools())
+    let listed = tokio::time::timeout(START_TIMEOUT, list_pages(peer))
         .await
         .map_err(|_| {
             format!(
                 "tools/list did not answer within {}s",
                 START_TIMEOUT.as_secs()
             )
-        })?
-        .map_err(|e| format!("tools/list failed: {e}"))?;
+        })??;
     let config = &server.config;
     let mut tools: Vec<Arc<GatewayTool>> = Vec::new();
     for tool in listed {
@@ -476,6 +505,42 @@ async fn list(server: &Server, peer: &Peer<RoleClient>) -> Result<(), String> {
         tools: tools.into(),
     }));
     Ok(())
+}
+
+/// Every page of `tools/list`, within [`MAX_LIST_PAGES`],
+/// [`MAX_LISTED_TOOLS`] and [`MAX_LISTED_BYTES`].
+async fn list_pages(peer: &Peer<RoleClient>) -> Result<Vec<rmcp::model::Tool>, String> {
+    let mut tools = Vec::new();
+    let mut bytes = 0usize;
+    let mut cursor = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let page = peer
+            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        for tool in &page.tools {
+            bytes += tool.name.len()
+                + tool.description.as_ref().map_or(0, |d| d.len())
+                + serde_json::to_string(&*tool.input_schema).map_or(0, |s| s.len());
+        }
+        tools.extend(page.tools);
+        if tools.len() > MAX_LISTED_TOOLS {
+            return Err(format!(
+                "tools/list gave more than {MAX_LISTED_TOOLS} tools"
+            ));
+        }
+        if bytes > MAX_LISTED_BYTES {
+            return Err(format!(
+                "tools/list gave more than {} MiB of tools",
+                MAX_LISTED_BYTES / (1024 * 1024)
+            ));
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(tools),
+        }
+    }
+    Err(format!("tools/list went on past {MAX_LIST_PAGES} pages"))
 }
 
 /// A child's stderr, line by line, as log lines of its server. A line longer

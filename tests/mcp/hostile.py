@@ -1,0 +1,57 @@
+"""A stdio MCP server that misbehaves on purpose, for tests/mcp_servers.rs.
+
+    python hostile.py MODE STARTS_FILE
+
+Each start appends a line to STARTS_FILE. MODE:
+  paginate  - tools/list never ends: every page has one tool and a next cursor
+  too-many  - tools/list answers 600 tools in one page
+Plain JSON-RPC over stdin/stdout (one message per line), no SDK: what it
+sends is exactly what is written here.
+"""
+import json
+import sys
+
+mode, starts = sys.argv[1], sys.argv[2]
+with open(starts, "a") as f:
+    f.write("start\n")
+
+
+def tool(name):
+    return {
+        "name": name,
+        "description": "A tool of a server that misbehaves.",
+        "inputSchema": {"type": "object", "properties": {}},
+    }
+
+
+def answer(request):
+    method = request.get("method")
+    params = request.get("params") or {}
+    if method == "initialize":
+        return {
+            "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "hostile", "version": "0"},
+        }
+    if method == "ping":
+        return {}
+    if method == "tools/list":
+        if mode == "paginate":
+            page = int(params.get("cursor") or 0)
+            return {"tools": [tool(f"t{page}")], "nextCursor": str(page + 1)}
+        return {"tools": [tool(f"t{i}") for i in range(600)]}
+    return None
+
+
+for line in sys.stdin:
+    request = json.loads(line)
+    if "id" not in request:
+        continue
+    result = answer(request)
+    if result is None:
+        reply = {"jsonrpc": "2.0", "id": request["id"],
+                 "error": {"code": -32601, "message": "method not found"}}
+    else:
+        reply = {"jsonrpc": "2.0", "id": request["id"], "result": result}
+    sys.stdout.write(json.dumps(reply) + "\n")
+    sys.stdout.flush()
