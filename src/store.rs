@@ -48,6 +48,12 @@ const LINK_DEADLINE: Duration = Duration::from_millis(100);
 const LINK_TRIES: usize = 8;
 /// How long a request may wait for gateway steps another replica kept.
 const STEPS_DEADLINE: Duration = Duration::from_millis(250);
+/// How long a stored response not found is looked for again (another
+/// replica's write of it may be landing), and how long a delete waits for
+/// this replica's queued write of it.
+const RESPONSE_SETTLE: Duration = Duration::from_millis(250);
+/// The pause between two looks.
+const RESPONSE_RETRY: Duration = Duration::from_millis(25);
 /// The request header naming (and the response header reporting) the chat.
 pub const CHAT_HEADER: &str = "x-toolgate-chat-id";
 
@@ -69,12 +75,30 @@ pub(crate) struct Shared {
     heads: Heads,
     live: Live,
     last_drop_log: Mutex<Option<Instant>>,
+    /// Responses queued on this replica and not yet written: a request
+    /// reads its own writes (`previous_response_id` at once) from here.
+    queued: Mutex<HashMap<String, StoredResponse>>,
+    /// Woken after every batch the writer finished.
+    written: tokio::sync::Notify,
 }
 
 impl Shared {
     /// Queues a row; never waits. A full queue drops it, counted.
     fn push(&self, write: Write) {
+        let response = match &write {
+            Write::Response(r) => Some(r.clone()),
+            _ => None,
+        };
+        if let Some(r) = &response {
+            self.queued
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(r.id.clone(), r.clone());
+        }
         if self.tx.try_send(write).is_err() {
+            if let Some(r) = &response {
+                self.settled(&r.id);
+            }
             metrics::counter!(m::STORE_DROPPED).increment(1);
             let mut last = self.last_drop_log.lock().unwrap_or_else(|e| e.into_inner());
             if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
@@ -85,6 +109,30 @@ impl Shared {
                 );
             }
         }
+    }
+
+    /// The writer is done with response `id` (written or dropped).
+    pub(crate) fn settled(&self, id: &str) {
+        self.queued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+
+    /// A response of `tenant`'s still queued here.
+    fn queued_response(&self, tenant: &str, id: &str) -> Option<(Value, Value)> {
+        let queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        queued
+            .get(id)
+            .filter(|r| &*r.tenant == tenant)
+            .map(|r| ((*r.conversation).clone(), (*r.response).clone()))
+    }
+
+    fn is_queued(&self, id: &str) -> bool {
+        self.queued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(id)
     }
 
     fn set_health(&self, error: Option<String>) {
@@ -170,6 +218,8 @@ impl Store {
             heads: Heads::default(),
             live: Live::default(),
             last_drop_log: Mutex::new(None),
+            queued: Mutex::new(HashMap::new()),
+            written: tokio::sync::Notify::new(),
         });
         let stop = CancellationToken::new();
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
@@ -423,8 +473,8 @@ impl Store {
             id,
             tenant,
             at: now_ms(),
-            conversation,
-            response,
+            conversation: Arc::new(conversation),
+            response: Arc::new(response),
         }));
     }
 
@@ -459,23 +509,49 @@ impl Store {
     }
 
     /// One of `tenant`'s stored responses: the conversation it ended and
-    /// the response object.
+    /// the response object. A request reads its own writes: a response
+    /// still queued on this replica is read from the queue, and one not
+    /// found is looked for again for up to [`RESPONSE_SETTLE`], while another
+    /// replica's write of it may still be landing.
     pub async fn response(
         &self,
         tenant: Arc<str>,
         id: &str,
     ) -> Result<Option<(Value, Value)>, StoreError> {
-        let id = id.to_owned();
-        self.read(move |shared| async move {
-            let db = shared.db.get().ok_or(StoreError::NotReady)?;
-            db.response(&tenant, &id)
-                .await
-                .map_err(|e| StoreError::Database(e.to_string()))
-        })
-        .await
+        let deadline = Instant::now() + RESPONSE_SETTLE;
+        loop {
+            if let Some(found) = self.shared.queued_response(&tenant, id) {
+                return Ok(Some(found));
+            }
+            let (tenant, owned) = (tenant.clone(), id.to_owned());
+            let found = self
+                .read(move |shared| async move {
+                    let db = shared.db.get().ok_or(StoreError::NotReady)?;
+                    db.response(&tenant, &owned)
+                        .await
+                        .map_err(|e| StoreError::Database(e.to_string()))
+                })
+                .await?;
+            if found.is_some() || Instant::now() >= deadline {
+                return Ok(found);
+            }
+            tokio::time::sleep(RESPONSE_RETRY).await;
+        }
     }
 
+    /// Deletes one of `tenant`'s stored responses; a response still queued
+    /// here is written first (waiting at most [`RESPONSE_SETTLE`]), so the
+    /// delete cannot be overtaken by its write.
     pub async fn delete_response(&self, tenant: Arc<str>, id: &str) -> Result<bool, StoreError> {
+        let deadline = tokio::time::Instant::now() + RESPONSE_SETTLE;
+        while self.shared.is_queued(id) {
+            let written = self.shared.written.notified();
+            if !self.shared.is_queued(id)
+                || tokio::time::timeout_at(deadline, written).await.is_err()
+            {
+                break;
+            }
+        }
         let id = id.to_owned();
         self.read(move |shared| async move {
             let db = shared.db.get().ok_or(StoreError::NotReady)?;

@@ -402,3 +402,59 @@ async fn previous_response_id_continues_a_stored_conversation() {
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["param"], "previous_response_id");
 }
+
+/// A client continuing at once reads its own writes: the stored response is
+/// found the moment the answer has been read (streamed or whole), and a
+/// delete sent at once is not overtaken by the response's own write.
+#[tokio::test]
+async fn a_response_is_continued_read_and_deleted_the_moment_it_is_answered() {
+    let mock = Mock::start(|_| sse(text_sse("Noted."))).await;
+    let dir = std::env::temp_dir().join(format!("toolgate-ryw-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = upstream(&mock.url(), "passthrough", "").replace(
+        "[[providers]]",
+        &format!(
+            "[store]\nurl = \"sqlite://{}/t.db\"\n[[providers]]",
+            dir.display()
+        ),
+    );
+    let gw = TestGateway::start(&config).await;
+    let url = gw.url("/v1/responses");
+    let mut missed = Vec::new();
+    for i in 0..20 {
+        let stream = i % 2 == 0;
+        let first = json!({"model": "m", "input": format!("note {i}"), "stream": stream});
+        let r = post(&url, &first.to_string()).await;
+        let id = if stream {
+            check_responses(&r.body).unwrap().response["id"].clone()
+        } else {
+            r.json()["id"].clone()
+        };
+        let id = id.as_str().unwrap().to_owned();
+        let next = json!({"model": "m", "input": "and then?", "previous_response_id": id});
+        let r = post(&url, &next.to_string()).await;
+        if r.status != 200 {
+            missed.push(format!("continue {i}: {}", r.text()));
+        }
+        let got = common::get(&gw.url(&format!("/v1/responses/{id}"))).await;
+        if got.status != 200 {
+            missed.push(format!("get {i}: {}", got.text()));
+        }
+    }
+    assert!(missed.is_empty(), "{}", missed.join("\n"));
+
+    let r = post(
+        &url,
+        &json!({"model": "m", "input": "forget me"}).to_string(),
+    )
+    .await;
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let request = http::Request::delete(gw.url(&format!("/v1/responses/{id}")))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    assert_eq!(common::send(request).await.json()["deleted"], true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = common::get(&gw.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(got.status, 404, "the delete stands: {}", got.text());
+}

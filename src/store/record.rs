@@ -90,8 +90,8 @@ pub struct StoredResponse {
     pub tenant: Arc<str>,
     pub at: i64,
     /// The chat messages the answer ended (request and reply).
-    pub conversation: Value,
-    pub response: Value,
+    pub conversation: Arc<Value>,
+    pub response: Arc<Value>,
 }
 
 #[derive(Debug, Clone)]

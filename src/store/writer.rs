@@ -75,6 +75,12 @@ pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Write>, stop: Cance
                 shared.set_health(Some(error));
             }
         }
+        for write in &buffer {
+            if let Write::Response(r) = write {
+                shared.settled(&r.id);
+            }
+        }
+        shared.written.notify_waiters();
         buffer.clear();
     }
     db.close().await;
