@@ -134,7 +134,7 @@ cargo build --locked --quiet
 bin=$PWD/target/debug/toolgate
 
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null || true; done' EXIT
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done' EXIT
 
 for name in $MODELS; do
   case $name in
