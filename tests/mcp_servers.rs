@@ -358,3 +358,55 @@ async fn hostile_listings_are_bounded_and_retried_with_growing_backoff() {
         assert!((2..=7).contains(&n), "{mode}: {n} starts in about 6 s");
     }
 }
+
+/// A streamable-HTTP server restarted while toolgate is idle has forgotten
+/// the session: calls on it go unanswered. After two calls time out the
+/// session is renewed, and the next call is served (before, every later
+/// call timed out until toolgate restarted).
+#[tokio::test]
+async fn a_server_restarted_while_idle_gets_a_new_session() {
+    let port = free_port();
+    let mut server = Everything::start(port).await;
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("done"))
+        } else {
+            sse(calls_sse(&[("echo", r#"{"message":"still here"}"#)]))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}[[mcp_servers]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_secs = 2\n{}",
+        fast_server(),
+        provider(&upstream.url(), "passthrough", &["everything"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    readyz(&gw, true, Duration::from_secs(30)).await;
+    let call = || async {
+        let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+        let (_, calls) = gateway_calls(&r.body);
+        calls[0].clone()
+    };
+    assert_eq!(call().await["status"], "completed");
+
+    server.kill().await;
+    let _server = Everything::start(port).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let c = call().await;
+        statuses.push(format!("{}: {c}", c["status"]));
+        if c["status"] == "completed" {
+            assert!(c["output"].as_str().unwrap().contains("still here"), "{c}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        statuses.last().unwrap().starts_with("\"completed\""),
+        "{statuses:#?}"
+    );
+    assert!(
+        statuses.iter().all(|s| !s.contains("rmcp::")),
+        "errors read as sentences: {statuses:#?}"
+    );
+}

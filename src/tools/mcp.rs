@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,10 @@ use crate::tools::{GatewayTool, ToolKind, names};
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Reconnection backoff: doubles from the first value up to the second.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(30));
+/// Calls timed out in a row after which the session is renewed (a server
+/// restarted while toolgate was idle forgets the session, and its answers to
+/// it never reach the call). The call that timed out is not run again.
+const TIMEOUTS_TO_RECONNECT: usize = 2;
 /// Most tools one server may offer; a server listing more is refused.
 const MAX_TOOLS_PER_SERVER: usize = 512;
 /// Most `tools/list` pages read from one server; a server that pages on
@@ -91,6 +96,9 @@ struct Server {
     state: watch::Sender<Arc<State>>,
     /// A call found the connection broken: reconnect now.
     broken: Notify,
+    /// Calls timed out in a row on this connection (a session the server
+    /// forgot answers nothing): at [`TIMEOUTS_TO_RECONNECT`] it is renewed.
+    timeouts: AtomicUsize,
     stop: CancellationToken,
 }
 
@@ -138,6 +146,7 @@ impl McpHost {
                             config: config.clone(),
                             state: watch::Sender::new(Arc::new(state)),
                             broken: Notify::new(),
+                            timeouts: AtomicUsize::new(0),
                             stop: CancellationToken::new(),
                         }),
                     );
@@ -176,6 +185,7 @@ impl McpHost {
                 config: config.clone(),
                 state: watch::Sender::new(Arc::new(State::Starting)),
                 broken: Notify::new(),
+                timeouts: AtomicUsize::new(0),
                 stop: self.shutdown.child_token(),
             });
             metrics::gauge!(m::MCP_SERVER_UP, "server" => config.name.clone()).set(0.0);
@@ -237,8 +247,17 @@ impl McpHost {
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         // Dropping the call (timeout, client gone) sends the server a cancellation.
         match tokio::time::timeout(timeout, peer.call_tool(params)).await {
-            Err(_) => Err(CallError::Timeout(timeout.as_secs_f64())),
-            Ok(Ok(result)) => Ok(result),
+            Err(_) => {
+                if handle.timeouts.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_TO_RECONNECT {
+                    handle.timeouts.store(0, Ordering::Relaxed);
+                    handle.broken.notify_one();
+                }
+                Err(CallError::Timeout(timeout.as_secs_f64()))
+            }
+            Ok(Ok(result)) => {
+                handle.timeouts.store(0, Ordering::Relaxed);
+                Ok(result)
+            }
             Ok(Err(e)) => {
                 if matches!(
                     e,
@@ -246,9 +265,25 @@ impl McpHost {
                 ) {
                     handle.broken.notify_one();
                 }
-                Err(CallError::Failed(e.to_string()))
+                Err(CallError::Failed(describe(&e)))
             }
         }
+    }
+}
+
+/// A call's failure as a sentence the model and an operator can read
+/// (rmcp's own messages name Rust types: `Transport [rmcp::…<…>] error`).
+fn describe(e: &ServiceError) -> String {
+    match e {
+        ServiceError::McpError(e) => format!("the server answered with an error: {}", e.message),
+        ServiceError::TransportSend(e) => {
+            format!("the request could not be sent to the server: {}", e.error)
+        }
+        ServiceError::TransportClosed => "the connection to the server closed".into(),
+        ServiceError::UnexpectedResponse => "the server sent an answer of the wrong kind".into(),
+        ServiceError::Cancelled { .. } => "the call was cancelled".into(),
+        ServiceError::Timeout { .. } => "the server did not answer in time".into(),
+        other => other.to_string(),
     }
 }
 
@@ -367,7 +402,7 @@ async fn supervise(server: Arc<Server>) {
                         }
                         () = changed.notified() => listed = list(&server, &peer).await,
                         () = server.broken.notified() => {
-                            listed = Err("a call found the connection broken".into());
+                            listed = Err("calls found the session broken or unanswered; renewing it".into());
                         }
                         () = server.stop.cancelled() => {
                             cancel.cancel();
