@@ -410,3 +410,61 @@ async fn a_server_restarted_while_idle_gets_a_new_session() {
         "errors read as sentences: {statuses:#?}"
     );
 }
+
+/// A reload that changes a server's entry lets the calls already running
+/// on it finish on the config they started with; later calls use the new
+/// entry (before, the reload aborted them with "Transport closed").
+#[tokio::test]
+async fn a_reload_of_a_server_entry_lets_its_running_calls_finish() {
+    let port = free_port();
+    let _server = Everything::start(port).await;
+    let upstream = Mock::start(|r| {
+        let asked = messages(r)[0]["content"].as_str().unwrap_or("").to_owned();
+        if last_role(r) == "tool" {
+            sse(text_sse("done"))
+        } else if asked.contains("slow") {
+            sse(calls_sse(&[(
+                "trigger-long-running-operation",
+                r#"{"duration":3,"steps":3}"#,
+            )]))
+        } else {
+            sse(calls_sse(&[("echo", r#"{"message":"after the reload"}"#)]))
+        }
+    })
+    .await;
+    let config = |timeout: u32| {
+        format!(
+            "{}[[mcp_servers]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_secs = {timeout}\n{}",
+            fast_server(),
+            provider(&upstream.url(), "passthrough", &["everything"], "")
+        )
+    };
+    let gw = TestGateway::start(&config(60)).await;
+    readyz(&gw, true, Duration::from_secs(30)).await;
+
+    let slow = json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "something slow"}]});
+    let url = gw.url("/v1/chat/completions");
+    let answer = tokio::spawn(async move { post(&url, &slow.to_string()).await });
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    gw.gateway
+        .reload(toolgate::config::Config::from_toml(&config(61)).unwrap())
+        .unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(20), answer)
+        .await
+        .unwrap()
+        .unwrap();
+    let (_, calls) = gateway_calls(&r.body);
+    assert_eq!(calls[0]["status"], "completed", "{}", r.text());
+
+    readyz(&gw, true, Duration::from_secs(30)).await;
+    let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+    let (_, calls) = gateway_calls(&r.body);
+    assert_eq!(calls[0]["status"], "completed", "{}", r.text());
+    assert!(
+        calls[0]["output"]
+            .as_str()
+            .unwrap()
+            .contains("after the reload")
+    );
+}

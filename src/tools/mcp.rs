@@ -99,7 +99,47 @@ struct Server {
     /// Calls timed out in a row on this connection (a session the server
     /// forgot answers nothing): at [`TIMEOUTS_TO_RECONNECT`] it is renewed.
     timeouts: AtomicUsize,
+    /// Calls in flight on this connection; a server retired by a reload
+    /// is stopped once they are done.
+    calls: AtomicUsize,
+    /// Woken when `calls` drops to 0.
+    idle: Notify,
     stop: CancellationToken,
+}
+
+/// A call in flight on a server, counted until dropped.
+struct InFlightCall(Arc<Server>);
+
+impl InFlightCall {
+    fn start(server: Arc<Server>) -> Self {
+        server.calls.fetch_add(1, Ordering::AcqRel);
+        InFlightCall(server)
+    }
+}
+
+impl Drop for InFlightCall {
+    fn drop(&mut self) {
+        if self.0.calls.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// Stops a server a reload replaced or removed once the calls that started
+/// on it are done (they finish on the config they started with), or after
+/// its call timeout.
+async fn retire(server: Arc<Server>) {
+    let drained = async {
+        loop {
+            let idle = server.idle.notified();
+            if server.calls.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            idle.await;
+        }
+    };
+    let _ = tokio::time::timeout(server.config.timeout + Duration::from_secs(1), drained).await;
+    server.stop.cancel();
 }
 
 /// Every configured MCP server, connected and supervised on the tools thread.
@@ -147,6 +187,8 @@ impl McpHost {
                             state: watch::Sender::new(Arc::new(state)),
                             broken: Notify::new(),
                             timeouts: AtomicUsize::new(0),
+                            calls: AtomicUsize::new(0),
+                            idle: Notify::new(),
                             stop: CancellationToken::new(),
                         }),
                     );
@@ -173,7 +215,10 @@ impl McpHost {
                 .iter()
                 .any(|c| &c.name == name && **c == *server.config);
             if !keep {
-                server.stop.cancel();
+                if !configs.iter().any(|c| &c.name == name) {
+                    metrics::gauge!(m::MCP_SERVER_UP, "server" => name.clone()).set(0.0);
+                }
+                tracker.spawn_on(retire(server.clone()), runtime);
             }
             keep
         });
@@ -186,6 +231,8 @@ impl McpHost {
                 state: watch::Sender::new(Arc::new(State::Starting)),
                 broken: Notify::new(),
                 timeouts: AtomicUsize::new(0),
+                calls: AtomicUsize::new(0),
+                idle: Notify::new(),
                 stop: self.shutdown.child_token(),
             });
             metrics::gauge!(m::MCP_SERVER_UP, "server" => config.name.clone()).set(0.0);
@@ -244,6 +291,7 @@ impl McpHost {
         let State::Up { peer, .. } = &*handle.state.borrow().clone() else {
             return Err(CallError::NotConnected(server.to_owned()));
         };
+        let _in_flight = InFlightCall::start(handle.clone());
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         // Dropping the call (timeout, client gone) sends the server a cancellation.
         match tokio::time::timeout(timeout, peer.call_tool(params)).await {
@@ -438,7 +486,8 @@ async fn supervise(server: Arc<Server>) {
         backoff = (backoff * 2).min(BACKOFF.1);
         server.state.send_replace(Arc::new(State::Starting));
     }
-    metrics::gauge!(m::MCP_SERVER_UP, "server" => name).set(0.0);
+    // The gauge is left to the server that replaced this one, if any
+    // (`reconcile` zeroes it for a server a reload removed).
 }
 
 fn set_down(server: &Server, error: String) {
