@@ -406,6 +406,7 @@ impl Gateway {
         if is_event_stream(&response) {
             log.set_streaming();
             let drain = DrainGuard::new(self.grace_over.subscribe());
+            log.drained = Some(drain.ended());
             let observed = response.map(|b| body::boxed(Observed::new(drain.wrap(b), log)));
             // HTTP/1 stalls show on the socket (`conn::Io`); an HTTP/2
             // stream can stall alone.

@@ -428,3 +428,59 @@ async fn an_idle_store_is_up_once_migrated() {
     }
     panic!("the idle store never shows up: {text}");
 }
+
+/// An answer that ends before its finish (here the client leaves while a
+/// gateway call runs; shutdown's grace period ends a stream the same way)
+/// is recorded as cut: the running call gets a cancelled result and an
+/// `error` row closes the answer, never a transcript that reads as fine.
+#[tokio::test]
+async fn an_answer_cut_while_a_call_runs_is_recorded_as_cut() {
+    let tool = Mock::start(|_| Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "text/plain".into())],
+        pieces: vec![(Duration::from_secs(30), Bytes::from_static(b"late"))],
+    })
+    .await;
+    let upstream = Mock::start(|_| sse(calls_sse(&[("Slow", "{}")]))).await;
+    let config = format!(
+        "{}[store]\nurl = \"{}\"\n[[http_tools]]\nname = \"Slow\"\ndescription = \"slow\"\nurl = \"http://{}/\"\ntimeout_secs = 60\nparameters = {{ type = \"object\" }}\n{}",
+        fast_server(),
+        sqlite_file("cut"),
+        tool.addr,
+        common::agent::provider(&upstream.url(), "passthrough", &["Slow"], "")
+    );
+    let gw = TestGateway::start(&config).await;
+    let request = http::Request::post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(Bytes::from(
+            common::agent::stream_request(json!({})),
+        )))
+        .unwrap();
+    let response = common::client().request(request).await.unwrap();
+    let chat = response.headers()["x-toolgate-chat-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let mut body = response.into_body();
+    let mut seen = String::new();
+    while !seen.contains("in_progress") {
+        let frame = http_body_util::BodyExt::frame(&mut body)
+            .await
+            .unwrap()
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    drop(body);
+    let rows = messages(&gw, &chat, 5).await;
+    let kinds = kinds(&rows);
+    let result = rows
+        .iter()
+        .find(|m| m["kind"] == "tool_result")
+        .unwrap_or_else(|| panic!("no result row: {kinds:?}"));
+    assert_eq!(result["isError"], true, "{result}");
+    let last = rows.last().unwrap();
+    assert_eq!(last["kind"], "error", "{kinds:?}");
+    assert_eq!(last["code"], "cut", "{last}");
+}

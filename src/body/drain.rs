@@ -9,6 +9,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
@@ -23,6 +26,7 @@ type GraceOver = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// Watches the gateway's grace period for one stream.
 pub struct DrainGuard {
     grace_over: GraceOver,
+    ended: Arc<AtomicBool>,
 }
 
 impl DrainGuard {
@@ -31,13 +35,23 @@ impl DrainGuard {
             // A dropped sender (gateway gone) also ends the wait.
             let _ = rx.wait_for(|over| *over).await;
         });
-        DrainGuard { grace_over }
+        DrainGuard {
+            grace_over,
+            ended: Arc::default(),
+        }
+    }
+
+    /// Set once the stream was ended by the grace period (the request's log
+    /// line reads it: such a stream did not complete).
+    pub fn ended(&self) -> Arc<AtomicBool> {
+        self.ended.clone()
     }
 
     pub fn wrap<B>(self, inner: B) -> Drain<B> {
         Drain {
             inner,
             grace_over: Some(self.grace_over),
+            ended: self.ended,
             tail: [0; 4],
             sent: false,
             expired: false,
@@ -51,6 +65,7 @@ pin_project! {
         #[pin]
         inner: B,
         grace_over: Option<GraceOver>,
+        ended: Arc<AtomicBool>,
         // The last four bytes sent, to know whether we stand between events.
         tail: [u8; 4],
         sent: bool,
@@ -89,6 +104,7 @@ where
             !*this.sent || t[2..] == *b"\n\n" || t[2..] == *b"\r\r" || t == *b"\r\n\r\n";
         if *this.expired && at_boundary {
             *this.done = true;
+            this.ended.store(true, Ordering::Release);
             metrics::counter!(crate::metrics::STREAMS_EXPIRED).increment(1);
             return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(ENDING)))));
         }
@@ -145,7 +161,9 @@ mod tests {
     #[tokio::test]
     async fn expiry_waits_for_an_event_boundary() {
         let (tx, rx) = watch::channel(false);
-        let body = DrainGuard::new(rx).wrap(frames(vec![
+        let guard = DrainGuard::new(rx);
+        let ended = guard.ended();
+        let body = guard.wrap(frames(vec![
             b"data: {\"a\"",
             b":1}\n\n",
             b"data: {\"b\":2}\n\n",
@@ -160,6 +178,8 @@ mod tests {
         let end = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert!(end.starts_with(b"data: {\"error\"") && end.ends_with(b"data: [DONE]\n\n"));
         assert!(body.frame().await.is_none());
+        // The request's log line reads this: the stream did not complete.
+        assert!(ended.load(Ordering::Acquire));
     }
 
     #[tokio::test]

@@ -38,6 +38,8 @@ pub struct RequestLog {
     pub held: Option<crate::inbound::Reservation>,
     /// Keeps the client's connection busy (not idle) until the body ends.
     pub busy: Option<crate::server::InFlight>,
+    /// Set when shutdown's grace period ended the stream (see `drain`).
+    pub drained: Option<Arc<std::sync::atomic::AtomicBool>>,
     finished: bool,
 }
 
@@ -58,6 +60,7 @@ impl RequestLog {
             permit: None,
             held: None,
             busy: None,
+            drained: None,
             finished: false,
         }
     }
@@ -86,6 +89,10 @@ impl Drop for RequestLog {
             self.bytes_in,
             self.bytes_out,
         );
+        let drained = self
+            .drained
+            .as_ref()
+            .is_some_and(|d| d.load(std::sync::atomic::Ordering::Acquire));
         // Model names are logged; prompts, keys and bodies never are.
         crate::log_writer::request(RequestLine {
             at: std::time::SystemTime::now(),
@@ -97,8 +104,10 @@ impl Drop for RequestLog {
             stream: self.streaming,
             duration: elapsed,
             bytes_out: self.bytes_out,
-            complete: self.finished && self.failed.is_none(),
-            error: self.failed.take(),
+            complete: self.finished && self.failed.is_none() && !drained,
+            error: self.failed.take().or_else(|| {
+                drained.then(|| "ended by shutdown at the end of its grace period".to_owned())
+            }),
         });
     }
 }

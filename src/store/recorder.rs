@@ -35,6 +35,10 @@ pub struct Recorder {
     round_results: Vec<Value>,
     tool_calls: i64,
     messages: i64,
+    /// The answer reached its finish, or failed with a recorded error.
+    ended: bool,
+    /// Gateway calls started and not yet answered.
+    running: Vec<String>,
     closed: bool,
 }
 
@@ -75,6 +79,8 @@ impl Recorder {
             round_results: Vec::new(),
             tool_calls: 0,
             messages: 0,
+            ended: false,
+            running: Vec::new(),
             closed: false,
         };
         for (i, message) in messages.iter().enumerate().skip(known) {
@@ -184,10 +190,12 @@ impl Recorder {
                 let mut dto = dto_call(&message["tool_calls"][0]);
                 dto["server"] = json!(call.server);
                 self.tool_calls += 1;
+                self.running.push(call.id.clone());
                 self.round_calls.push(dto.clone());
                 self.row("assistant", Kind::ToolsCall, json!({"toolCalls": [dto]}));
             }
             GatewayStatus::Completed | GatewayStatus::Failed => {
+                self.running.retain(|id| *id != call.id);
                 let failed = call.status == GatewayStatus::Failed;
                 let text = if failed {
                     call.error.clone().unwrap_or_default()
@@ -221,6 +229,7 @@ impl Recorder {
             Event::Call(call) => self.client_calls.push(call.clone()),
             Event::Gateway(call) => self.gateway(call),
             Event::Finish(_) => {
+                self.ended = true;
                 self.flush_round();
                 self.flush_text();
                 if !self.client_calls.is_empty() {
@@ -252,6 +261,7 @@ impl Recorder {
         if self.closed {
             return;
         }
+        self.ended = true;
         self.flush_round();
         self.flush_text();
         self.row(
@@ -272,6 +282,9 @@ impl Recorder {
     pub fn close(&mut self) {
         if std::mem::replace(&mut self.closed, true) {
             return;
+        }
+        if !self.ended {
+            self.cut();
         }
         self.flush_round();
         self.flush_text();
@@ -307,6 +320,27 @@ impl Recorder {
         }));
         self.shared.push(Write::Head(head));
         self.shared.live.finish(&self.chat_id);
+    }
+}
+
+impl Recorder {
+    /// The answer ended before its finish (the client left, the gateway
+    /// shut down): the calls still running are recorded as cancelled, and an
+    /// `error` row says the answer was cut, so the transcript never reads as
+    /// a finished answer.
+    fn cut(&mut self) {
+        for id in std::mem::take(&mut self.running) {
+            let result = json!({"toolCallId": id, "result": "The call was cancelled: the answer ended before it finished.", "isError": true});
+            self.round_results.push(result.clone());
+            self.row("tool", Kind::ToolResult, result);
+        }
+        self.flush_round();
+        self.flush_text();
+        self.row(
+            "assistant",
+            Kind::Error,
+            json!({"text": "The answer ended before it finished: the client left or the gateway shut down.", "code": "cut"}),
+        );
     }
 }
 
