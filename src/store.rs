@@ -46,6 +46,8 @@ const HEADS_PER_GENERATION: usize = 50_000;
 const LINK_DEADLINE: Duration = Duration::from_millis(100);
 /// Assistant turns of a history tried when linking, newest first.
 const LINK_TRIES: usize = 8;
+/// The pause between two lookups of a continued chat's head.
+const LINK_RETRY: Duration = Duration::from_millis(15);
 /// How long a request may wait for gateway steps another replica kept.
 const STEPS_DEADLINE: Duration = Duration::from_millis(250);
 /// How long a stored response not found is looked for again (another
@@ -339,7 +341,14 @@ impl Store {
                 return (chat, len);
             }
         }
-        if !tries.is_empty() && self.shared.db.get().is_some() {
+        // A history with an answer in it continues a chat some replica
+        // recorded: while that replica's head may still be landing, the
+        // lookup is repeated within the deadline. A first turn looks once.
+        let continues = messages
+            .iter()
+            .any(|m| m.get("role").and_then(Value::as_str) == Some("assistant"));
+        let deadline = tokio::time::Instant::now() + LINK_DEADLINE;
+        while !tries.is_empty() && self.shared.db.get().is_some() {
             let shared = self.shared.clone();
             let hashes: Vec<String> = tries.iter().map(|(h, _)| h.clone()).collect();
             let owner = tenant.clone();
@@ -349,11 +358,15 @@ impl Store {
                     None => None,
                 }
             });
-            if let Ok(Ok(Some((chat, len)))) = tokio::time::timeout(LINK_DEADLINE, lookup).await
+            if let Ok(Ok(Some((chat, len)))) = tokio::time::timeout_at(deadline, lookup).await
                 && matches(&chat)
             {
                 return (Arc::from(chat), len);
             }
+            if !continues || tokio::time::Instant::now() + LINK_RETRY >= deadline {
+                break;
+            }
+            tokio::time::sleep(LINK_RETRY).await;
         }
         match header {
             Some(h) => (Arc::from(h), 0),

@@ -150,3 +150,56 @@ fn a_stopped_database_costs_rows_not_traffic_and_writes_resume() {
     }
     assert!(get(&gw.url("/readyz")).text().contains("store: up"));
 }
+
+/// A follow-up sent at once to the other replica continues the chat the
+/// first replica recorded (its head may still be in that replica's queue).
+#[test]
+fn a_follow_up_sent_at_once_to_the_other_replica_lands_in_the_same_chat() {
+    let pg = Postgres::start();
+    let a = gateway(&pg.url());
+    let b = gateway(&pg.url());
+    fn post(port: u16, body: &Value) -> common::Collected {
+        let request = http::Request::post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                body.to_string(),
+            )))
+            .unwrap();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(common::send(request))
+    }
+    fn chat_of(r: &common::Collected) -> String {
+        r.headers["x-toolgate-chat-id"].to_str().unwrap().to_owned()
+    }
+    // Sixteen conversations at once: the first replica's writer has a
+    // queue, as under load.
+    let (a_port, b_port) = (a.port, b.port);
+    let runs: Vec<_> = (0..16)
+        .map(|n| {
+            std::thread::spawn(move || {
+                let question = json!({"role": "user", "content": format!("Ask the calculator: what is `{n} * 3`?")});
+                let first = post(a_port, &json!({"model": "demo", "messages": [question]}));
+                assert_eq!(first.status, 200, "{}", first.text());
+                let reply = first.json()["choices"][0]["message"].clone();
+                let follow = json!({"model": "demo", "messages": [question, reply,
+                    {"role": "user", "content": "Ask the calculator: what is `1 + 1`?"}]});
+                let second = post(b_port, &follow);
+                assert_eq!(second.status, 200, "{}", second.text());
+                (n, chat_of(&first) == chat_of(&second))
+            })
+        })
+        .collect();
+    let split: Vec<usize> = runs
+        .into_iter()
+        .map(|r| r.join().unwrap())
+        .filter(|(_, same)| !same)
+        .map(|(n, _)| n)
+        .collect();
+    assert!(
+        split.is_empty(),
+        "follow-ups that started a new chat: {split:?}"
+    );
+}
