@@ -26,6 +26,52 @@ use crate::error::GatewayError;
 use crate::exchange::Sink;
 use crate::tools::drive::{self, Output, Take};
 
+/// Most JSON objects and arrays one request body may hold (messages,
+/// items, content blocks, tool calls and schemas together).
+pub const MAX_JSON_CONTAINERS: usize = 100_000;
+
+/// A body toolgate will parse: a parsed object or array costs far more
+/// than its bytes, so a body of many small items is refused before it is
+/// parsed, not after.
+pub fn bounded(bytes: &[u8]) -> Result<(), GatewayError> {
+    if containers_over(bytes, MAX_JSON_CONTAINERS) {
+        return Err(GatewayError::bad_request(
+            format!(
+                "The request body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays (toolgate's limit per request)"
+            ),
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `bytes` opens more than `limit` objects and arrays (outside
+/// strings). One pass, no allocation; malformed JSON is left to the parser.
+fn containers_over(bytes: &[u8], limit: usize) -> bool {
+    let mut count = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else if b == b'{' || b == b'[' {
+            count += 1;
+            if count > limit {
+                return true;
+            }
+        }
+    }
+    false
+}
+
 /// A `200` server-sent event stream.
 pub fn event_stream(body: Body) -> Response<Body> {
     let mut response = Response::new(body);
@@ -79,6 +125,7 @@ pub async fn whole<S: Output>(
 
 /// A front door's request body: a JSON object, or a `400` saying why not.
 pub fn json_object(bytes: &[u8]) -> Result<Map<String, Value>, GatewayError> {
+    bounded(bytes)?;
     match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(GatewayError::bad_request(
@@ -89,5 +136,21 @@ pub fn json_object(bytes: &[u8]) -> Result<Map<String, Value>, GatewayError> {
             format!("The request body is not valid JSON: {e}"),
             None,
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn containers_are_counted_outside_strings() {
+        assert!(!containers_over(br#"{"a": [1, {"b": 2}]}"#, 3));
+        assert!(containers_over(br#"{"a": [1, {"b": 2}]}"#, 2));
+        // Brackets in strings, escaped quotes included, are text.
+        assert!(!containers_over(br#"{"a": "[{\"[{"}"#, 1));
+        let many = format!("[{}]", ["{}"; 10].join(","));
+        assert!(containers_over(many.as_bytes(), 10));
+        assert!(!containers_over(many.as_bytes(), 11));
     }
 }

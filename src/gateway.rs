@@ -540,6 +540,22 @@ where
     let translated = provider.api == Api::Chat
         || provider.tools.gateway.is_some()
         || provider.tools.mode != Mode::Passthrough;
+    // Every path that parses the body (a door's translation, a tool mode,
+    // the demo model, the recorder) takes it only within the container
+    // limit; a body passed on untouched is never scanned.
+    let untouched = provider.tools.mode == Mode::Passthrough
+        && provider.tools.gateway.is_none()
+        && !provider.tools.reads_text_calls()
+        && runtime.store.is_none()
+        && matches!(provider.target, crate::config::Target::Http(_))
+        && match provider.api {
+            Api::Chat => !(responses || crate::api::messages::is_messages_path(parts.uri.path())),
+            Api::Responses => !chat,
+            Api::Anthropic => true,
+        };
+    if !untouched {
+        crate::api::bounded(&bytes)?;
+    }
     if responses && translated {
         return Box::pin(crate::api::responses::handle(
             runtime.clone(),

@@ -73,10 +73,19 @@ impl Binary {
 
     /// Resident memory of the process, from `/proc/<pid>/status`.
     fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    /// The process's peak resident memory so far.
+    fn peak_kib(&self) -> u64 {
+        self.status_kib("VmHWM:")
+    }
+
+    fn status_kib(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap()
     }
@@ -484,4 +493,89 @@ async fn a_self_referencing_schema_keeps_memory_bounded() {
     assert!(r.status == 200 || r.status == 400, "{}", r.text());
     let rss = gw.rss_kib();
     assert!(rss < RSS_LIMIT_KIB, "RSS {rss} KiB");
+}
+
+/// A Responses body of `pairs` function calls and their outputs, each
+/// output `output_bytes` long.
+fn call_history(pairs: usize, output_bytes: usize) -> String {
+    let output = "x".repeat(output_bytes);
+    let items: Vec<String> = (0..pairs)
+        .map(|i| {
+            format!(
+                r#"{{"type":"function_call","call_id":"c{i}","name":"f","arguments":"{{}}"}},{{"type":"function_call_output","call_id":"c{i}","output":"{output}"}}"#
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"model":"m","input":[{{"role":"user","content":"go"}},{}]}}"#,
+        items.join(",")
+    )
+}
+
+/// Request parsing is bounded at every door: a body of more than 100,000
+/// JSON objects and arrays is refused before it is parsed (the red team's
+/// 200,000 call items took RSS to 2 GB), and three concurrent 24 MB bodies
+/// under that limit (to a chat upstream) raise peak RSS by at most 5x their
+/// bytes + 64 MB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_parsing_is_bounded_at_every_door() {
+    let upstream = Mock::start(|_| Reply::json(&upstream_completion("ok"))).await;
+    let gw = Binary::start(
+        "parse",
+        "",
+        &format!(
+            "{}{}",
+            provider_toml("up", &upstream.url(), "[\"m\"]", ""),
+            provider_toml(
+                "nat",
+                &upstream.url(),
+                "[\"n\"]",
+                "[providers.tools]\nmode = \"natural\"\n"
+            )
+        ),
+    )
+    .await;
+    let start = gw.peak_kib();
+    let many = call_history(100_000, 1);
+    // The chat door parses for a natural-mode provider (a passthrough one
+    // forwards the bytes unread).
+    let natural = many.replacen(r#""model":"m""#, r#""model":"n""#, 1);
+    for (door, body) in [
+        ("/v1/responses", &many),
+        ("/v1/messages", &many),
+        ("/v1/chat/completions", &natural),
+    ] {
+        let r = post(&gw.url(door), body).await;
+        assert_eq!(r.status, 400, "{door}: {}", r.text());
+        assert!(
+            r.text().contains("100000 JSON objects"),
+            "{door}: {}",
+            r.text()
+        );
+    }
+    let refused = gw.peak_kib() - start;
+    let body = call_history(30_000, 780);
+    let mb = body.len() as u64 / (1024 * 1024);
+    let sends: Vec<_> = (0..3)
+        .map(|_| {
+            let url = gw.url("/v1/responses");
+            let body = body.clone();
+            tokio::spawn(async move { post(&url, &body).await })
+        })
+        .collect();
+    for send in sends {
+        let r = send.await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let grown = gw.peak_kib() - start;
+    eprintln!("parse bounds: refused bodies +{refused} KiB; 3 x {mb} MB bodies +{grown} KiB peak");
+    assert!(
+        refused < 64 * 1024,
+        "refused bodies grew RSS by {refused} KiB"
+    );
+    let bound = 5 * 3 * body.len() as u64 / 1024 + 64 * 1024;
+    assert!(
+        grown <= bound,
+        "3 x {mb} MB bodies: +{grown} KiB, bound {bound} KiB"
+    );
 }

@@ -25,6 +25,8 @@ pub async fn handle(
     bytes: Bytes,
 ) -> Result<Response<Body>, GatewayError> {
     let request = super::json_object(&bytes)?;
+    // Parsed: the raw body is not held for the rest of the answer.
+    drop(bytes);
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
     let include_usage = request
         .get("stream_options")

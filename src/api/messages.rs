@@ -70,6 +70,8 @@ pub async fn handle(
         ));
     }
     let request = super::json_object(&bytes)?;
+    // Parsed: the raw body is not held for the rest of the answer.
+    drop(bytes);
     let translated = messages_request::translate(request)?;
     let model = translated
         .chat

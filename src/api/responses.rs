@@ -26,6 +26,8 @@ pub async fn handle(
     bytes: Bytes,
 ) -> Result<Response<Body>, GatewayError> {
     let mut request = super::json_object(&bytes)?;
+    // Parsed: the raw body is not held for the rest of the answer.
+    drop(bytes);
     // Before `store` and `previous_response_id` are read.
     super::fields::check(&request, responses_request::FIELDS)?;
     let store = runtime.store.clone();
