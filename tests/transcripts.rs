@@ -484,3 +484,115 @@ async fn an_answer_cut_while_a_call_runs_is_recorded_as_cut() {
     assert_eq!(last["kind"], "error", "{kinds:?}");
     assert_eq!(last["code"], "cut", "{last}");
 }
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+struct SmallDisk {
+    dir: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    /// `None` where this process may not mount (not root, no privilege).
+    fn mount(name: &str, size: &str) -> Option<SmallDisk> {
+        let dir = std::env::temp_dir().join(format!("toolgate-disk-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(SmallDisk { dir })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+/// SQLite on a disk that fills up part-way through the writer's batches:
+/// the failed batches are dropped (counted), the connection that failed is
+/// not reused, and once space returns every later chat is stored and the
+/// chat list reads the same every time.
+#[tokio::test]
+async fn sqlite_recovers_after_the_disk_was_full() {
+    let Some(disk) = SmallDisk::mount("full", "8m") else {
+        eprintln!("skipped: this process may not mount a tmpfs (run as root to test a full disk)");
+        return;
+    };
+    let store = format!("[store]\nurl = \"sqlite://{}/t.db\"\n", disk.dir.display());
+    let gw = TestGateway::start(&demo_agent(&store)).await;
+    for _ in 0..100 {
+        if get(&gw.url("/readyz")).await.text().contains("store: up") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Fill the disk in 100 KB files, then free about 600 KB of it.
+    let mut fillers = Vec::new();
+    for i in 0.. {
+        let path = disk.dir.join(format!("filler-{i}"));
+        if std::fs::write(&path, vec![0u8; 100 * 1024]).is_err() {
+            let _ = std::fs::remove_file(&path);
+            break;
+        }
+        fillers.push(path);
+    }
+    for path in fillers.drain(fillers.len().saturating_sub(6)..) {
+        std::fs::remove_file(path).unwrap();
+    }
+    let padding = "x".repeat(20 * 1024);
+    let ask = |title: String, padding: &str| {
+        let url = gw.url("/v1/chat/completions");
+        let body = json!({"model": "demo", "messages": [{"role": "user",
+            "content": format!("{title}: ask the calculator: what is `2 * 3`? {padding}")}]});
+        async move { post(&url, &body.to_string()).await }
+    };
+    for i in 0..70 {
+        let r = ask(format!("early-{i}"), &padding).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    // Space returns.
+    for path in fillers.drain(..) {
+        std::fs::remove_file(path).unwrap();
+    }
+    for i in 0..20 {
+        let r = ask(format!("later-{i}"), "").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let later = |list: &Value| {
+        list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["title"].as_str().unwrap_or("").starts_with("later-"))
+            .count()
+    };
+    let mut list = Value::Null;
+    for _ in 0..100 {
+        list = get(&gw.url("/toolgate/api/chats?limit=500")).await.json();
+        if list["data"].is_array() && later(&list) == 20 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(later(&list), 20, "{list:#}");
+    let counts: Vec<usize> = {
+        let mut counts = Vec::new();
+        for _ in 0..6 {
+            let l = get(&gw.url("/toolgate/api/chats?limit=500")).await.json();
+            counts.push(l["data"].as_array().map_or(0, Vec::len));
+        }
+        counts
+    };
+    assert!(counts.windows(2).all(|w| w[0] == w[1]), "{counts:?}");
+    assert!(
+        get(&gw.url("/readyz")).await.text().contains("store: up"),
+        "the store is up again"
+    );
+    drop(gw);
+}

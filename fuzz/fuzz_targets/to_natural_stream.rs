@@ -15,15 +15,19 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, input)) = data.split_first() else {
         return;
     };
-    let mut renderer = StreamRenderer::new(RenderOptions {
-        syntax: match mode % 3 {
-            0 => Syntax::Tag,
-            1 => Syntax::ToolCall,
-            _ => Syntax::Bracket,
+    let mut renderer = StreamRenderer::new(
+        RenderOptions {
+            syntax: match mode % 3 {
+                0 => Syntax::Tag,
+                1 => Syntax::ToolCall,
+                _ => Syntax::Bracket,
+            },
+            pretty: mode & 4 != 0,
+            separator: "\n".into(),
         },
-        pretty: mode & 4 != 0,
-        separator: "\n".into(),
-    });
+        // Whether the client asked for usage.
+        mode & 8 != 0,
+    );
     let mut out = BytesMut::new();
     let mut events = 0;
     for line in input.split(|&b| b == b'\n') {

@@ -99,95 +99,106 @@ impl Db {
             .map_err(|e| format!("migration failed: {e}"))
     }
 
-    /// Writes a batch in one transaction.
+    /// Writes `batch` in one transaction. A connection whose batch failed
+    /// (a full disk fails the commit itself) is closed, never returned to
+    /// the pool: it may still sit inside the transaction, seeing its own
+    /// uncommitted rows and locking out the others.
     pub async fn write(&self, batch: &[Write]) -> Result<(), sqlx::Error> {
         on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            for write in batch {
-                match write {
-                    Write::Message(m) => {
-                        sqlx::query(
-                            "INSERT INTO messages (id, chat_id, role, kind, created_at, sequence, message_json) \
-                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
-                        )
-                        .bind(&m.id)
-                        .bind(&*m.chat_id)
-                        .bind(m.role)
-                        .bind(m.kind.as_str())
-                        .bind(m.created_at)
-                        .bind(m.sequence)
-                        .bind(m.json.to_string())
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    Write::Chat(c) => {
-                        // A chat only ever takes its own tenant's updates.
-                        sqlx::query(
-                            "INSERT INTO chats (id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant) \
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-                             ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
-                             provider = excluded.provider, model = excluded.model, \
-                             title = CASE WHEN chats.title = '' THEN excluded.title ELSE chats.title END, \
-                             tool_calls = chats.tool_calls + excluded.tool_calls, \
-                             messages = chats.messages + excluded.messages \
-                             WHERE chats.tenant = excluded.tenant",
-                        )
-                        .bind(&*c.id)
-                        .bind(c.at)
-                        .bind(c.at)
-                        .bind(&c.provider)
-                        .bind(&c.model)
-                        .bind(&c.title)
-                        .bind(c.tool_calls)
-                        .bind(c.messages)
-                        .bind(&*c.tenant)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    Write::Head(h) => {
-                        sqlx::query(
-                            "INSERT INTO heads (hash, chat_id, len, created_at, tenant) VALUES ($1, $2, $3, $4, $5) \
-                             ON CONFLICT (hash) DO NOTHING",
-                        )
-                        .bind(&h.hash)
-                        .bind(&*h.chat_id)
-                        .bind(h.len)
-                        .bind(h.at)
-                        .bind(&*h.tenant)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    Write::Response(r) => {
-                        sqlx::query(
-                            "INSERT INTO responses (id, created_at, conversation_json, response_json, tenant) \
-                             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
-                        )
-                        .bind(&r.id)
-                        .bind(r.at)
-                        .bind(r.conversation.to_string())
-                        .bind(r.response.to_string())
-                        .bind(&*r.tenant)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    Write::Steps(s) => {
-                        let json = s.steps.to_string();
-                        for id in &s.ids {
+            let mut conn = pool.acquire().await?;
+            let written: Result<(), sqlx::Error> = async {
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                for write in batch {
+                    match write {
+                        Write::Message(m) => {
                             sqlx::query(
-                                "INSERT INTO steps (tenant, call_id, created_at, steps_json) \
-                                 VALUES ($1, $2, $3, $4) ON CONFLICT (tenant, call_id) DO NOTHING",
+                                "INSERT INTO messages (id, chat_id, role, kind, created_at, sequence, message_json) \
+                                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
                             )
-                            .bind(&*s.tenant)
-                            .bind(id)
-                            .bind(s.at)
-                            .bind(&json)
+                            .bind(&m.id)
+                            .bind(&*m.chat_id)
+                            .bind(m.role)
+                            .bind(m.kind.as_str())
+                            .bind(m.created_at)
+                            .bind(m.sequence)
+                            .bind(m.json.to_string())
                             .execute(&mut *tx)
                             .await?;
                         }
+                        Write::Chat(c) => {
+                            // A chat only ever takes its own tenant's updates.
+                            sqlx::query(
+                                "INSERT INTO chats (id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant) \
+                                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                                 ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
+                                 provider = excluded.provider, model = excluded.model, \
+                                 title = CASE WHEN chats.title = '' THEN excluded.title ELSE chats.title END, \
+                                 tool_calls = chats.tool_calls + excluded.tool_calls, \
+                                 messages = chats.messages + excluded.messages \
+                                 WHERE chats.tenant = excluded.tenant",
+                            )
+                            .bind(&*c.id)
+                            .bind(c.at)
+                            .bind(c.at)
+                            .bind(&c.provider)
+                            .bind(&c.model)
+                            .bind(&c.title)
+                            .bind(c.tool_calls)
+                            .bind(c.messages)
+                            .bind(&*c.tenant)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                        Write::Head(h) => {
+                            sqlx::query(
+                                "INSERT INTO heads (hash, chat_id, len, created_at, tenant) VALUES ($1, $2, $3, $4, $5) \
+                                 ON CONFLICT (hash) DO NOTHING",
+                            )
+                            .bind(&h.hash)
+                            .bind(&*h.chat_id)
+                            .bind(h.len)
+                            .bind(h.at)
+                            .bind(&*h.tenant)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                        Write::Response(r) => {
+                            sqlx::query(
+                                "INSERT INTO responses (id, created_at, conversation_json, response_json, tenant) \
+                                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
+                            )
+                            .bind(&r.id)
+                            .bind(r.at)
+                            .bind(r.conversation.to_string())
+                            .bind(r.response.to_string())
+                            .bind(&*r.tenant)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                        Write::Steps(s) => {
+                            let json = s.steps.to_string();
+                            for id in &s.ids {
+                                sqlx::query(
+                                    "INSERT INTO steps (tenant, call_id, created_at, steps_json) \
+                                     VALUES ($1, $2, $3, $4) ON CONFLICT (tenant, call_id) DO NOTHING",
+                                )
+                                .bind(&*s.tenant)
+                                .bind(id)
+                                .bind(s.at)
+                                .bind(&json)
+                                .execute(&mut *tx)
+                                .await?;
+                            }
+                        }
                     }
                 }
+                tx.commit().await
             }
-            tx.commit().await
+            .await;
+            if written.is_err() {
+                let _ = sqlx::Connection::close(conn.detach()).await;
+            }
+            written
         })
     }
 
