@@ -592,16 +592,7 @@ async fn a_client_that_leaves_cancels_the_running_tools() {
     let response = common::client().request(request).await.unwrap();
     let mut body = response.into_body();
     // Read until the call is reported running, then hang up.
-    let mut seen = String::new();
-    while !seen.contains("in_progress") {
-        let frame = http_body_util::BodyExt::frame(&mut body)
-            .await
-            .unwrap()
-            .unwrap();
-        if let Ok(data) = frame.into_data() {
-            seen.push_str(&String::from_utf8_lossy(&data));
-        }
-    }
+    common::read_until(&mut body, "in_progress").await;
     let running = common::get(&gw.url("/metrics")).await.text();
     assert!(
         running.contains("toolgate_gateway_tools_in_flight 1\n"),

@@ -21,12 +21,15 @@ fn gateway(store_url: &str) -> Binary {
     )
 }
 
-fn ask(port: u16, chat: &str, n: usize) -> common::Collected {
-    let body = json!({"model": "demo", "stream": true,
-        "messages": [{"role": "user", "content": format!("Ask the calculator: what is `{n} * 2`?")}]});
-    let request = http::Request::post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .header("x-toolgate-chat-id", chat)
+/// A chat completion request to the process on `port`, in chat `chat` if
+/// named, answered in full.
+fn post(port: u16, body: &Value, chat: Option<&str>) -> common::Collected {
+    let mut request = http::Request::post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+        .header("content-type", "application/json");
+    if let Some(chat) = chat {
+        request = request.header("x-toolgate-chat-id", chat);
+    }
+    let request = request
         .body(http_body_util::Full::new(bytes::Bytes::from(
             body.to_string(),
         )))
@@ -36,6 +39,12 @@ fn ask(port: u16, chat: &str, n: usize) -> common::Collected {
         .build()
         .unwrap()
         .block_on(common::send(request))
+}
+
+fn ask(port: u16, chat: &str, n: usize) -> common::Collected {
+    let body = json!({"model": "demo", "stream": true,
+        "messages": [{"role": "user", "content": format!("Ask the calculator: what is `{n} * 2`?")}]});
+    post(port, &body, Some(chat))
 }
 
 fn get(url: &str) -> common::Collected {
@@ -158,19 +167,6 @@ fn a_follow_up_sent_at_once_to_the_other_replica_lands_in_the_same_chat() {
     let pg = Postgres::start();
     let a = gateway(&pg.url());
     let b = gateway(&pg.url());
-    fn post(port: u16, body: &Value) -> common::Collected {
-        let request = http::Request::post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
-            .header("content-type", "application/json")
-            .body(http_body_util::Full::new(bytes::Bytes::from(
-                body.to_string(),
-            )))
-            .unwrap();
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(common::send(request))
-    }
     fn chat_of(r: &common::Collected) -> String {
         r.headers["x-toolgate-chat-id"].to_str().unwrap().to_owned()
     }
@@ -181,12 +177,12 @@ fn a_follow_up_sent_at_once_to_the_other_replica_lands_in_the_same_chat() {
         .map(|n| {
             std::thread::spawn(move || {
                 let question = json!({"role": "user", "content": format!("Ask the calculator: what is `{n} * 3`?")});
-                let first = post(a_port, &json!({"model": "demo", "messages": [question]}));
+                let first = post(a_port, &json!({"model": "demo", "messages": [question]}), None);
                 assert_eq!(first.status, 200, "{}", first.text());
                 let reply = first.json()["choices"][0]["message"].clone();
                 let follow = json!({"model": "demo", "messages": [question, reply,
                     {"role": "user", "content": "Ask the calculator: what is `1 + 1`?"}]});
-                let second = post(b_port, &follow);
+                let second = post(b_port, &follow, None);
                 assert_eq!(second.status, 200, "{}", second.text());
                 (n, chat_of(&first) == chat_of(&second))
             })

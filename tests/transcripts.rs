@@ -462,16 +462,7 @@ async fn an_answer_cut_while_a_call_runs_is_recorded_as_cut() {
         .unwrap()
         .to_owned();
     let mut body = response.into_body();
-    let mut seen = String::new();
-    while !seen.contains("in_progress") {
-        let frame = http_body_util::BodyExt::frame(&mut body)
-            .await
-            .unwrap()
-            .unwrap();
-        if let Ok(data) = frame.into_data() {
-            seen.push_str(&String::from_utf8_lossy(&data));
-        }
-    }
+    common::read_until(&mut body, "in_progress").await;
     drop(body);
     let rows = messages(&gw, &chat, 5).await;
     let kinds = kinds(&rows);

@@ -377,6 +377,20 @@ pub async fn get(url: &str) -> Collected {
     send(Request::get(url).body(Full::new(Bytes::new())).unwrap()).await
 }
 
+/// Reads a streamed answer until `marker` shows (e.g. a gateway call
+/// reported `in_progress`); what was read. Drop the body after it to leave.
+#[allow(dead_code)]
+pub async fn read_until(body: &mut Incoming, marker: &str) -> String {
+    let mut seen = String::new();
+    while !seen.contains(marker) {
+        let frame = body.frame().await.unwrap().unwrap();
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    seen
+}
+
 /// The transcript list once it holds `n` chats (or after 5 s, whatever it
 /// holds then): transcripts are written behind the answer, so the last
 /// turn's chat may land a moment after its reply was read.
