@@ -23,6 +23,7 @@ mod redact;
 mod writer;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,10 @@ const STEPS_DEADLINE: Duration = Duration::from_millis(250);
 const RESPONSE_SETTLE: Duration = Duration::from_millis(250);
 /// The pause between two looks.
 const RESPONSE_RETRY: Duration = Duration::from_millis(25);
+/// How long a request right after start waits for the store's first
+/// attempt to open its database (the attempt itself gives up sooner when
+/// the database does not answer).
+const OPEN_WAIT: Duration = Duration::from_secs(5);
 /// The request header naming (and the response header reporting) the chat.
 pub const CHAT_HEADER: &str = "x-toolgate-chat-id";
 
@@ -71,6 +76,10 @@ pub enum StoreError {
 pub(crate) struct Shared {
     config: StoreConfig,
     db: OnceLock<Db>,
+    /// True until the first attempt to open the database ended.
+    opening: AtomicBool,
+    /// Woken when that attempt ended.
+    opened: tokio::sync::Notify,
     tx: mpsc::Sender<Write>,
     /// `None` while writes succeed; the last error otherwise.
     health: Mutex<Option<String>>,
@@ -135,6 +144,13 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .contains_key(id)
+    }
+
+    /// The first attempt to open the database ended (`db` is set if it
+    /// succeeded).
+    pub(crate) fn first_open_ended(&self) {
+        self.opening.store(false, Ordering::Release);
+        self.opened.notify_waiters();
     }
 
     fn set_health(&self, error: Option<String>) {
@@ -215,6 +231,8 @@ impl Store {
         let shared = Arc::new(Shared {
             config,
             db: OnceLock::new(),
+            opening: AtomicBool::new(true),
+            opened: tokio::sync::Notify::new(),
             tx,
             health: Mutex::new(Some("connecting".into())),
             heads: Heads::default(),
@@ -263,6 +281,23 @@ impl Store {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Whether the database is open. A request that arrives while the
+    /// first attempt to open it is under way (right after start) waits for
+    /// that attempt, at most [`OPEN_WAIT`]: a chat it names is not mistaken
+    /// for someone else's, nor a stored response for a missing one.
+    async fn open(&self) -> bool {
+        if self.shared.db.get().is_some() {
+            return true;
+        }
+        let opened = self.shared.opened.notified();
+        tokio::pin!(opened);
+        opened.as_mut().enable();
+        if self.shared.opening.load(Ordering::Acquire) {
+            let _ = tokio::time::timeout(OPEN_WAIT, opened).await;
+        }
+        self.shared.db.get().is_some()
     }
 
     /// Whether `[store] record` asks for this exchange.
@@ -347,26 +382,28 @@ impl Store {
         let continues = messages
             .iter()
             .any(|m| m.get("role").and_then(Value::as_str) == Some("assistant"));
-        let deadline = tokio::time::Instant::now() + LINK_DEADLINE;
-        while !tries.is_empty() && self.shared.db.get().is_some() {
-            let shared = self.shared.clone();
-            let hashes: Vec<String> = tries.iter().map(|(h, _)| h.clone()).collect();
-            let owner = tenant.clone();
-            let lookup = self.runtime.spawn(async move {
-                match shared.db.get() {
-                    Some(db) => db.find_head(&owner, &hashes).await.ok().flatten(),
-                    None => None,
+        if !tries.is_empty() && self.open().await {
+            let deadline = tokio::time::Instant::now() + LINK_DEADLINE;
+            loop {
+                let shared = self.shared.clone();
+                let hashes: Vec<String> = tries.iter().map(|(h, _)| h.clone()).collect();
+                let owner = tenant.clone();
+                let lookup = self.runtime.spawn(async move {
+                    match shared.db.get() {
+                        Some(db) => db.find_head(&owner, &hashes).await.ok().flatten(),
+                        None => None,
+                    }
+                });
+                if let Ok(Ok(Some((chat, len)))) = tokio::time::timeout_at(deadline, lookup).await
+                    && matches(&chat)
+                {
+                    return (Arc::from(chat), len);
                 }
-            });
-            if let Ok(Ok(Some((chat, len)))) = tokio::time::timeout_at(deadline, lookup).await
-                && matches(&chat)
-            {
-                return (Arc::from(chat), len);
+                if !continues || tokio::time::Instant::now() + LINK_RETRY >= deadline {
+                    break;
+                }
+                tokio::time::sleep(LINK_RETRY).await;
             }
-            if !continues || tokio::time::Instant::now() + LINK_RETRY >= deadline {
-                break;
-            }
-            tokio::time::sleep(LINK_RETRY).await;
         }
         match header {
             Some(h) => (Arc::from(h), 0),
@@ -381,7 +418,7 @@ impl Store {
         if let Some(owner) = self.shared.heads.owner(id) {
             return owner == *tenant;
         }
-        if self.shared.db.get().is_none() {
+        if !self.open().await {
             return false;
         }
         let shared = self.shared.clone();
@@ -421,7 +458,7 @@ impl Store {
         F: Future<Output = Result<T, StoreError>> + Send + 'static,
         T: Send + 'static,
     {
-        if self.shared.db.get().is_none() {
+        if !self.open().await {
             return Err(StoreError::NotReady);
         }
         self.runtime

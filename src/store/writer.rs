@@ -22,11 +22,13 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
 
 pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Write>, stop: CancellationToken) {
-    let db = match connect(&shared, &stop).await {
-        Some(db) => db,
-        None => return,
+    let Some(db) = connect(&shared, &stop).await else {
+        shared.first_open_ended();
+        return;
     };
     let db = shared.db.get_or_init(|| db);
+    shared.first_open_ended();
+    shared.set_health(None);
     let mut buffer = Vec::with_capacity(BATCH);
     let mut last_log: Option<Instant> = None;
     let mut next_purge = Instant::now();
@@ -93,17 +95,15 @@ async fn connect(shared: &Shared, stop: &CancellationToken) -> Option<Db> {
         let opened = Db::open(&shared.config.backend);
         let result = match opened {
             Ok(db) => match db.migrate().await {
-                Ok(()) => {
-                    // Up once its migrations ran, not at its first write.
-                    shared.set_health(None);
-                    return Some(db);
-                }
+                // Up once its migrations ran, not at its first write.
+                Ok(()) => return Some(db),
                 Err(e) => e,
             },
             Err(e) => e,
         };
         tracing::warn!(error = %result, retry_in_ms = backoff.as_millis() as u64, "store: cannot open the database");
         shared.set_health(Some(result));
+        shared.first_open_ended();
         tokio::select! {
             () = stop.cancelled() => return None,
             () = tokio::time::sleep(backoff) => {}
