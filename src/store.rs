@@ -14,6 +14,7 @@
 //! lookup that reaches them carries the tenant, and another tenant's row
 //! is found exactly as often as one that does not exist: never.
 
+mod batch;
 mod db;
 mod link;
 mod live;
@@ -36,11 +37,14 @@ use crate::metrics as m;
 use db::Db;
 use live::Live;
 pub use record::{ChatSummary, Message, StoredMessage};
-use record::{StoredResponse, StoredSteps, Write, next_id, now_ms};
+use record::{ChatUpdate, StoredResponse, StoredSteps, Write, next_id, now_ms};
 pub use recorder::Recorder;
 
-/// Rows waiting for the writer at most.
-const QUEUE: usize = 16_384;
+/// Exchanges (a request's rows, queued together) waiting for the writer
+/// at most.
+const QUEUE: usize = 4_096;
+/// Chats remembered as missing exchanges until the writer marks them.
+const MISSED_CHATS: usize = 10_000;
 /// Conversation states remembered in memory per generation (two kept).
 const HEADS_PER_GENERATION: usize = 50_000;
 /// How long linking may ask the database before starting a new chat.
@@ -80,7 +84,7 @@ pub(crate) struct Shared {
     opening: AtomicBool,
     /// Woken when that attempt ended.
     opened: tokio::sync::Notify,
-    tx: mpsc::Sender<Write>,
+    tx: mpsc::Sender<Vec<Write>>,
     /// `None` while writes succeed; the last error otherwise.
     health: Mutex<Option<String>>,
     heads: Heads,
@@ -91,33 +95,78 @@ pub(crate) struct Shared {
     queued: Mutex<HashMap<String, StoredResponse>>,
     /// Woken after every batch the writer finished.
     written: tokio::sync::Notify,
+    /// Chats that lost exchanges (queue full, batch failed), each with its
+    /// row and how many it lost, until the writer marks them incomplete.
+    missed: Mutex<HashMap<Arc<str>, (ChatUpdate, u64)>>,
 }
 
 impl Shared {
-    /// Queues a row; never waits. A full queue drops it, counted.
-    fn push(&self, write: Write) {
-        let response = match &write {
-            Write::Response(r) => Some(r.clone()),
-            _ => None,
-        };
-        if let Some(r) = &response {
-            self.queued
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(r.id.clone(), r.clone());
+    /// Queues one exchange's rows (or a single row) as a unit; never
+    /// waits. A full queue drops the unit whole, counted, and its chat is
+    /// marked incomplete later: a transcript may miss an exchange, never
+    /// part of one.
+    fn push(&self, unit: Vec<Write>) {
+        if unit.is_empty() {
+            return;
         }
-        if self.tx.try_send(write).is_err() {
-            if let Some(r) = &response {
-                self.settled(&r.id);
+        {
+            let mut queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+            for write in &unit {
+                if let Write::Response(r) = write {
+                    queued.insert(r.id.clone(), r.clone());
+                }
             }
-            metrics::counter!(m::STORE_DROPPED).increment(1);
+        }
+        if let Err(e) = self.tx.try_send(unit) {
+            let unit = match e {
+                mpsc::error::TrySendError::Full(u) | mpsc::error::TrySendError::Closed(u) => u,
+            };
+            self.dropped(&unit);
             let mut last = self.last_drop_log.lock().unwrap_or_else(|e| e.into_inner());
             if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                 *last = Some(Instant::now());
                 tracing::warn!(
                     queue = QUEUE,
-                    "store: the write queue is full; rows are dropped until the database catches up"
+                    "store: the write queue is full; exchanges are dropped until the database catches up"
                 );
+            }
+        }
+    }
+
+    /// Rows that will not be written: counted, their responses settled,
+    /// their chats remembered as incomplete.
+    pub(crate) fn dropped(&self, rows: &[Write]) {
+        metrics::counter!(m::STORE_DROPPED).increment(rows.len() as u64);
+        let mut missed = self.missed.lock().unwrap_or_else(|e| e.into_inner());
+        for write in rows {
+            match write {
+                Write::Response(r) => self.settled(&r.id),
+                Write::Chat(c) => {
+                    if let Some((_, n)) = missed.get_mut(&c.id) {
+                        *n += 1;
+                    } else if missed.len() < MISSED_CHATS {
+                        let mut row = c.clone();
+                        (row.tool_calls, row.messages) = (0, 0);
+                        missed.insert(c.id.clone(), (row, 1));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The chats that lost exchanges since the last call.
+    pub(crate) fn take_missed(&self) -> Vec<(ChatUpdate, u64)> {
+        let mut missed = self.missed.lock().unwrap_or_else(|e| e.into_inner());
+        missed.drain().map(|(_, v)| v).collect()
+    }
+
+    /// Puts back chats whose marking failed.
+    pub(crate) fn missed_again(&self, chats: Vec<(ChatUpdate, u64)>) {
+        let mut missed = self.missed.lock().unwrap_or_else(|e| e.into_inner());
+        for (row, n) in chats {
+            if missed.len() < MISSED_CHATS || missed.contains_key(&row.id) {
+                missed.entry(row.id.clone()).or_insert((row, 0)).1 += n;
             }
         }
     }
@@ -240,6 +289,7 @@ impl Store {
             last_drop_log: Mutex::new(None),
             queued: Mutex::new(HashMap::new()),
             written: tokio::sync::Notify::new(),
+            missed: Mutex::new(HashMap::new()),
         });
         let stop = CancellationToken::new();
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
@@ -502,8 +552,9 @@ impl Store {
         .await
     }
 
-    /// Live rows of `chat` (see [`Store::unsubscribe`]).
-    pub fn subscribe(&self, chat: &str) -> broadcast::Receiver<Arc<Message>> {
+    /// Live rows of `chat`, and the rows its answers in flight made so far
+    /// (not in the database yet); see [`Store::unsubscribe`].
+    pub fn subscribe(&self, chat: &str) -> (broadcast::Receiver<Arc<Message>>, Vec<Arc<Message>>) {
         self.shared.live.subscribe(chat)
     }
 
@@ -519,24 +570,24 @@ impl Store {
         conversation: Value,
         response: Value,
     ) {
-        self.shared.push(Write::Response(StoredResponse {
+        self.shared.push(vec![Write::Response(StoredResponse {
             id,
             tenant,
             at: now_ms(),
             conversation: Arc::new(conversation),
             response: Arc::new(response),
-        }));
+        })]);
     }
 
     /// Keeps `tenant`'s gateway steps for the client's follow-up under each
     /// call id (queued like every write: traffic never waits for it).
     pub fn save_steps(&self, tenant: Arc<str>, ids: Vec<String>, steps: Value) {
-        self.shared.push(Write::Steps(StoredSteps {
+        self.shared.push(vec![Write::Steps(StoredSteps {
             tenant,
             ids,
             at: now_ms(),
             steps,
-        }));
+        })]);
     }
 
     /// `tenant`'s gateway steps kept under any of `ids` (by any replica),

@@ -118,10 +118,14 @@ fn a_stopped_database_costs_rows_not_traffic_and_writes_resume() {
     assert_eq!(messages(&gw, "before", ROWS).len(), ROWS);
 
     pg.stop_server();
+    let mut lost = Vec::new();
     for n in 0..5 {
         let r = ask(gw.port, "during", n);
         assert_eq!(r.status, 200, "traffic is unaffected");
         assert!(r.text().contains("\"status\":\"completed\"") && r.text().contains("[DONE]"));
+        // Whether "during" is someone else's cannot be asked: a chat of
+        // toolgate's naming.
+        lost.push(r.headers["x-toolgate-chat-id"].to_str().unwrap().to_owned());
     }
     // The failed writes are counted and the store shows down in /readyz.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -158,6 +162,27 @@ fn a_stopped_database_costs_rows_not_traffic_and_writes_resume() {
         std::thread::sleep(Duration::from_millis(500));
     }
     assert!(get(&gw.url("/readyz")).text().contains("store: up"));
+    // Each exchange of the outage is recorded whole (it was still queued
+    // when the database came back) or not at all, and then its chat says so.
+    let mut marked = 0;
+    for chat in &lost {
+        let during = messages(&gw, chat, 1);
+        let kinds: Vec<&str> = during.iter().map(|m| m["kind"].as_str().unwrap()).collect();
+        if kinds.len() == ROWS {
+            continue;
+        }
+        assert_eq!(kinds, ["error"], "a part of an exchange: {during:?}");
+        assert_eq!(during[0]["code"], "not_recorded");
+        assert!(
+            during[0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("1 exchange(s) of this chat were not recorded"),
+            "{during:?}"
+        );
+        marked += 1;
+    }
+    assert!(marked > 0, "no lost exchange was marked");
 }
 
 /// A follow-up sent at once to the other replica continues the chat the

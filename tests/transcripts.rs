@@ -262,6 +262,13 @@ async fn the_events_endpoint_replays_then_streams_a_call_as_it_runs() {
         }
         if call_at.is_none() && seen.contains("event: tools_call_update") {
             call_at = Some(started.elapsed());
+            // A viewer arriving now, while the call runs, is given what
+            // the answer did so far (not in the database before it ends).
+            let replay = replayed(&gw, chat).await;
+            for name in ["event: text", "event: tools_call_update"] {
+                assert!(replay.contains(name), "{name}: {replay}");
+            }
+            assert!(replay.contains("slow one"), "{replay}");
         }
         if result_at.is_none() && seen.contains("event: tool_result") {
             result_at = Some(started.elapsed());
@@ -276,6 +283,20 @@ async fn the_events_endpoint_replays_then_streams_a_call_as_it_runs() {
 
     // A viewer arriving later gets the same, replayed from the store.
     tokio::time::sleep(Duration::from_millis(200)).await;
+    let replay = replayed(&gw, chat).await;
+    for name in [
+        "event: text",
+        "event: tools_call_update",
+        "event: tool_result",
+        "event: tools_aggregate",
+        "event: usage",
+    ] {
+        assert!(replay.contains(name), "{name}: {replay}");
+    }
+}
+
+/// What a viewer of `chat`'s events is given before `: replayed`.
+async fn replayed(gw: &TestGateway, chat: &str) -> String {
     let request = http::Request::get(gw.url(&format!("/toolgate/api/chats/{chat}/events")))
         .body(http_body_util::Full::new(Bytes::new()))
         .unwrap();
@@ -295,15 +316,7 @@ async fn the_events_endpoint_replays_then_streams_a_call_as_it_runs() {
             replay.push_str(&String::from_utf8_lossy(&data));
         }
     }
-    for name in [
-        "event: text",
-        "event: tools_call_update",
-        "event: tool_result",
-        "event: tools_aggregate",
-        "event: usage",
-    ] {
-        assert!(replay.contains(name), "{name}: {replay}");
-    }
+    replay
 }
 
 #[tokio::test]

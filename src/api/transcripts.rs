@@ -215,21 +215,45 @@ fn frame(kind: &str, message: &Value) -> Bytes {
 /// as the chat is the viewer's to see.
 fn events(store: Arc<Store>, viewer: Viewer, id: String) -> Response<Body> {
     let body = body::channel::spawn(64, move |tx| async move {
-        // Subscribed first, so nothing written meanwhile is missed; rows
-        // already replayed are skipped by sequence number.
-        let mut live = store.subscribe(&id);
+        // Subscribed first, so nothing written meanwhile is missed; then
+        // the stored rows, and the rows of answers in flight (which reach
+        // the database when they end) that are not stored yet. Live rows
+        // already sent are skipped by sequence number.
+        let (mut live, in_flight) = store.subscribe(&id);
         let mut last = i64::MIN;
-        if let Ok(Some((chat, stored))) = store.chat(&id).await {
-            if !viewer.sees(&chat.tenant) {
-                store.unsubscribe(&id, live);
-                return;
-            }
-            for m in stored {
-                last = last.max(m.sequence);
-                if tx.send(frame(&m.kind, &m.message)).await.is_err() {
+        let mut sent = std::collections::HashSet::new();
+        match store.chat(&id).await {
+            Ok(Some((chat, stored))) => {
+                if !viewer.sees(&chat.tenant) {
                     store.unsubscribe(&id, live);
                     return;
                 }
+                for m in stored {
+                    last = last.max(m.sequence);
+                    sent.insert(m.id);
+                    if tx.send(frame(&m.kind, &m.message)).await.is_err() {
+                        store.unsubscribe(&id, live);
+                        return;
+                    }
+                }
+            }
+            // A chat whose first answer is still in flight: its owner is
+            // known to this replica only.
+            _ if !in_flight.is_empty()
+                && !store
+                    .owner(&id)
+                    .await
+                    .is_ok_and(|o| o.is_some_and(|o| viewer.sees(&o))) =>
+            {
+                store.unsubscribe(&id, live);
+                return;
+            }
+            _ => {}
+        }
+        for m in in_flight.iter().filter(|m| !sent.contains(&m.id)) {
+            if !send_live(&tx, m, &mut last).await {
+                store.unsubscribe(&id, live);
+                return;
             }
         }
         let _ = tx.send(Bytes::from_static(b": replayed\n\n")).await;

@@ -9,9 +9,10 @@ use serde_json::Value;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use sqlx::{Row, SqlSafeStr};
+use sqlx::{QueryBuilder, Row, SqlSafeStr};
 
 use crate::config::store::Backend;
+use crate::store::batch;
 use crate::store::record::{ChatSummary, StoredMessage, Write};
 
 /// How long a query may wait for a connection: a database that is down
@@ -99,98 +100,98 @@ impl Db {
             .map_err(|e| format!("migration failed: {e}"))
     }
 
-    /// Writes `batch` in one transaction. A connection whose batch failed
-    /// (a full disk fails the commit itself) is closed, never returned to
-    /// the pool: it may still sit inside the transaction, seeing its own
-    /// uncommitted rows and locking out the others.
+    /// Writes `batch` in one transaction, a multi-row insert per table (see
+    /// [`batch::plan`]). A connection whose batch failed (a full disk fails
+    /// the commit itself) is closed, never returned to the pool: it may
+    /// still sit inside the transaction, seeing its own uncommitted rows and
+    /// locking out the others.
     pub async fn write(&self, batch: &[Write]) -> Result<(), sqlx::Error> {
+        let planned = batch::plan(batch);
         on_pool!(self, pool => {
             let mut conn = pool.acquire().await?;
             let written: Result<(), sqlx::Error> = async {
                 let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                for write in batch {
-                    match write {
-                        Write::Message(m) => {
-                            sqlx::query(
-                                "INSERT INTO messages (id, chat_id, role, kind, created_at, sequence, message_json) \
-                                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
-                            )
-                            .bind(&m.id)
-                            .bind(&*m.chat_id)
-                            .bind(m.role)
-                            .bind(m.kind.as_str())
-                            .bind(m.created_at)
-                            .bind(m.sequence)
-                            .bind(m.json.to_string())
-                            .execute(&mut *tx)
-                            .await?;
-                        }
-                        Write::Chat(c) => {
-                            // A chat only ever takes its own tenant's updates.
-                            sqlx::query(
-                                "INSERT INTO chats (id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant) \
-                                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-                                 ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
-                                 provider = excluded.provider, model = excluded.model, \
-                                 title = CASE WHEN chats.title = '' THEN excluded.title ELSE chats.title END, \
-                                 tool_calls = chats.tool_calls + excluded.tool_calls, \
-                                 messages = chats.messages + excluded.messages \
-                                 WHERE chats.tenant = excluded.tenant",
-                            )
-                            .bind(&*c.id)
-                            .bind(c.at)
-                            .bind(c.at)
-                            .bind(&c.provider)
-                            .bind(&c.model)
-                            .bind(&c.title)
-                            .bind(c.tool_calls)
-                            .bind(c.messages)
-                            .bind(&*c.tenant)
-                            .execute(&mut *tx)
-                            .await?;
-                        }
-                        Write::Head(h) => {
-                            sqlx::query(
-                                "INSERT INTO heads (hash, chat_id, len, created_at, tenant) VALUES ($1, $2, $3, $4, $5) \
-                                 ON CONFLICT (hash) DO NOTHING",
-                            )
-                            .bind(&h.hash)
-                            .bind(&*h.chat_id)
-                            .bind(h.len)
-                            .bind(h.at)
-                            .bind(&*h.tenant)
-                            .execute(&mut *tx)
-                            .await?;
-                        }
-                        Write::Response(r) => {
-                            sqlx::query(
-                                "INSERT INTO responses (id, created_at, conversation_json, response_json, tenant) \
-                                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
-                            )
-                            .bind(&r.id)
-                            .bind(r.at)
-                            .bind(r.conversation.to_string())
-                            .bind(r.response.to_string())
-                            .bind(&*r.tenant)
-                            .execute(&mut *tx)
-                            .await?;
-                        }
-                        Write::Steps(s) => {
-                            let json = s.steps.to_string();
-                            for id in &s.ids {
-                                sqlx::query(
-                                    "INSERT INTO steps (tenant, call_id, created_at, steps_json) \
-                                     VALUES ($1, $2, $3, $4) ON CONFLICT (tenant, call_id) DO NOTHING",
-                                )
-                                .bind(&*s.tenant)
-                                .bind(id)
-                                .bind(s.at)
-                                .bind(&json)
-                                .execute(&mut *tx)
-                                .await?;
-                            }
-                        }
-                    }
+                for rows in &planned.messages {
+                    let mut insert = QueryBuilder::new(
+                        "INSERT INTO messages (id, chat_id, role, kind, created_at, sequence, message_json) ",
+                    );
+                    insert.push_values(rows, |mut row, m| {
+                        row.push_bind(m.id.clone())
+                            .push_bind(m.chat_id.to_string())
+                            .push_bind(m.role)
+                            .push_bind(m.kind.as_str())
+                            .push_bind(m.created_at)
+                            .push_bind(m.sequence)
+                            .push_bind(m.json.to_string());
+                    });
+                    insert.push(" ON CONFLICT (id) DO NOTHING");
+                    insert.build().persistent(false).execute(&mut *tx).await?;
+                }
+                for rows in &planned.chats {
+                    // A chat only ever takes its own tenant's updates.
+                    let mut insert = QueryBuilder::new(
+                        "INSERT INTO chats (id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant) ",
+                    );
+                    insert.push_values(rows, |mut row, c| {
+                        row.push_bind(c.id.to_string())
+                            .push_bind(c.created_at)
+                            .push_bind(c.updated_at)
+                            .push_bind(c.provider.clone())
+                            .push_bind(c.model.clone())
+                            .push_bind(c.title.clone())
+                            .push_bind(c.tool_calls)
+                            .push_bind(c.messages)
+                            .push_bind(c.tenant.to_string());
+                    });
+                    insert.push(
+                        " ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
+                         provider = excluded.provider, model = excluded.model, \
+                         title = CASE WHEN chats.title = '' THEN excluded.title ELSE chats.title END, \
+                         tool_calls = chats.tool_calls + excluded.tool_calls, \
+                         messages = chats.messages + excluded.messages \
+                         WHERE chats.tenant = excluded.tenant",
+                    );
+                    insert.build().persistent(false).execute(&mut *tx).await?;
+                }
+                for rows in &planned.heads {
+                    let mut insert =
+                        QueryBuilder::new("INSERT INTO heads (hash, chat_id, len, created_at, tenant) ");
+                    insert.push_values(rows, |mut row, h| {
+                        row.push_bind(h.hash.clone())
+                            .push_bind(h.chat_id.to_string())
+                            .push_bind(h.len)
+                            .push_bind(h.at)
+                            .push_bind(h.tenant.to_string());
+                    });
+                    insert.push(" ON CONFLICT (hash) DO NOTHING");
+                    insert.build().persistent(false).execute(&mut *tx).await?;
+                }
+                for rows in &planned.responses {
+                    let mut insert = QueryBuilder::new(
+                        "INSERT INTO responses (id, created_at, conversation_json, response_json, tenant) ",
+                    );
+                    insert.push_values(rows, |mut row, r| {
+                        row.push_bind(r.id.clone())
+                            .push_bind(r.at)
+                            .push_bind(r.conversation.to_string())
+                            .push_bind(r.response.to_string())
+                            .push_bind(r.tenant.to_string());
+                    });
+                    insert.push(" ON CONFLICT (id) DO NOTHING");
+                    insert.build().persistent(false).execute(&mut *tx).await?;
+                }
+                for rows in &planned.steps {
+                    let mut insert = QueryBuilder::new(
+                        "INSERT INTO steps (tenant, call_id, created_at, steps_json) ",
+                    );
+                    insert.push_values(rows, |mut row, s| {
+                        row.push_bind(s.tenant.to_owned())
+                            .push_bind(s.call_id.to_owned())
+                            .push_bind(s.at)
+                            .push_bind(s.json.to_string());
+                    });
+                    insert.push(" ON CONFLICT (tenant, call_id) DO NOTHING");
+                    insert.build().persistent(false).execute(&mut *tx).await?;
                 }
                 tx.commit().await
             }

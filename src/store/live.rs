@@ -1,14 +1,17 @@
 //! Rows of chats being answered now, for the events endpoint's viewers. A
-//! chat has a channel while an answer or a viewer needs it, no longer.
+//! chat has a channel while an answer or a viewer needs it, no longer. An
+//! answer's rows reach the database when it ends, so a viewer who comes
+//! mid-answer is first given the rows the answers in flight made so far.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
 
 use crate::store::record::Message;
 
-/// Rows a slow viewer may fall behind before it misses some (it is told).
+/// Rows a slow viewer may fall behind before it misses some (it is told),
+/// and rows of the answers in flight kept for a viewer who comes later.
 const CAPACITY: usize = 256;
 
 #[derive(Default)]
@@ -20,6 +23,18 @@ struct Channel {
     tx: broadcast::Sender<Arc<Message>>,
     /// Answers of this chat in flight.
     answers: usize,
+    /// Their rows so far (the newest [`CAPACITY`]).
+    recent: VecDeque<Arc<Message>>,
+}
+
+impl Channel {
+    fn new() -> Channel {
+        Channel {
+            tx: broadcast::channel(CAPACITY).0,
+            answers: 0,
+            recent: VecDeque::new(),
+        }
+    }
 }
 
 impl Live {
@@ -29,19 +44,20 @@ impl Live {
         sweep(&mut chats);
         chats
             .entry(chat.clone())
-            .or_insert_with(|| Channel {
-                tx: broadcast::channel(CAPACITY).0,
-                answers: 0,
-            })
+            .or_insert_with(Channel::new)
             .answers += 1;
     }
 
-    pub fn publish(&self, chat: &str, message: &Message) {
-        let chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(channel) = chats.get(chat)
-            && channel.tx.receiver_count() > 0
-        {
-            let _ = channel.tx.send(Arc::new(message.clone()));
+    pub fn publish(&self, chat: &str, message: &Arc<Message>) {
+        let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(channel) = chats.get_mut(chat) {
+            if channel.recent.len() == CAPACITY {
+                channel.recent.pop_front();
+            }
+            channel.recent.push_back(message.clone());
+            if channel.tx.receiver_count() > 0 {
+                let _ = channel.tx.send(message.clone());
+            }
         }
     }
 
@@ -50,24 +66,26 @@ impl Live {
         let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(channel) = chats.get_mut(chat) {
             channel.answers = channel.answers.saturating_sub(1);
-            if channel.answers == 0 && channel.tx.receiver_count() == 0 {
-                chats.remove(chat);
+            if channel.answers == 0 {
+                // Its rows are queued for the database now.
+                channel.recent.clear();
+                if channel.tx.receiver_count() == 0 {
+                    chats.remove(chat);
+                }
             }
         }
     }
 
-    /// A viewer of `chat`; [`Live::unsubscribe`] when it leaves.
-    pub fn subscribe(&self, chat: &str) -> broadcast::Receiver<Arc<Message>> {
+    /// A viewer of `chat`, and the rows of its answers in flight so far;
+    /// [`Live::unsubscribe`] when it leaves.
+    pub fn subscribe(&self, chat: &str) -> (broadcast::Receiver<Arc<Message>>, Vec<Arc<Message>>) {
         let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
         sweep(&mut chats);
-        chats
-            .entry(Arc::from(chat))
-            .or_insert_with(|| Channel {
-                tx: broadcast::channel(CAPACITY).0,
-                answers: 0,
-            })
-            .tx
-            .subscribe()
+        let channel = chats.entry(Arc::from(chat)).or_insert_with(Channel::new);
+        (
+            channel.tx.subscribe(),
+            channel.recent.iter().cloned().collect(),
+        )
     }
 
     pub fn unsubscribe(&self, chat: &str, receiver: broadcast::Receiver<Arc<Message>>) {

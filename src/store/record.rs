@@ -50,6 +50,32 @@ pub struct Message {
     pub json: Value,
 }
 
+impl Message {
+    /// A new row of chat `chat_id`: the kind's own `fields` and the DTO's
+    /// common ones (id, chat, role, kind, time, sequence).
+    pub fn new(chat_id: Arc<str>, role: &'static str, kind: Kind, mut fields: Value) -> Message {
+        let (id, sequence) = next_id();
+        let created_at = sequence / 1000;
+        if let Value::Object(map) = &mut fields {
+            map.insert("id".into(), Value::from(id.as_str()));
+            map.insert("chatId".into(), Value::from(&*chat_id));
+            map.insert("role".into(), Value::from(role));
+            map.insert("kind".into(), Value::from(kind.as_str()));
+            map.insert("timestamp".into(), Value::from(created_at));
+            map.insert("sequenceNumber".into(), Value::from(sequence));
+        }
+        Message {
+            id,
+            chat_id,
+            role,
+            kind,
+            created_at,
+            sequence,
+            json: fields,
+        }
+    }
+}
+
 /// A chat's row, upserted: counts are added to the stored ones.
 #[derive(Debug, Clone)]
 pub struct ChatUpdate {
@@ -96,7 +122,8 @@ pub struct StoredResponse {
 
 #[derive(Debug, Clone)]
 pub enum Write {
-    Message(Message),
+    /// Shared with live viewers of the chat.
+    Message(Arc<Message>),
     Chat(ChatUpdate),
     Head(Head),
     Response(StoredResponse),

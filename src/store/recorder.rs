@@ -2,8 +2,10 @@
 //! the answer's events as rows, as they happen: text when a call or the end
 //! closes it, each gateway call when it starts and each result when it
 //! arrives, the aggregate of a round's calls and results when the round
-//! ends, the client's calls and the usage at the end. Every row is queued
-//! for the writer and published to live viewers; nothing waits.
+//! ends, the client's calls and the usage at the end. Every row is
+//! published to live viewers as it is made; the exchange's rows are queued
+//! for the writer together when it ends, so that a full queue drops a whole
+//! exchange, never part of one. Nothing waits.
 
 use std::sync::Arc;
 
@@ -11,8 +13,12 @@ use serde_json::{Value, json};
 
 use crate::exchange::{Call, Event, GatewayCall, GatewayStatus};
 use crate::store::link::Chain;
-use crate::store::record::{ChatUpdate, Head, Kind, Message, Write, next_id, now_ms};
+use crate::store::record::{ChatUpdate, Head, Kind, Message, Write, now_ms};
 use crate::store::{Shared, redact};
+
+/// Rows an answer keeps before queueing them (a long gateway-tools answer
+/// is queued in parts of this size).
+const PENDING_MAX: usize = 256;
 
 pub struct Recorder {
     shared: Arc<Shared>,
@@ -40,6 +46,8 @@ pub struct Recorder {
     /// Gateway calls started and not yet answered.
     running: Vec<String>,
     closed: bool,
+    /// Rows made and not queued yet: the exchange is queued as one unit.
+    pending: Vec<Write>,
 }
 
 impl Recorder {
@@ -82,6 +90,7 @@ impl Recorder {
             ended: false,
             running: Vec::new(),
             closed: false,
+            pending: Vec::new(),
         };
         for (i, message) in messages.iter().enumerate().skip(known) {
             recorder.request_message(i, message);
@@ -125,30 +134,16 @@ impl Recorder {
         }
     }
 
-    /// Queues and publishes one row.
-    fn row(&mut self, role: &'static str, kind: Kind, mut fields: Value) {
-        let (id, sequence) = next_id();
-        let created_at = sequence / 1000;
-        if let Value::Object(map) = &mut fields {
-            map.insert("id".into(), json!(id));
-            map.insert("chatId".into(), json!(&*self.chat_id));
-            map.insert("role".into(), json!(role));
-            map.insert("kind".into(), json!(kind.as_str()));
-            map.insert("timestamp".into(), json!(created_at));
-            map.insert("sequenceNumber".into(), json!(sequence));
-        }
-        let message = Message {
-            id,
-            chat_id: self.chat_id.clone(),
-            role,
-            kind,
-            created_at,
-            sequence,
-            json: fields,
-        };
+    /// Publishes one row and keeps it for the exchange's unit (queued
+    /// when the answer ends, or every [`PENDING_MAX`] rows of a long one).
+    fn row(&mut self, role: &'static str, kind: Kind, fields: Value) {
+        let message = Arc::new(Message::new(self.chat_id.clone(), role, kind, fields));
         self.messages += 1;
         self.shared.live.publish(&self.chat_id, &message);
-        self.shared.push(Write::Message(message));
+        self.pending.push(Write::Message(message));
+        if self.pending.len() >= PENDING_MAX {
+            self.queue(now_ms());
+        }
     }
 
     fn flush_text(&mut self) {
@@ -308,18 +303,25 @@ impl Recorder {
         self.shared
             .heads
             .remember(head.hash.clone(), self.chat_id.clone(), head.len);
-        self.shared.push(Write::Chat(ChatUpdate {
+        self.pending.push(Write::Head(head));
+        self.queue(at);
+        self.shared.live.finish(&self.chat_id);
+    }
+
+    /// Queues the rows made so far as one unit, with the chat's row
+    /// counting them (so a unit dropped whole still names its chat).
+    fn queue(&mut self, at: i64) {
+        self.pending.push(Write::Chat(ChatUpdate {
             id: self.chat_id.clone(),
             tenant: self.tenant.clone(),
             at,
-            provider: std::mem::take(&mut self.provider),
-            model: std::mem::take(&mut self.model),
+            provider: self.provider.clone(),
+            model: self.model.clone(),
             title: std::mem::take(&mut self.title),
-            tool_calls: self.tool_calls,
-            messages: self.messages,
+            tool_calls: std::mem::take(&mut self.tool_calls),
+            messages: std::mem::take(&mut self.messages),
         }));
-        self.shared.push(Write::Head(head));
-        self.shared.live.finish(&self.chat_id);
+        self.shared.push(std::mem::take(&mut self.pending));
     }
 }
 

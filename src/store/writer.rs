@@ -1,7 +1,9 @@
 //! The writer: the only task that writes to the database. It connects and
 //! migrates (retrying while the database is down), then writes the queue in
-//! batches, one transaction each. A batch that fails is dropped, counted and
-//! logged (at most once per [`LOG_EVERY`]); traffic never waits for it.
+//! batches of whole exchanges, one transaction each. A batch that fails is
+//! dropped, counted and logged (at most once per [`LOG_EVERY`]); traffic
+//! never waits for it. Chats that lost exchanges get an `error` row
+//! (`not_recorded`) once writes succeed again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,16 +14,16 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics as m;
 use crate::store::Shared;
 use crate::store::db::Db;
-use crate::store::record::{Write, now_ms};
+use crate::store::record::{ChatUpdate, Kind, Message, Write, now_ms};
 
-/// Rows written in one transaction at most.
-const BATCH: usize = 256;
+/// Exchanges written in one transaction at most.
+const BATCH: usize = 128;
 /// How often a failing store is logged.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 /// How often old transcripts are purged.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
 
-pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Write>, stop: CancellationToken) {
+pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Vec<Write>>, stop: CancellationToken) {
     let Some(db) = connect(&shared, &stop).await else {
         shared.first_open_ended();
         return;
@@ -29,7 +31,8 @@ pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Write>, stop: Cance
     let db = shared.db.get_or_init(|| db);
     shared.first_open_ended();
     shared.set_health(None);
-    let mut buffer = Vec::with_capacity(BATCH);
+    let mut units = Vec::with_capacity(BATCH);
+    let mut buffer = Vec::new();
     let mut last_log: Option<Instant> = None;
     let mut next_purge = Instant::now();
     let mut stopping = false;
@@ -45,10 +48,10 @@ pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Write>, stop: Cance
             }
         }
         let received = if stopping {
-            rx.recv_many(&mut buffer, BATCH).await
+            rx.recv_many(&mut units, BATCH).await
         } else {
             tokio::select! {
-                n = rx.recv_many(&mut buffer, BATCH) => n,
+                n = rx.recv_many(&mut units, BATCH) => n,
                 () = stop.cancelled() => {
                     // No new rows; what is queued is still written.
                     rx.close();
@@ -61,25 +64,27 @@ pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Write>, stop: Cance
             break;
         }
         metrics::gauge!(m::STORE_QUEUE_DEPTH).set(rx.len() as f64);
+        buffer.extend(units.drain(..).flatten());
         let started = Instant::now();
         match db.write(&buffer).await {
             Ok(()) => {
                 metrics::histogram!(m::STORE_WRITE_SECONDS).record(started.elapsed().as_secs_f64());
                 shared.set_health(None);
+                for write in &buffer {
+                    if let Write::Response(r) = write {
+                        shared.settled(&r.id);
+                    }
+                }
+                mark_missed(&shared, db).await;
             }
             Err(e) => {
-                metrics::counter!(m::STORE_DROPPED).increment(buffer.len() as u64);
+                shared.dropped(&buffer);
                 let error = e.to_string();
                 if last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
                     last_log = Some(Instant::now());
                     tracing::warn!(rows = buffer.len(), error = %error, "store: a batch could not be written and was dropped");
                 }
                 shared.set_health(Some(error));
-            }
-        }
-        for write in &buffer {
-            if let Write::Response(r) = write {
-                shared.settled(&r.id);
             }
         }
         shared.written.notify_waiters();
@@ -109,5 +114,34 @@ async fn connect(shared: &Shared, stop: &CancellationToken) -> Option<Db> {
             () = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(10));
+    }
+}
+
+/// Gives each chat that lost exchanges an `error` row saying so (and the
+/// chat's row, which the lost exchange may have been the first to write).
+async fn mark_missed(shared: &Shared, db: &Db) {
+    let missed = shared.take_missed();
+    if missed.is_empty() {
+        return;
+    }
+    let mut rows = Vec::with_capacity(missed.len() * 2);
+    for (chat, lost) in &missed {
+        let text = format!(
+            "{lost} exchange(s) of this chat were not recorded: the store's queue was full or its database failed."
+        );
+        rows.push(Write::Message(Arc::new(Message::new(
+            chat.id.clone(),
+            "assistant",
+            Kind::Error,
+            serde_json::json!({"text": text, "code": "not_recorded"}),
+        ))));
+        rows.push(Write::Chat(ChatUpdate {
+            at: now_ms(),
+            messages: 1,
+            ..chat.clone()
+        }));
+    }
+    if db.write(&rows).await.is_err() {
+        shared.missed_again(missed);
     }
 }
