@@ -35,8 +35,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Record, StoreConfig};
 use crate::metrics as m;
 use db::Db;
+use link::Choice;
 use live::Live;
-pub use record::{ChatSummary, Message, StoredMessage};
+pub use record::{ChatSummary, Kept, Message, StoredMessage};
 use record::{ChatUpdate, StoredResponse, StoredSteps, Write, next_id, now_ms};
 pub use recorder::Recorder;
 
@@ -180,12 +181,16 @@ impl Shared {
     }
 
     /// A response of `tenant`'s still queued here.
-    fn queued_response(&self, tenant: &str, id: &str) -> Option<(Value, Value)> {
+    fn queued_response(&self, tenant: &str, id: &str) -> Option<Kept> {
         let queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
         queued
             .get(id)
             .filter(|r| &*r.tenant == tenant)
-            .map(|r| ((*r.conversation).clone(), (*r.response).clone()))
+            .map(|r| Kept {
+                conversation: (*r.conversation).clone(),
+                response: (*r.response).clone(),
+                chat: (!r.chat_id.is_empty()).then(|| r.chat_id.to_string()),
+            })
     }
 
     fn is_queued(&self, id: &str) -> bool {
@@ -218,23 +223,39 @@ struct Heads {
     owners: Mutex<[OwnerMap; 2]>,
 }
 
-/// Hash → (chat, messages it covers).
-type HeadMap = HashMap<String, (Arc<str>, i64)>;
+/// Hash → the chats that reached it, with the messages each covers.
+type HeadMap = HashMap<String, Vec<(Arc<str>, i64)>>;
 /// Chat → its tenant.
 type OwnerMap = HashMap<Arc<str>, Arc<str>>;
 
 impl Heads {
+    /// Keeps a state `chat` reached (two chats at most per state: a
+    /// second makes it ambiguous for a request that names no chat).
     fn remember(&self, hash: String, chat: Arc<str>, len: i64) {
         let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
         if maps[0].len() >= HEADS_PER_GENERATION {
             maps[1] = std::mem::take(&mut maps[0]);
         }
-        maps[0].insert(hash, (chat, len));
+        let mut chats = maps[0]
+            .remove(&hash)
+            .or_else(|| maps[1].get(&hash).cloned())
+            .unwrap_or_default();
+        chats.retain(|(c, _)| *c != chat);
+        chats.push((chat, len));
+        if chats.len() > 2 {
+            chats.remove(0);
+        }
+        maps[0].insert(hash, chats);
     }
 
-    fn find(&self, hash: &str) -> Option<(Arc<str>, i64)> {
+    /// The chats that reached state `hash`.
+    fn find(&self, hash: &str) -> Vec<(Arc<str>, i64)> {
         let maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
-        maps[0].get(hash).or_else(|| maps[1].get(hash)).cloned()
+        maps[0]
+            .get(hash)
+            .or_else(|| maps[1].get(hash))
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn own(&self, chat: Arc<str>, tenant: Arc<str>) {
@@ -418,13 +439,15 @@ impl Store {
             _ => None,
         };
         let tries = link::prefixes(tenant, messages, LINK_TRIES);
-        let matches = |chat: &str| header.is_none_or(|h| h == chat);
-        for (hash, _) in &tries {
-            if let Some((chat, len)) = self.shared.heads.find(hash)
-                && matches(&chat)
-            {
-                return (chat, len);
-            }
+        let fresh = || match header {
+            Some(h) => (Arc::from(h), 0),
+            None => (Arc::from(next_id().0), 0),
+        };
+        let here = tries.iter().map(|(hash, _)| self.shared.heads.find(hash));
+        match link::choose(here, header) {
+            Choice::Continue(chat, len) => return (chat, len),
+            Choice::Ambiguous => return fresh(),
+            Choice::Unknown => {}
         }
         // A history with an answer in it continues a chat some replica
         // recorded: while that replica's head may still be landing, the
@@ -434,20 +457,28 @@ impl Store {
             .any(|m| m.get("role").and_then(Value::as_str) == Some("assistant"));
         if !tries.is_empty() && self.open().await {
             let deadline = tokio::time::Instant::now() + LINK_DEADLINE;
+            let hashes: Vec<String> = tries.iter().map(|(h, _)| h.clone()).collect();
             loop {
                 let shared = self.shared.clone();
-                let hashes: Vec<String> = tries.iter().map(|(h, _)| h.clone()).collect();
-                let owner = tenant.clone();
+                let (owner, asked) = (tenant.clone(), hashes.clone());
                 let lookup = self.runtime.spawn(async move {
                     match shared.db.get() {
-                        Some(db) => db.find_head(&owner, &hashes).await.ok().flatten(),
+                        Some(db) => db.find_heads(&owner, &asked).await.ok(),
                         None => None,
                     }
                 });
-                if let Ok(Ok(Some((chat, len)))) = tokio::time::timeout_at(deadline, lookup).await
-                    && matches(&chat)
-                {
-                    return (Arc::from(chat), len);
+                if let Ok(Ok(Some(rows))) = tokio::time::timeout_at(deadline, lookup).await {
+                    let found = hashes.iter().map(|hash| {
+                        rows.iter()
+                            .filter(|(h, _, _)| h == hash)
+                            .map(|(_, chat, len)| (chat.as_str(), *len))
+                            .collect::<Vec<_>>()
+                    });
+                    match link::choose(found, header) {
+                        Choice::Continue(chat, len) => return (Arc::from(chat), len),
+                        Choice::Ambiguous => return fresh(),
+                        Choice::Unknown => {}
+                    }
                 }
                 if !continues || tokio::time::Instant::now() + LINK_RETRY >= deadline {
                     break;
@@ -455,10 +486,7 @@ impl Store {
                 tokio::time::sleep(LINK_RETRY).await;
             }
         }
-        match header {
-            Some(h) => (Arc::from(h), 0),
-            None => (Arc::from(next_id().0), 0),
-        }
+        fresh()
     }
 
     /// Whether chat `id` is `tenant`'s, or is no one's yet (a client may
@@ -562,11 +590,13 @@ impl Store {
         self.shared.live.unsubscribe(chat, receiver);
     }
 
-    /// Keeps `tenant`'s Responses API answer for `previous_response_id` (queued).
+    /// Keeps `tenant`'s Responses API answer for `previous_response_id`
+    /// (queued), with the chat its exchange was recorded in.
     pub fn save_response(
         &self,
         tenant: Arc<str>,
         id: String,
+        chat: Option<&str>,
         conversation: Value,
         response: Value,
     ) {
@@ -576,6 +606,7 @@ impl Store {
             at: now_ms(),
             conversation: Arc::new(conversation),
             response: Arc::new(response),
+            chat_id: Arc::from(chat.unwrap_or_default()),
         })]);
     }
 
@@ -609,16 +640,11 @@ impl Store {
         }
     }
 
-    /// One of `tenant`'s stored responses: the conversation it ended and
-    /// the response object. A request reads its own writes: a response
+    /// One of `tenant`'s stored responses. A request reads its own writes: a response
     /// still queued on this replica is read from the queue, and one not
     /// found is looked for again for up to [`RESPONSE_SETTLE`], while another
     /// replica's write of it may still be landing.
-    pub async fn response(
-        &self,
-        tenant: Arc<str>,
-        id: &str,
-    ) -> Result<Option<(Value, Value)>, StoreError> {
+    pub async fn response(&self, tenant: Arc<str>, id: &str) -> Result<Option<Kept>, StoreError> {
         let deadline = Instant::now() + RESPONSE_SETTLE;
         loop {
             if let Some(found) = self.shared.queued_response(&tenant, id) {

@@ -147,7 +147,10 @@ impl Agent {
             door,
             mode,
             stream,
-            history: vec![json!({"role": "user", "content": "Weather in Paris?"})],
+            // Each run asks in its own words: two conversations alike to
+            // the last character cannot be told apart, and toolgate then
+            // starts a new chat rather than guess (see transcripts.rs).
+            history: vec![json!({"role": "user", "content": format!("Weather in Paris? ({door:?} {mode}, stream: {stream})")})],
         }
     }
 

@@ -163,6 +163,111 @@ async fn turns_without_the_header_land_in_one_chat() {
     assert_eq!(results, 1, "{m:#?}");
 }
 
+/// Two conversations that start alike (the same question, the same reply)
+/// never continue in each other's transcript: on the chat door by their
+/// call ids when they have calls, as new chats when nothing tells them
+/// apart, and on the Responses door by `previous_response_id`.
+#[tokio::test]
+async fn conversations_alike_are_never_crossed() {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let upstream = Mock::start(|r| {
+        let last = common::agent::messages(r).last().cloned().unwrap();
+        let text = last["content"].as_str().unwrap_or_default();
+        if last["role"] == "tool" {
+            sse(text_sse("It is sunny."))
+        } else if text.starts_with("Weather") {
+            let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let call = calls_sse(&[("GetWeather", r#"{"location":"Paris"}"#)])
+                .replace("up_call_0", &format!("call_{n}"));
+            sse(call)
+        } else {
+            sse(text_sse("Hello!"))
+        }
+    })
+    .await;
+    let config = format!(
+        "{}[store]\nurl = \"sqlite::memory:\"\nrecord = \"all\"\n[[providers]]\nname = \"up\"\nbase_url = \"{}\"\nmodels = [\"m\"]\n",
+        fast_server(),
+        upstream.url()
+    );
+    let gw = TestGateway::start(&config).await;
+    let chat_of =
+        |r: &common::Collected| r.headers["x-toolgate-chat-id"].to_str().unwrap().to_owned();
+    let ask = |history: Value| {
+        let url = gw.url("/v1/chat/completions");
+        async move {
+            let body = json!({"model": "m", "stream": true, "messages": history});
+            let r = post(&url, &body.to_string()).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            r
+        }
+    };
+
+    // The same question, the same reply; then each its own follow-up.
+    let hi = json!({"role": "user", "content": "Hi"});
+    let hello = json!({"role": "assistant", "content": "Hello!"});
+    let a = chat_of(&ask(json!([hi])).await);
+    let b = chat_of(&ask(json!([hi])).await);
+    assert_ne!(a, b);
+    let a2 = chat_of(&ask(json!([hi, hello, {"role": "user", "content": "A again"}])).await);
+    let b2 = chat_of(&ask(json!([hi, hello, {"role": "user", "content": "B again"}])).await);
+    assert!(a2 != b && b2 != a && a2 != b2, "{a} {b} {a2} {b2}");
+    // Naming its chat, each continues its own.
+    let named = {
+        let body = json!({"model": "m", "stream": true, "messages": [hi, hello, {"role": "user", "content": "A named"}]});
+        let request = http::Request::post(gw.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .header("x-toolgate-chat-id", &a)
+            .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        common::send(request).await
+    };
+    assert_eq!(chat_of(&named), a);
+    let recorded = messages(&gw, &a, 5).await;
+    let texts: Vec<&str> = recorded.iter().filter_map(|m| m["text"].as_str()).collect();
+    assert_eq!(
+        texts,
+        ["Hi", "Hello!", "A named", "Hello!"],
+        "nothing recorded twice"
+    );
+
+    // The same question answered with a call: the call ids tell them apart.
+    let weather = json!({"role": "user", "content": "Weather in Paris?"});
+    let mut chats = Vec::new();
+    let mut follow_ups = Vec::new();
+    for _ in 0..2 {
+        let r = ask(json!([weather])).await;
+        chats.push(chat_of(&r));
+        let s = conformance::check_stream(&r.body, &conformance::Expect::usage()).unwrap();
+        let id = s.choice().calls[0].id.clone();
+        follow_ups.push(json!([weather,
+            {"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "GetWeather", "arguments": "{\"location\":\"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": id, "content": "21 C"}]));
+    }
+    for (history, chat) in follow_ups.into_iter().zip(&chats).rev() {
+        assert_eq!(&chat_of(&ask(history).await), chat);
+    }
+
+    // The Responses door: previous_response_id names the exchange.
+    let mut kept = Vec::new();
+    for _ in 0..2 {
+        let r = post(
+            &gw.url("/v1/responses"),
+            &json!({"model": "m", "input": "Hi there"}).to_string(),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        kept.push((r.json()["id"].as_str().unwrap().to_owned(), chat_of(&r)));
+    }
+    assert_ne!(kept[0].1, kept[1].1);
+    for (id, chat) in kept.iter().rev() {
+        let body = json!({"model": "m", "input": "And then?", "previous_response_id": id});
+        let r = post(&gw.url("/v1/responses"), &body.to_string()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(&chat_of(&r), chat);
+    }
+}
+
 #[tokio::test]
 async fn redaction_record_and_the_header() {
     let config = format!(

@@ -22,7 +22,7 @@ pub async fn handle(
     runtime: Arc<Runtime>,
     provider: Arc<Provider>,
     tenant: Arc<Tenant>,
-    parts: http::request::Parts,
+    mut parts: http::request::Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, GatewayError> {
     let mut request = super::json_object(&bytes)?;
@@ -51,7 +51,7 @@ pub async fn handle(
         if let Some(id) = &previous {
             // Another tenant's response is not found, exactly like one that
             // does not exist.
-            let (stored, _) = store
+            let kept = store
                 .response(owner.clone(), id)
                 .await
                 .map_err(|e| GatewayError::StoreUnavailable(e.to_string()))?
@@ -61,7 +61,15 @@ pub async fn handle(
                         Some("previous_response_id"),
                     )
                 })?;
-            conversation = stored.as_array().cloned().unwrap_or_default();
+            conversation = kept.conversation.as_array().cloned().unwrap_or_default();
+            // The exchange continues the chat the response was recorded in
+            // (unless the client names one).
+            if let Some(chat) = kept.chat.and_then(|c| http::HeaderValue::from_str(&c).ok()) {
+                parts
+                    .headers
+                    .entry(crate::store::CHAT_HEADER)
+                    .or_insert(chat);
+            }
         }
         match request.get("input") {
             Some(Value::String(text)) => {
@@ -106,13 +114,20 @@ pub async fn handle(
         running.show(),
     );
     if let Some(store) = store.filter(|_| keep) {
+        let chat = running.chat_id().map(str::to_owned);
         encoder.on_complete(Box::new(move |response: &Value| {
             let mut items = conversation;
             if let Some(output) = response["output"].as_array() {
                 items.extend(output.iter().cloned());
             }
             let id = response["id"].as_str().unwrap_or_default().to_owned();
-            store.save_response(owner, id, Value::Array(items), response.clone());
+            store.save_response(
+                owner,
+                id,
+                chat.as_deref(),
+                Value::Array(items),
+                response.clone(),
+            );
         }));
     }
     if translated.stream {
@@ -143,7 +158,7 @@ pub async fn stored(
                 .await
                 .map_err(unavailable)?
                 .ok_or_else(missing)?
-                .1
+                .response
         }
         http::Method::DELETE => {
             if !store

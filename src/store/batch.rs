@@ -1,6 +1,7 @@
 //! A batch of queued writes shaped for the database: rows grouped by table
-//! so that each table takes multi-row inserts, and a chat's updates within
-//! the batch merged into one row. Pure: the database code only runs it.
+//! so that each table takes multi-row inserts, a chat's updates within the
+//! batch merged into one row, and a head written once per (state, chat).
+//! Pure: the database code only runs it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -44,6 +45,7 @@ pub struct Planned<'a> {
     /// that touches a row twice): updates of one id by two tenants, which
     /// stay apart, go to different inserts.
     pub chats: Vec<Vec<ChatRow>>,
+    /// One row per (state, chat).
     pub heads: Vec<Vec<&'a Head>>,
     pub responses: Vec<Vec<&'a StoredResponse>>,
     pub steps: Vec<Vec<StepRow<'a>>>,
@@ -63,7 +65,8 @@ impl Planned<'_> {
 
 pub fn plan(writes: &[Write]) -> Planned<'_> {
     let mut messages = Vec::new();
-    let mut heads = Vec::new();
+    let mut heads: Vec<&Head> = Vec::new();
+    let mut head_seen: HashSet<(&str, &str)> = HashSet::new();
     let mut responses = Vec::new();
     let mut steps = Vec::new();
     let mut chats: Vec<ChatRow> = Vec::new();
@@ -71,7 +74,11 @@ pub fn plan(writes: &[Write]) -> Planned<'_> {
     for write in writes {
         match write {
             Write::Message(m) => messages.push(&**m),
-            Write::Head(h) => heads.push(h),
+            Write::Head(h) => {
+                if head_seen.insert((&h.hash, &h.chat_id)) {
+                    heads.push(h);
+                }
+            }
             Write::Response(r) => responses.push(r),
             Write::Steps(s) => {
                 let json: Arc<str> = Arc::from(s.steps.to_string());
@@ -198,6 +205,31 @@ mod tests {
             (&*b.tenant, b.messages, b.title.as_str()),
             ("b", 5, "theirs")
         );
+    }
+
+    #[test]
+    fn a_head_is_written_once_per_state_and_chat() {
+        let head = |hash: &str, chat: &str| {
+            Write::Head(Head {
+                hash: hash.into(),
+                tenant: Arc::from("a"),
+                chat_id: Arc::from(chat),
+                len: 2,
+                at: 1,
+            })
+        };
+        let writes = vec![
+            head("h1", "c1"),
+            head("h2", "c1"),
+            head("h1", "c2"),
+            head("h2", "c1"),
+        ];
+        let planned = plan(&writes);
+        let heads: Vec<(&str, &str)> = planned.heads[0]
+            .iter()
+            .map(|h| (&*h.hash, &*h.chat_id))
+            .collect();
+        assert_eq!(heads, [("h1", "c1"), ("h2", "c1"), ("h1", "c2")]);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use sqlx::{QueryBuilder, Row, SqlSafeStr};
 
 use crate::config::store::Backend;
 use crate::store::batch;
-use crate::store::record::{ChatSummary, StoredMessage, Write};
+use crate::store::record::{ChatSummary, Kept, StoredMessage, Write};
 
 /// How long a query may wait for a connection: a database that is down
 /// fails a batch quickly instead of stalling the writer.
@@ -24,6 +24,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "transcripts", include_str!("schema_1.sql")),
     (2, "gateway steps", include_str!("schema_2.sql")),
     (3, "tenants", include_str!("schema_3.sql")),
+    (
+        4,
+        "heads per chat, response chats",
+        include_str!("schema_4.sql"),
+    ),
 ];
 
 pub enum Db {
@@ -163,19 +168,20 @@ impl Db {
                             .push_bind(h.at)
                             .push_bind(h.tenant.to_string());
                     });
-                    insert.push(" ON CONFLICT (hash) DO NOTHING");
+                    insert.push(" ON CONFLICT (hash, chat_id) DO NOTHING");
                     insert.build().persistent(false).execute(&mut *tx).await?;
                 }
                 for rows in &planned.responses {
                     let mut insert = QueryBuilder::new(
-                        "INSERT INTO responses (id, created_at, conversation_json, response_json, tenant) ",
+                        "INSERT INTO responses (id, created_at, conversation_json, response_json, tenant, chat_id) ",
                     );
                     insert.push_values(rows, |mut row, r| {
                         row.push_bind(r.id.clone())
                             .push_bind(r.at)
                             .push_bind(r.conversation.to_string())
                             .push_bind(r.response.to_string())
-                            .push_bind(r.tenant.to_string());
+                            .push_bind(r.tenant.to_string())
+                            .push_bind(r.chat_id.to_string());
                     });
                     insert.push(" ON CONFLICT (id) DO NOTHING");
                     insert.build().persistent(false).execute(&mut *tx).await?;
@@ -268,39 +274,40 @@ impl Db {
         })
     }
 
-    /// The longest of `hashes` (longest first) that heads one of `tenant`'s
-    /// chats: its chat id and how many messages it covers.
-    pub async fn find_head(
+    /// Every chat of `tenant`'s that reached one of the states `hashes`,
+    /// with how many messages it covers: (hash, chat, len), in one query.
+    pub async fn find_heads(
         &self,
         tenant: &str,
         hashes: &[String],
-    ) -> Result<Option<(String, i64)>, sqlx::Error> {
-        for hash in hashes {
-            let found: Option<(String, i64)> = on_pool!(self, pool => {
-                sqlx::query("SELECT chat_id, len FROM heads WHERE hash = $1 AND tenant = $2")
-                    .bind(hash)
-                    .bind(tenant)
-                    .fetch_optional(pool)
-                    .await?
-                    .map(|row| Ok::<_, sqlx::Error>((row.try_get("chat_id")?, row.try_get("len")?)))
-                    .transpose()?
-            });
-            if found.is_some() {
-                return Ok(found);
-            }
+    ) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
+        if hashes.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(None)
+        let placeholders: Vec<String> = (2..=hashes.len() + 1).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT hash, chat_id, len FROM heads WHERE tenant = $1 AND hash IN ({})",
+            placeholders.join(", ")
+        );
+        on_pool!(self, pool => {
+            // Audited: only numbered placeholders are formatted into it.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).bind(tenant);
+            for hash in hashes {
+                query = query.bind(hash);
+            }
+            query
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|row| Ok((row.try_get("hash")?, row.try_get("chat_id")?, row.try_get("len")?)))
+                .collect()
+        })
     }
 
-    /// One of `tenant`'s stored responses: the conversation it ended and
-    /// the response object.
-    pub async fn response(
-        &self,
-        tenant: &str,
-        id: &str,
-    ) -> Result<Option<(Value, Value)>, sqlx::Error> {
+    /// One of `tenant`'s stored responses.
+    pub async fn response(&self, tenant: &str, id: &str) -> Result<Option<Kept>, sqlx::Error> {
         on_pool!(self, pool => {
-            sqlx::query("SELECT conversation_json, response_json FROM responses WHERE id = $1 AND tenant = $2")
+            sqlx::query("SELECT conversation_json, response_json, chat_id FROM responses WHERE id = $1 AND tenant = $2")
                 .bind(id)
                 .bind(tenant)
                 .fetch_optional(pool)
@@ -308,10 +315,12 @@ impl Db {
                 .map(|row| {
                     let conversation: String = row.try_get("conversation_json")?;
                     let response: String = row.try_get("response_json")?;
-                    Ok((
-                        serde_json::from_str(&conversation).unwrap_or(Value::Null),
-                        serde_json::from_str(&response).unwrap_or(Value::Null),
-                    ))
+                    let chat: String = row.try_get("chat_id")?;
+                    Ok(Kept {
+                        conversation: serde_json::from_str(&conversation).unwrap_or(Value::Null),
+                        response: serde_json::from_str(&response).unwrap_or(Value::Null),
+                        chat: (!chat.is_empty()).then_some(chat),
+                    })
                 })
                 .transpose()
         })

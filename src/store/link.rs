@@ -1,8 +1,11 @@
 //! Which chat a request continues, without the client saying so: every
 //! conversation state toolgate answered is kept as a hash of its messages,
-//! normalised to what a client sends back (role, text, calls by name and
-//! arguments, results by call id). A request whose history starts with such
-//! a state continues that chat. Pure.
+//! normalised to what a client sends back (role, text, calls by id, name
+//! and arguments, results by call id). A request whose history starts with
+//! such a state continues that chat. Call ids are unique to an answer, so a
+//! state with calls names one chat; two chats may reach the same state by
+//! text alone (the same question, the same reply), and a request that does
+//! not name its chat then continues neither ([`choose`]). Pure.
 //!
 //! The chain starts from the tenant's name, so one tenant's history never
 //! matches another's state, however alike the two conversations are (the
@@ -10,6 +13,45 @@
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+/// What the states a history starts with say of the chat it continues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice<C> {
+    /// This chat, which recorded that many of the history's messages.
+    Continue(C, i64),
+    /// More than one chat reached the longest state: a new chat, rather
+    /// than a guess that records one conversation in another's transcript.
+    Ambiguous,
+    /// No chat reached any of them (here).
+    Unknown,
+}
+
+/// Picks the chat from the chats that reached each state (longest state
+/// first). A named chat (`header`) continues from the longest state it
+/// reached; otherwise the longest state any chat reached decides, if one
+/// chat alone reached it.
+pub fn choose<C: AsRef<str>>(
+    found: impl IntoIterator<Item = Vec<(C, i64)>>,
+    header: Option<&str>,
+) -> Choice<C> {
+    for mut chats in found {
+        match header {
+            Some(h) => {
+                if let Some(i) = chats.iter().position(|(c, _)| c.as_ref() == h) {
+                    let (chat, len) = chats.swap_remove(i);
+                    return Choice::Continue(chat, len);
+                }
+            }
+            None if chats.len() > 1 => return Choice::Ambiguous,
+            None => {
+                if let Some((chat, len)) = chats.pop() {
+                    return Choice::Continue(chat, len);
+                }
+            }
+        }
+    }
+    Choice::Unknown
+}
 
 /// A running hash over messages: `next = sha256(previous ‖ message)`.
 #[derive(Debug, Clone, Default)]
@@ -54,12 +96,13 @@ fn normal(message: &Value) -> String {
             .collect(),
         _ => String::new(),
     };
-    let calls: Vec<(String, String)> = message
+    let calls: Vec<(&str, String, String)> = message
         .get("tool_calls")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .map(|c| {
+            let id = c.get("id").and_then(Value::as_str).unwrap_or("");
             let name = c
                 .pointer("/function/name")
                 .and_then(Value::as_str)
@@ -73,7 +116,7 @@ fn normal(message: &Value) -> String {
             let args = serde_json::from_str::<Value>(args)
                 .map(|v| v.to_string())
                 .unwrap_or_else(|_| args.to_owned());
-            (name, args)
+            (id, name, args)
         })
         .collect();
     let id = message
@@ -105,6 +148,23 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_state_two_chats_reached_continues_the_named_one_or_neither() {
+        let found = || vec![vec![("a", 4), ("b", 4)], vec![("c", 2)]];
+        assert_eq!(choose(found(), None), Choice::Ambiguous);
+        assert_eq!(choose(found(), Some("b")), Choice::Continue("b", 4));
+        assert_eq!(choose(found(), Some("c")), Choice::Continue("c", 2));
+        assert_eq!(choose(found(), Some("d")), Choice::Unknown);
+        assert_eq!(
+            choose(vec![vec![], vec![("c", 2)]], None),
+            Choice::Continue("c", 2)
+        );
+        assert_eq!(
+            choose(Vec::<Vec<(&str, i64)>>::new(), None),
+            Choice::Unknown
+        );
+    }
+
+    #[test]
     fn a_history_sent_back_matches_the_state_it_continues() {
         let answered = [
             json!({"role": "user", "content": "Weather?"}),
@@ -130,5 +190,9 @@ mod tests {
         // The same history from another tenant continues nothing of this one's.
         assert_ne!(prefixes("team-b", &next, 8)[0].0, head);
         assert_ne!(prefixes("team-b", &next, 8), prefixes("team-c", &next, 8));
+        // The same call with another id is another answer's.
+        let mut again = next.clone();
+        again[1]["tool_calls"][0]["id"] = json!("c2");
+        assert_ne!(prefixes("anonymous", &again, 8)[0].0, head);
     }
 }

@@ -118,6 +118,19 @@ pub struct StoredResponse {
     /// The chat messages the answer ended (request and reply).
     pub conversation: Arc<Value>,
     pub response: Arc<Value>,
+    /// The chat its exchange was recorded in (empty when not recorded).
+    pub chat_id: Arc<str>,
+}
+
+/// A stored response as read back.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    /// The chat messages the answer ended (request and reply).
+    pub conversation: Value,
+    /// The response object.
+    pub response: Value,
+    /// The chat its exchange was recorded in, if it was.
+    pub chat: Option<String>,
 }
 
 #[derive(Debug, Clone)]
