@@ -373,7 +373,7 @@ done
 
 for conns in 1 32; do
     cell json "$conns" direct:json toolgate:json nginx:json toolify:json full:json
-    cell sse "$conns" direct:sse toolgate:sse nginx:sse toolify:sse
+    cell sse "$conns" direct:sse toolgate:sse nginx:sse toolify:sse full:sse
     cell natural "$conns" direct:natural toolgate:natural nginx:natural tdirect:toolify-direct toolify:toolify
     cell tools "$conns" direct:tools toolgate:tools
 done
@@ -388,7 +388,8 @@ HOLD_NAT=$("$CLIENT" hold "${ADDR[toolgate]}" "$TMP/slow-natural.json" "$STREAMS
 sleep 1
 RSS_END=$(status_kb "$GW_PID" VmRSS)
 STORE_METRICS=$(curl -fs "http://127.0.0.1:$FULL_PORT/metrics" || true)
-store_metric() { awk -v m="$1" '$1 == m {print $2}' <<<"$STORE_METRICS" | head -1; }
+store_metric() { awk -v m="$1" 'index($0, m) == 1 {s += $NF; n++} END {if (n) printf "%.0f", s}' <<<"$STORE_METRICS"; }
+store_rows() { python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(f"SELECT count(*) FROM {sys.argv[2]}").fetchone()[0])' "$TMP/store.db" "$1"; }
 
 for f in plain full; do
     if grep -qiE '(^| )(ERROR|WARN)' "$TMP/$f.log"; then
@@ -418,6 +419,8 @@ added() { echo $(( M[$1/$2/$3.p50] - M[$1/$2/${4:-direct}.p50] )); }
 mb() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
 verdict() { awk -v v="$1" -v op="$2" -v lim="$3" 'BEGIN {ok = (op == "<=") ? (v <= lim) : (v >= lim); print ok ? "yes" : "**no**"}'; }
 have() { [ -n "${M[$1.rps]:-}" ]; }
+# req/s of the recording gateway over the plain one: ratio ROW CONNS
+ratio() { awk -v a="${M[$1/$2/full.rps]:-0}" -v b="${M[$1/$2/toolgate.rps]:-1}" 'BEGIN {printf "%.2f", a / b}'; }
 
 CPU_MODEL=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 NGINX_VERSION=$("$NGINX_BIN" -v 2>&1 | sed 's|.*/||')
@@ -457,14 +460,14 @@ done)
 | $(field open "$HOLD_NAT") open natural-mode streams | $(mb "$(field rss_kb "$HOLD_NAT")") MB | $(mb "$(field hwm_kb "$HOLD_NAT")") MB |
 | after the streams closed | $(mb "$RSS_END") MB | |
 
-| non-stream passthrough, same run | c | toolgate | toolgate +store (record = all) +gateway tools on another provider |
-|---|---|---|---|
-$(for c in 1 32; do
-    printf '| req/s share · added p50 · added p99 | %s | %s · +%s | %s · +%s |\n' "$c" "$(hopcell json "$c" toolgate)" "$(( M[json/$c/toolgate.p99] - M[json/$c/direct.p99] ))" "$(hopcell json "$c" full)" "$(( M[json/$c/full.p99] - M[json/$c/direct.p99] ))"
-done)
-| CPU per request | | $(cpu json toolgate 1) µs | $(cpu json full 1) µs |
+| passthrough, same run | c | toolgate | toolgate +store (record = all) +gateway tools on another provider | req/s with the store ÷ without |
+|---|---|---|---|---|
+$(for row in json sse; do for c in 1 32; do
+    printf '| %s: req/s share · added p50 · added p99 | %s | %s · +%s | %s · +%s | %s |\n' "$([ "$row" = json ] && echo non-stream || echo stream)" "$c" "$(hopcell "$row" "$c" toolgate)" "$(( M[$row/$c/toolgate.p99] - M[$row/$c/direct.p99] ))" "$(hopcell "$row" "$c" full)" "$(( M[$row/$c/full.p99] - M[$row/$c/direct.p99] ))" "$(ratio "$row" "$c")"
+done; done)
+| CPU per request (non-stream) | | $(cpu json toolgate 1) µs | $(cpu json full 1) µs | |
 
-The store wrote $(store_metric toolgate_store_write_seconds_count) batches (dropped rows: $(store_metric toolgate_store_dropped_total), queue depth at the end: $(store_metric toolgate_store_queue_depth)).
+The store wrote $(store_metric toolgate_store_write_seconds_count) batches (dropped rows: $(store_metric toolgate_store_dropped_total), queue depth at the end: $(store_metric toolgate_store_queue_depth)); it holds $(store_rows chats) chats and $(store_rows messages) message rows for $(store_metric 'toolgate_requests_total{') requests the recording gateway served.
 
 | target | measured | limit | met |
 |---|---|---|---|
@@ -475,6 +478,9 @@ if have json/1/nginx; then
     lim=$(awk -v a="$(added natural 1 nginx)" 'BEGIN {printf "%.0f", 1.5 * a}')
     echo "| natural stream c=1: added p50 vs 1.5 × nginx's on the same stream | $(added natural 1 toolgate) µs | $lim µs | $(verdict "$(added natural 1 toolgate)" "<=" "$lim") |"
 fi
+for row in json sse; do
+    echo "| $row c=32: req/s recording every exchange ÷ without a store | $(ratio "$row" 32) | 0.80 | $(verdict "$(ratio "$row" 32)" ">=" 0.8) |"
+done
 echo "| natural stream: CPU per upstream chunk | $(cpu natural toolgate "$NATURAL_EVENTS") µs | 1.5 µs | $(verdict "$(cpu natural toolgate "$NATURAL_EVENTS")" "<=" 1.5) |"
 echo "| to_natural stream: CPU per upstream chunk | $(cpu tools toolgate "$TOOLS_EVENTS") µs | 3 µs | $(verdict "$(cpu tools toolgate "$TOOLS_EVENTS")" "<=" 3) |"
 if have json/1/toolify; then
