@@ -16,6 +16,7 @@
 
 mod batch;
 mod db;
+mod file_watch;
 mod link;
 mod live;
 pub mod record;

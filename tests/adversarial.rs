@@ -512,11 +512,46 @@ fn call_history(pairs: usize, output_bytes: usize) -> String {
     )
 }
 
+/// A Messages request with `pairs` tool_use / tool_result turns, each
+/// result `output_bytes` long (7 JSON containers a pair).
+fn messages_history(pairs: usize, output_bytes: usize) -> String {
+    let output = "x".repeat(output_bytes);
+    let turns: Vec<String> = (0..pairs)
+        .map(|i| {
+            format!(
+                r#"{{"role":"assistant","content":[{{"type":"tool_use","id":"c{i}","name":"f","input":{{}}}}]}},{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"c{i}","content":"{output}"}}]}}"#
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"model":"m","max_tokens":16,"messages":[{{"role":"user","content":"go"}},{},{{"role":"assistant","content":"ok"}},{{"role":"user","content":"go on"}}]}}"#,
+        turns.join(",")
+    )
+}
+
+/// A chat request to the natural-mode provider with `pairs` calls and
+/// results in its history (5 JSON containers a pair).
+fn chat_history(pairs: usize, output_bytes: usize) -> String {
+    let output = "x".repeat(output_bytes);
+    let turns: Vec<String> = (0..pairs)
+        .map(|i| {
+            format!(
+                r#"{{"role":"assistant","content":null,"tool_calls":[{{"id":"c{i}","type":"function","function":{{"name":"f","arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"c{i}","content":"{output}"}}"#
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"model":"n","messages":[{{"role":"user","content":"go"}},{}]}}"#,
+        turns.join(",")
+    )
+}
+
 /// Request parsing is bounded at every door: a body of more than 100,000
 /// JSON objects and arrays is refused before it is parsed (the red team's
-/// 200,000 call items took RSS to 2 GB), and three concurrent 24 MB bodies
-/// under that limit (to a chat upstream) raise peak RSS by at most 5x their
-/// bytes + 64 MB.
+/// 200,000 call items took RSS to 2 GB), and at each door three concurrent
+/// bodies of about 25 MB under that limit (to a chat upstream; the chat door
+/// to a natural-mode provider, which parses) raise peak RSS by at most 5x
+/// their bytes + 64 MB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_parsing_is_bounded_at_every_door() {
     let upstream = Mock::start(|_| Reply::json(&upstream_completion("ok"))).await;
@@ -554,28 +589,55 @@ async fn request_parsing_is_bounded_at_every_door() {
         );
     }
     let refused = gw.peak_kib() - start;
-    let body = call_history(30_000, 780);
-    let mb = body.len() as u64 / (1024 * 1024);
-    let sends: Vec<_> = (0..3)
-        .map(|_| {
-            let url = gw.url("/v1/responses");
-            let body = body.clone();
-            tokio::spawn(async move { post(&url, &body).await })
-        })
-        .collect();
-    for send in sends {
-        let r = send.await.unwrap();
-        assert_eq!(r.status, 200, "{}", r.text());
-    }
-    let grown = gw.peak_kib() - start;
-    eprintln!("parse bounds: refused bodies +{refused} KiB; 3 x {mb} MB bodies +{grown} KiB peak");
     assert!(
         refused < 64 * 1024,
         "refused bodies grew RSS by {refused} KiB"
     );
-    let bound = 5 * 3 * body.len() as u64 / 1024 + 64 * 1024;
-    assert!(
-        grown <= bound,
-        "3 x {mb} MB bodies: +{grown} KiB, bound {bound} KiB"
-    );
+    drop(gw);
+    // Near the limit, at each door that parses: three concurrent bodies of
+    // about 25 MB to a fresh process each (peak RSS only grows).
+    for (door, body) in [
+        ("/v1/responses", call_history(30_000, 780)),
+        ("/v1/messages", messages_history(13_000, 1_900)),
+        ("/v1/chat/completions", chat_history(18_000, 1_350)),
+    ] {
+        let gw = Binary::start(
+            "parse",
+            "",
+            &format!(
+                "{}{}",
+                provider_toml("up", &upstream.url(), "[\"m\"]", ""),
+                provider_toml(
+                    "nat",
+                    &upstream.url(),
+                    "[\"n\"]",
+                    "[providers.tools]\nmode = \"natural\"\n"
+                )
+            ),
+        )
+        .await;
+        let start = gw.peak_kib();
+        let mb = body.len() as u64 / (1024 * 1024);
+        let sends: Vec<_> = (0..3)
+            .map(|_| {
+                let url = gw.url(door);
+                let body = body.clone();
+                tokio::spawn(async move { post(&url, &body).await })
+            })
+            .collect();
+        for send in sends {
+            let r = send.await.unwrap();
+            assert_eq!(r.status, 200, "{door}: {}", r.text());
+        }
+        let grown = gw.peak_kib() - start;
+        let ratio = (grown as f64 - 64.0 * 1024.0) / (3 * body.len() as u64 / 1024) as f64;
+        eprintln!(
+            "parse bounds: {door}: 3 x {mb} MB bodies +{grown} KiB peak ({ratio:.1}x + 64 MB)"
+        );
+        let bound = 5 * 3 * body.len() as u64 / 1024 + 64 * 1024;
+        assert!(
+            grown <= bound,
+            "{door}: 3 x {mb} MB bodies: +{grown} KiB, bound {bound} KiB"
+        );
+    }
 }

@@ -360,14 +360,13 @@ async fn with_a_store_the_follow_up_finds_the_steps_on_another_replica() {
         }
     })
     .await;
-    // Two replicas sharing one database.
-    let dir = std::env::temp_dir().join(format!("toolgate-steps-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    // Two replicas sharing one database (PostgreSQL: a SQLite file is one
+    // replica's).
+    let pg = common::postgres::Postgres::start();
     let config = format!(
-        "{}[store]\nurl = \"sqlite://{}/steps.db\"\n{}{}",
+        "{}[store]\nurl = \"{}\"\n{}{}",
         fast_server(),
-        dir.display(),
+        pg.url(),
         http_tool("GetWeather", &format!("http://{}/", tool.addr), 5.0),
         provider(&upstream.url(), "passthrough", &["GetWeather"], "")
     );

@@ -150,7 +150,9 @@ impl Agent {
             // Each run asks in its own words: two conversations alike to
             // the last character cannot be told apart, and toolgate then
             // starts a new chat rather than guess (see transcripts.rs).
-            history: vec![json!({"role": "user", "content": format!("Weather in Paris? ({door:?} {mode}, stream: {stream})")})],
+            history: vec![
+                json!({"role": "user", "content": format!("Weather in Paris? ({door:?} {mode}, stream: {stream})")}),
+            ],
         }
     }
 

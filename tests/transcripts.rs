@@ -623,6 +623,113 @@ impl Drop for SmallDisk {
     }
 }
 
+/// Waits until `/readyz` holds `text`; what it said last.
+async fn ready_says(gw: &TestGateway, text: &str) -> String {
+    let mut said = String::new();
+    for _ in 0..100 {
+        said = get(&gw.url("/readyz")).await.text();
+        if said.contains(text) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    said
+}
+
+/// A SQLite file toolgate may not write: the store is down and says why,
+/// traffic is unaffected, and once the file is writable the store comes up
+/// by itself and records. No shared-memory (`-shm`) file is ever made.
+#[tokio::test]
+async fn an_unwritable_sqlite_file_keeps_the_store_down_until_it_is_writable() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: run as root (toolgate runs as nobody against a file it may not write)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("toolgate-unwritable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let path = dir.join("t.db");
+    std::fs::write(&path, b"").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let config = demo_agent(&format!(
+        "[store]\nurl = \"sqlite://{}\"\nrecord = \"all\"\n",
+        path.display()
+    ));
+    let gw = common::binary::Binary::start_as(&config, &[], Some(65534));
+    let ready = |text: &'static str| {
+        let url = gw.url("/readyz");
+        async move {
+            let mut said = String::new();
+            for _ in 0..300 {
+                said = get(&url).await.text();
+                if said.contains(text) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            said
+        }
+    };
+    let said = ready("store: down").await;
+    assert!(
+        said.contains("store: down") && said.contains("readonly"),
+        "{said}"
+    );
+    let ask = |text: &str| {
+        let url = gw.url("/v1/chat/completions");
+        let body = json!({"model": "demo", "messages": [{"role": "user", "content": text}]});
+        async move {
+            let r = post(&url, &body.to_string()).await;
+            assert_eq!(r.status, 200, "traffic is unaffected: {}", r.text());
+            r.headers["x-toolgate-chat-id"].to_str().unwrap().to_owned()
+        }
+    };
+    ask("while unwritable").await;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let said = ready("store: up").await;
+    assert!(said.contains("store: up"), "{said}");
+    let chat = ask("once writable").await;
+    let mut stored = Value::Null;
+    for _ in 0..100 {
+        stored = get(&gw.url(&format!("/toolgate/api/chats/{chat}")))
+            .await
+            .json();
+        if stored["messages"].as_array().is_some_and(|m| !m.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(stored["messages"][0]["text"], "once writable", "{stored}");
+    let files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!files.iter().any(|f| f.ends_with("-shm")), "{files:?}");
+    drop(gw);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A SQLite file deleted while toolgate holds it is reported: `/readyz`
+/// names it, and the store shows down.
+#[tokio::test]
+async fn a_deleted_sqlite_file_is_reported() {
+    let dir = std::env::temp_dir().join(format!("toolgate-deleted-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.db");
+    let store = format!("[store]\nurl = \"sqlite://{}\"\n", path.display());
+    let gw = TestGateway::start(&demo_agent(&store)).await;
+    assert!(ready_says(&gw, "store: up").await.contains("store: up"));
+    std::fs::remove_file(&path).unwrap();
+    let said = ready_says(&gw, "was deleted").await;
+    assert!(
+        said.contains(&format!("the database file {} was deleted", path.display())),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// SQLite on a disk that fills up part-way through the writer's batches:
 /// the failed batches are dropped (counted), the connection that failed is
 /// not reused, and once space returns every later chat is stored and the

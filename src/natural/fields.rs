@@ -15,6 +15,24 @@ use serde_json::value::RawValue;
 
 use crate::natural::error::RequestError;
 
+/// A replaced value larger than this (raw) is measured before the body is
+/// written.
+const LARGE: usize = 1 << 20;
+
+/// Counts the bytes written to it.
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The fields of a JSON object, in order, values unparsed. A repeated name
 /// keeps its first position and its last value, as a parsed object would.
 #[derive(Debug)]
@@ -50,11 +68,25 @@ impl<'a> Fields<'a> {
     /// The object again without the fields in `drop`, and with `name`'s value
     /// replaced by `value`; every other field is copied as it came.
     pub fn write(&self, drop: &[&str], name: &str, value: &impl Serialize) -> Vec<u8> {
+        // Sized up front: a body of many MiB that outgrew an estimate would
+        // be copied into twice its size (a large value is measured first).
+        let replaced = self.get(name).map_or(0, |raw| raw.get().len());
+        let value_len = if replaced > LARGE {
+            let mut counter = Counter(0);
+            let _ = serde_json::to_writer(&mut counter, value);
+            counter.0
+        } else {
+            replaced + replaced / 4 + 1024
+        };
         let mut out = Vec::with_capacity(
             self.entries
                 .iter()
+                .filter(|(field, _)| field != name)
                 .map(|(_, raw)| raw.get().len() + 16)
-                .sum(),
+                .sum::<usize>()
+                + value_len
+                + name.len()
+                + 16,
         );
         out.push(b'{');
         let kept = self

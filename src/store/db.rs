@@ -2,13 +2,17 @@
 //! SQL is the same for SQLite and PostgreSQL, so each query is written once
 //! and run on whichever pool is configured.
 
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
 use sqlx::{QueryBuilder, Row, SqlSafeStr};
 
 use crate::config::store::Backend;
@@ -32,7 +36,8 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
 ];
 
 pub enum Db {
-    Sqlite(SqlitePool),
+    /// The pool, and the file it holds (none in memory).
+    Sqlite(SqlitePool, Option<PathBuf>),
     Postgres(PgPool),
 }
 
@@ -40,7 +45,7 @@ pub enum Db {
 macro_rules! on_pool {
     ($db:expr, $pool:ident => $body:expr) => {
         match $db {
-            Db::Sqlite($pool) => $body,
+            Db::Sqlite($pool, _) => $body,
             Db::Postgres($pool) => $body,
         }
     };
@@ -58,25 +63,26 @@ impl Db {
                     .create_if_missing(true)
                     .busy_timeout(Duration::from_secs(5));
                 if !memory {
-                    options = options.journal_mode(SqliteJournalMode::Wal);
+                    // One connection holds the file in exclusive locking
+                    // mode, set before WAL: SQLite then keeps the WAL index
+                    // in the heap and never maps a `-shm` file (an
+                    // unwritable or truncated one ended the process with
+                    // SIGBUS). One replica owns the file; a second one's
+                    // store stays down ("database is locked").
+                    options = options
+                        .locking_mode(SqliteLockingMode::Exclusive)
+                        .journal_mode(SqliteJournalMode::Wal)
+                        .synchronous(SqliteSynchronous::Normal);
                 }
-                // An in-memory database lives as long as its one connection.
+                let file = (!memory).then(|| options.get_filename().to_owned());
                 let pool = SqlitePoolOptions::new()
-                    .max_connections(if memory { 1 } else { 4 })
-                    .min_connections(u32::from(memory))
-                    .idle_timeout(if memory {
-                        None
-                    } else {
-                        Some(Duration::from_secs(600))
-                    })
-                    .max_lifetime(if memory {
-                        None
-                    } else {
-                        Some(Duration::from_secs(3600))
-                    })
+                    .max_connections(1)
+                    .min_connections(1)
+                    .idle_timeout(None)
+                    .max_lifetime(None)
                     .acquire_timeout(ACQUIRE_TIMEOUT)
                     .connect_lazy_with(options);
-                Ok(Db::Sqlite(pool))
+                Ok(Db::Sqlite(pool, file))
             }
             Backend::Postgres { url } => PgPoolOptions::new()
                 .max_connections(4)
@@ -84,6 +90,14 @@ impl Db {
                 .connect_lazy(url)
                 .map(Db::Postgres)
                 .map_err(|e| format!("invalid PostgreSQL URL: {e}")),
+        }
+    }
+
+    /// The SQLite file this store writes, if it is one.
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            Db::Sqlite(_, file) => file.as_deref(),
+            Db::Postgres(_) => None,
         }
     }
 

@@ -14,12 +14,15 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics as m;
 use crate::store::Shared;
 use crate::store::db::Db;
+use crate::store::file_watch::FileWatch;
 use crate::store::record::{ChatUpdate, Kind, Message, Write, now_ms};
 
 /// Exchanges written in one transaction at most.
 const BATCH: usize = 128;
 /// How often a failing store is logged.
 const LOG_EVERY: Duration = Duration::from_secs(10);
+/// How often the SQLite file is looked at.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// How often old transcripts are purged.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -31,6 +34,8 @@ pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Vec<Write>>, stop: 
     let db = shared.db.get_or_init(|| db);
     shared.first_open_ended();
     shared.set_health(None);
+    let mut file = db.file().and_then(FileWatch::start);
+    let mut lost = || file.as_mut().and_then(|f| f.check().map(str::to_owned));
     let mut units = Vec::with_capacity(BATCH);
     let mut buffer = Vec::new();
     let mut last_log: Option<Instant> = None;
@@ -58,6 +63,12 @@ pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Vec<Write>>, stop: 
                     stopping = true;
                     continue;
                 }
+                () = tokio::time::sleep(WATCH_EVERY) => {
+                    if let Some(reason) = lost() {
+                        shared.set_health(Some(reason));
+                    }
+                    continue;
+                }
             }
         };
         if received == 0 {
@@ -69,7 +80,7 @@ pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Vec<Write>>, stop: 
         match db.write(&buffer).await {
             Ok(()) => {
                 metrics::histogram!(m::STORE_WRITE_SECONDS).record(started.elapsed().as_secs_f64());
-                shared.set_health(None);
+                shared.set_health(lost());
                 for write in &buffer {
                     if let Write::Response(r) = write {
                         shared.settled(&r.id);

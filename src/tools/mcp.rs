@@ -32,7 +32,10 @@ use tokio_util::task::TaskTracker;
 use crate::config::gateway_tools::CHILD_ENV_ALLOWLIST;
 use crate::config::{McpServerConfig, McpTransport};
 use crate::metrics as m;
-use crate::tools::{GatewayTool, ToolKind, names};
+use crate::tools::GatewayTool;
+
+mod listing;
+use listing::Listing;
 
 /// How long connecting and the first `tools/list` may take.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -42,15 +45,6 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::fro
 /// restarted while toolgate was idle forgets the session, and its answers to
 /// it never reach the call). The call that timed out is not run again.
 const TIMEOUTS_TO_RECONNECT: usize = 2;
-/// Most tools one server may offer; a server listing more is refused.
-const MAX_TOOLS_PER_SERVER: usize = 512;
-/// Most `tools/list` pages read from one server; a server that pages on
-/// past it is refused (a cursor that never ends would grow without bound).
-const MAX_LIST_PAGES: usize = 64;
-/// Most tools read across a listing's pages, `allowed_tools` or not.
-const MAX_LISTED_TOOLS: usize = 4 * MAX_TOOLS_PER_SERVER;
-/// Most bytes of names, descriptions and schemas read across a listing.
-const MAX_LISTED_BYTES: usize = 16 * 1024 * 1024;
 /// A connection up this long resets the reconnection backoff; one that
 /// fails sooner (e.g. it lists too many tools) keeps it growing.
 const STABLE: Duration = Duration::from_secs(60);
@@ -552,36 +546,7 @@ async fn list(server: &Server, peer: &Peer<RoleClient>) -> Result<(), String> {
             )
         })??;
     let config = &server.config;
-    let mut tools: Vec<Arc<GatewayTool>> = Vec::new();
-    for tool in listed {
-        let original = tool.name.to_string();
-        if config
-            .allowed_tools
-            .as_ref()
-            .is_some_and(|allowed| !allowed.contains(&original))
-        {
-            continue;
-        }
-        let name = names::qualify(&config.prefix, &original);
-        if tools.iter().any(|t| t.name == name) {
-            return Err(format!(
-                "two of its tools would both be offered as {name:?}"
-            ));
-        }
-        tools.push(Arc::new(GatewayTool::new(
-            name,
-            tool.description.map(|d| d.to_string()).unwrap_or_default(),
-            Value::Object((*tool.input_schema).clone()),
-            ToolKind::Mcp {
-                server: config.name.clone(),
-                original,
-                timeout: config.timeout,
-            },
-        )));
-        if tools.len() > MAX_TOOLS_PER_SERVER {
-            return Err(format!("lists more than {MAX_TOOLS_PER_SERVER} tools"));
-        }
-    }
+    let tools = listing::offered(config, listed)?;
     tracing::info!(server = ?config.name, tools = tools.len(), "MCP server ready");
     metrics::gauge!(m::MCP_SERVER_UP, "server" => config.name.clone()).set(1.0);
     server.state.send_replace(Arc::new(State::Up {
@@ -591,40 +556,20 @@ async fn list(server: &Server, peer: &Peer<RoleClient>) -> Result<(), String> {
     Ok(())
 }
 
-/// Every page of `tools/list`, within [`MAX_LIST_PAGES`],
-/// [`MAX_LISTED_TOOLS`] and [`MAX_LISTED_BYTES`].
+/// Every page of `tools/list`, within the bounds [`Listing`] keeps.
 async fn list_pages(peer: &Peer<RoleClient>) -> Result<Vec<rmcp::model::Tool>, String> {
-    let mut tools = Vec::new();
-    let mut bytes = 0usize;
+    let mut listing = Listing::default();
     let mut cursor = None;
-    for _ in 0..MAX_LIST_PAGES {
+    loop {
         let page = peer
             .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;
-        for tool in &page.tools {
-            bytes += tool.name.len()
-                + tool.description.as_ref().map_or(0, |d| d.len())
-                + serde_json::to_string(&*tool.input_schema).map_or(0, |s| s.len());
-        }
-        tools.extend(page.tools);
-        if tools.len() > MAX_LISTED_TOOLS {
-            return Err(format!(
-                "tools/list gave more than {MAX_LISTED_TOOLS} tools"
-            ));
-        }
-        if bytes > MAX_LISTED_BYTES {
-            return Err(format!(
-                "tools/list gave more than {} MiB of tools",
-                MAX_LISTED_BYTES / (1024 * 1024)
-            ));
-        }
-        match page.next_cursor {
+        match listing.page(page.tools, page.next_cursor)? {
             Some(next) => cursor = Some(next),
-            None => return Ok(tools),
+            None => return Ok(listing.into_tools()),
         }
     }
-    Err(format!("tools/list went on past {MAX_LIST_PAGES} pages"))
 }
 
 /// A child's stderr, line by line, as log lines of its server. A line longer

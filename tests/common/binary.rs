@@ -14,6 +14,11 @@ pub struct Binary {
 impl Binary {
     /// Serves `config` (its `listen` is replaced by a free port) with `env`.
     pub fn start(config: &str, env: &[(&str, &str)]) -> Binary {
+        Binary::start_as(config, env, None)
+    }
+
+    /// [`Binary::start`], as user `uid` when given (the test runs as root).
+    pub fn start_as(config: &str, env: &[(&str, &str)], uid: Option<u32>) -> Binary {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -23,6 +28,12 @@ impl Binary {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("toolgate.toml");
         std::fs::write(&path, config).unwrap();
+        if uid.is_some() {
+            use std::os::unix::fs::PermissionsExt;
+            for p in [&dir, &path] {
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+        }
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
         command
             .arg("--config")
@@ -32,6 +43,9 @@ impl Binary {
             .stderr(Stdio::piped());
         for (k, v) in env {
             command.env(k, v);
+        }
+        if let Some(uid) = uid {
+            std::os::unix::process::CommandExt::uid(&mut command, uid);
         }
         let mut child = command.spawn().unwrap();
         let stderr = BufReader::new(child.stderr.take().unwrap());
