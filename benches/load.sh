@@ -36,7 +36,8 @@
 # the store's own metrics. The output is Markdown for README's Performance
 # section. Knobs: DURATION (s per wrk run, default 3), REPEAT (default 3),
 # CHUNKS (default 32), STREAMS (default 1000), NGINX (default 1),
-# TOOLGATE_LOG (default info; the log goes to a temp file), TOOLIFY_BIN.
+# TOOLGATE_LOG (default info; the log goes to a temp file), TOOLIFY_BIN,
+# TOOLGATE_BIN (a release binary to measure instead of building one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,9 +80,14 @@ cargo bench --no-run --bench mock_upstream --bench load_client --message-format=
 exe() { sed -n "s/.*\"executable\":\"\([^\"]*\/deps\/$1-[^\"]*\)\".*/\1/p" "$TMP/build.json" | tail -1; }
 MOCK=$(exe mock_upstream)
 CLIENT=$(exe load_client)
-log "building toolgate (cargo build --release)"
-cargo build --release --bin toolgate >&2
-cp target/release/toolgate "$TMP/toolgate"
+if [ -n "${TOOLGATE_BIN:-}" ]; then
+    log "toolgate: $TOOLGATE_BIN"
+    cp "$TOOLGATE_BIN" "$TMP/toolgate"
+else
+    log "building toolgate (cargo build --release)"
+    cargo build --release --bin toolgate >&2
+    cp target/release/toolgate "$TMP/toolgate"
+fi
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $((STREAMS * 2 + 100)) ]; then
@@ -388,6 +394,10 @@ HOLD_NAT=$("$CLIENT" hold "${ADDR[toolgate]}" "$TMP/slow-natural.json" "$STREAMS
 sleep 1
 RSS_END=$(status_kb "$GW_PID" VmRSS)
 STORE_METRICS=$(curl -fs "http://127.0.0.1:$FULL_PORT/metrics" || true)
+# The recording gateway holds its SQLite file exclusively: stopped (it drains
+# and closes the database), its rows can be counted.
+kill -TERM "$FULL_PID" 2>/dev/null || true
+for _ in $(seq 100); do kill -0 "$FULL_PID" 2>/dev/null || break; sleep 0.1; done
 store_metric() { awk -v m="$1" 'index($0, m) == 1 {s += $NF; n++} END {if (n) printf "%.0f", s}' <<<"$STORE_METRICS"; }
 store_rows() { python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(f"SELECT count(*) FROM {sys.argv[2]}").fetchone()[0])' "$TMP/store.db" "$1"; }
 

@@ -148,6 +148,10 @@ sleep 2
 SERVED=$(metric 'toolgate_requests_total{')
 DROPPED=$(metric toolgate_store_dropped_total)
 BATCHES=$(metric toolgate_store_write_seconds_count)
+# toolgate holds the SQLite file exclusively: it is read once toolgate has
+# stopped (SIGTERM: it drains and closes the database).
+kill -TERM "$GW_PID"
+wait "$GW_PID" 2>/dev/null || true
 read -r CHATS COUNTED ROWS RESPONSES MARKED < <(python3 - "$DB" <<'EOF'
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])

@@ -43,8 +43,9 @@ use record::{ChatUpdate, StoredResponse, StoredSteps, Write, next_id, now_ms};
 pub use recorder::Recorder;
 
 /// Exchanges (a request's rows, queued together) waiting for the writer
-/// at most.
-const QUEUE: usize = 4_096;
+/// at most: several seconds of a busy gateway's traffic, so that a writer
+/// stalled by a checkpoint or starved of CPU catches up rather than drops.
+const QUEUE: usize = 16_384;
 /// Chats remembered as missing exchanges until the writer marks them.
 const MISSED_CHATS: usize = 10_000;
 /// Conversation states remembered in memory per generation (two kept).

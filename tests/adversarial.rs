@@ -555,21 +555,18 @@ fn chat_history(pairs: usize, output_bytes: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_parsing_is_bounded_at_every_door() {
     let upstream = Mock::start(|_| Reply::json(&upstream_completion("ok"))).await;
-    let gw = Binary::start(
-        "parse",
-        "",
-        &format!(
-            "{}{}",
-            provider_toml("up", &upstream.url(), "[\"m\"]", ""),
-            provider_toml(
-                "nat",
-                &upstream.url(),
-                "[\"n\"]",
-                "[providers.tools]\nmode = \"natural\"\n"
-            )
-        ),
-    )
-    .await;
+    // A chat provider, and a natural-mode one (whose chat bodies are parsed).
+    let providers = format!(
+        "{}{}",
+        provider_toml("up", &upstream.url(), "[\"m\"]", ""),
+        provider_toml(
+            "nat",
+            &upstream.url(),
+            "[\"n\"]",
+            "[providers.tools]\nmode = \"natural\"\n"
+        )
+    );
+    let gw = Binary::start("parse", "", &providers).await;
     let start = gw.peak_kib();
     let many = call_history(100_000, 1);
     // The chat door parses for a natural-mode provider (a passthrough one
@@ -601,21 +598,7 @@ async fn request_parsing_is_bounded_at_every_door() {
         ("/v1/messages", messages_history(13_000, 1_900)),
         ("/v1/chat/completions", chat_history(18_000, 1_350)),
     ] {
-        let gw = Binary::start(
-            "parse",
-            "",
-            &format!(
-                "{}{}",
-                provider_toml("up", &upstream.url(), "[\"m\"]", ""),
-                provider_toml(
-                    "nat",
-                    &upstream.url(),
-                    "[\"n\"]",
-                    "[providers.tools]\nmode = \"natural\"\n"
-                )
-            ),
-        )
-        .await;
+        let gw = Binary::start("parse", "", &providers).await;
         let start = gw.peak_kib();
         let mb = body.len() as u64 / (1024 * 1024);
         let sends: Vec<_> = (0..3)

@@ -18,7 +18,7 @@ use crate::store::file_watch::FileWatch;
 use crate::store::record::{ChatUpdate, Kind, Message, Write, now_ms};
 
 /// Exchanges written in one transaction at most.
-const BATCH: usize = 128;
+const BATCH: usize = 256;
 /// How often a failing store is logged.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 /// How often the SQLite file is looked at.
