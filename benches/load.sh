@@ -157,7 +157,9 @@ start_toolgate() {
         { log "toolgate ($1) did not start"; cat "$TMP/$1.log" >&2; exit 1; }
     echo "$port $pid"
 }
+# (start_toolgate runs in a subshell: its processes are added to PIDS here.)
 read -r GW_PORT GW_PID < <(start_toolgate plain "")
+PIDS+=("$GW_PID")
 read -r FULL_PORT FULL_PID < <(start_toolgate full "
 [store]
 url = \"sqlite://$TMP/store.db\"
@@ -178,6 +180,7 @@ models = [\"bench-agent\"]
 mode = \"natural\"
 gateway_tools = [\"GetForecast\", \"builtin:clock\"]
 ")
+PIDS+=("$FULL_PID")
 
 # --- nginx, the reference hop ------------------------------------------------
 NGINX_PORT=
@@ -398,7 +401,7 @@ STORE_METRICS=$(curl -fs "http://127.0.0.1:$FULL_PORT/metrics" || true)
 # and closes the database), its rows can be counted.
 kill -TERM "$FULL_PID" 2>/dev/null || true
 for _ in $(seq 100); do kill -0 "$FULL_PID" 2>/dev/null || break; sleep 0.1; done
-store_metric() { awk -v m="$1" 'index($0, m) == 1 {s += $NF; n++} END {if (n) printf "%.0f", s}' <<<"$STORE_METRICS"; }
+store_metric() { awk -v m="$1" 'index($0, m) == 1 {s += $NF} END {printf "%.0f", s}' <<<"$STORE_METRICS"; }
 store_rows() { python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(f"SELECT count(*) FROM {sys.argv[2]}").fetchone()[0])' "$TMP/store.db" "$1"; }
 
 for f in plain full; do
@@ -433,7 +436,7 @@ have() { [ -n "${M[$1.rps]:-}" ]; }
 ratio() { awk -v a="${M[$1/$2/full.rps]:-0}" -v b="${M[$1/$2/toolgate.rps]:-1}" 'BEGIN {printf "%.2f", a / b}'; }
 
 CPU_MODEL=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
-NGINX_VERSION=$("$NGINX_BIN" -v 2>&1 | sed 's|.*/||')
+NGINX_VERSION=$("$NGINX_BIN" -v 2>&1 | sed 's|.*/||' || echo "not run")
 PEER_NOTE="toolify-rs: not run (set TOOLIFY_BIN)."
 [ -z "$TOOLIFY_PORT" ] || PEER_NOTE="toolify-rs ($TOOLIFY_BIN): passthrough for the plain rows, its prompt-injected calling for the natural row (its own call format, $TOOLIFY_EVENTS events, measured against the same stream asked for directly)."
 
