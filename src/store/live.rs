@@ -104,3 +104,43 @@ impl Live {
 fn sweep(chats: &mut HashMap<Arc<str>, Channel>) {
     chats.retain(|_, c| c.answers > 0 || c.tx.receiver_count() > 0);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::record::{Kind, Message};
+
+    fn row(chat: &Arc<str>, n: usize) -> Arc<Message> {
+        Arc::new(Message::new(
+            chat.clone(),
+            "user",
+            Kind::Text,
+            serde_json::json!({"text": n.to_string()}),
+        ))
+    }
+
+    #[test]
+    fn rows_in_flight_are_bounded_and_gone_when_the_answers_end() {
+        let live = Live::default();
+        let chat: Arc<str> = Arc::from("c");
+        live.start(&chat);
+        live.start(&chat);
+        for n in 0..CAPACITY + 44 {
+            live.publish(&chat, &row(&chat, n));
+        }
+        let (rx, recent) = live.subscribe(&chat);
+        assert_eq!(recent.len(), CAPACITY);
+        assert_eq!(recent[0].json["text"], "44", "the newest are kept");
+        live.unsubscribe(&chat, rx);
+        // Another chat's rows are not this one's.
+        assert!(live.subscribe("other").1.is_empty());
+        live.finish(&chat);
+        assert_eq!(
+            live.subscribe(&chat).1.len(),
+            CAPACITY,
+            "one answer still runs"
+        );
+        live.finish(&chat);
+        assert!(live.subscribe(&chat).1.is_empty());
+    }
+}
