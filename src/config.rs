@@ -11,6 +11,7 @@ pub mod gateway_tools;
 pub mod raw;
 mod redact;
 pub mod store;
+pub mod upstream;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,7 +24,7 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use globset::{Glob, GlobSet, GlobSetBuilder};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::HeaderMap;
 use http::uri::{Authority, Scheme};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -34,6 +35,7 @@ pub use gateway_tools::{
 };
 pub use raw::{Api, Mode, OnInvalid, RawConfig, Readiness, Record, ResultRole, ShowGatewayTools};
 pub use store::StoreConfig;
+pub use upstream::{HealthPolicy, RetryPolicy, UpstreamTarget};
 
 use crate::natural::syntax::Syntax;
 
@@ -120,18 +122,29 @@ pub struct ServerConfig {
 #[derive(Debug)]
 pub struct Provider {
     pub name: String,
-    pub target: Target,
+    /// Where its requests go: one or more, each with its key and headers.
+    pub targets: Vec<UpstreamTarget>,
+    /// Providers tried in order when every target failed before answering.
+    pub failover: Vec<String>,
+    pub retry: RetryPolicy,
+    pub health: HealthPolicy,
     pub model_patterns: Vec<String>,
     pub models: GlobSet,
-    /// `Authorization` value sent upstream instead of the client's, from `api_key_env`.
-    pub authorization: Option<HeaderValue>,
-    pub headers: HeaderMap,
     pub model_rewrite: HashMap<String, String>,
     pub api: Api,
     pub tools: ToolsConfig,
 }
 
-/// Where a provider's requests go.
+impl Provider {
+    /// Whether every target is an HTTP upstream (none is the in-process demo).
+    pub fn all_http(&self) -> bool {
+        self.targets
+            .iter()
+            .all(|t| matches!(t.endpoint, Target::Http(_)))
+    }
+}
+
+/// Where a target's requests go.
 #[derive(Debug, Clone)]
 pub enum Target {
     Http(HttpTarget),
@@ -267,6 +280,7 @@ impl Config {
                 ),
             ));
         }
+        upstream::check_failover(&raw.providers)?;
         let mut providers = Vec::with_capacity(raw.providers.len());
         for (i, p) in raw.providers.iter().enumerate() {
             let path = format!("providers[{i}]");
@@ -368,7 +382,7 @@ fn push_key(out: &mut String, key: &str) {
     }
 }
 
-fn secs(path: &str, value: f64) -> Result<Duration, ConfigError> {
+pub(crate) fn secs(path: &str, value: f64) -> Result<Duration, ConfigError> {
     if value.is_finite() && value > 0.0 && value < 1e9 {
         Ok(Duration::from_secs_f64(value))
     } else {
@@ -496,33 +510,6 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
             "must be non-empty, without '/' or whitespace (it is the routing prefix `name/model`)",
         ));
     }
-    let target = match (&raw.base_url, &raw.demo) {
-        (Some(url), None) => Target::Http(http_target(&format!("{path}.base_url"), url)?),
-        (None, Some(demo)) => {
-            if demo.chunk_chars == 0 {
-                return Err(ConfigError::new(
-                    format!("{path}.demo.chunk_chars"),
-                    "must be at least 1",
-                ));
-            }
-            Target::Demo(DemoConfig {
-                chunk_chars: demo.chunk_chars,
-                chunk_delay: Duration::from_millis(demo.chunk_delay_ms),
-            })
-        }
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::new(
-                format!("{path}.demo"),
-                "a provider has either `base_url` or a `demo` table, not both",
-            ));
-        }
-        (None, None) => {
-            return Err(ConfigError::new(
-                format!("{path}.base_url"),
-                "missing required key (or a `demo` table for the built-in model)",
-            ));
-        }
-    };
     let mut globs = GlobSetBuilder::new();
     for (j, pattern) in raw.models.iter().enumerate() {
         let glob = Glob::new(pattern).map_err(|e| {
@@ -533,48 +520,25 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
     let models = globs
         .build()
         .map_err(|e| ConfigError::new(format!("{path}.models"), e.to_string()))?;
-    let authorization = match &raw.api_key_env {
-        None => None,
-        Some(var) => {
-            let key_path = format!("{path}.api_key_env");
-            let key = std::env::var(var).map_err(|_| {
-                ConfigError::new(&key_path, format!("environment variable {var} is not set"))
-            })?;
-            // Anthropic takes its key as `x-api-key` (see `upstream`).
-            let value = if raw.api == Api::Anthropic {
-                key.trim().to_owned()
-            } else {
-                format!("Bearer {}", key.trim())
-            };
-            let mut value = HeaderValue::try_from(value).map_err(|_| {
-                ConfigError::new(
-                    &key_path,
-                    format!("{var} holds characters not allowed in a header"),
-                )
-            })?;
-            value.set_sensitive(true);
-            Some(value)
-        }
-    };
+    let authorization = raw
+        .api_key_env
+        .as_deref()
+        .map(|var| upstream::key(&format!("{path}.api_key_env"), var, raw.api))
+        .transpose()?;
     let mut headers = HeaderMap::new();
-    for (k, v) in &raw.headers {
-        let key_path = format!("{path}.headers.{k}");
-        let name = HeaderName::try_from(k.as_str())
-            .map_err(|_| ConfigError::new(&key_path, "not a valid header name"))?;
-        let value = HeaderValue::try_from(v.as_str())
-            .map_err(|_| ConfigError::new(&key_path, "not a valid header value"))?;
-        headers.insert(name, value);
-    }
+    upstream::add_headers(path, &raw.headers, &mut headers)?;
+    let targets = upstream::targets(path, raw, authorization.as_ref(), &headers)?;
+    let has_demo = targets
+        .iter()
+        .any(|t| matches!(t.endpoint, Target::Demo(_)));
     let tools = tools(&format!("{path}.tools"), &raw.tools)?;
-    if raw.api == Api::Responses && matches!(target, Target::Demo(_)) {
+    if raw.api == Api::Responses && has_demo {
         return Err(ConfigError::new(
             format!("{path}.api"),
             "the built-in demo model speaks Chat Completions only",
         ));
     }
-    if raw.api == Api::Anthropic
-        && (matches!(target, Target::Demo(_)) || tools.mode != Mode::Passthrough)
-    {
+    if raw.api == Api::Anthropic && (has_demo || tools.mode != Mode::Passthrough) {
         return Err(ConfigError::new(
             format!("{path}.api"),
             "a provider with `api = \"anthropic\"` is a passthrough for /v1/messages only: it takes no demo model, no tool mode but passthrough and no gateway tools",
@@ -594,18 +558,19 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
     }
     Ok(Provider {
         name: name.clone(),
-        target,
+        retry: upstream::retry(&format!("{path}.retry"), &raw.retry, targets.len())?,
+        health: upstream::health(&format!("{path}.health"), &raw.health)?,
+        failover: raw.failover.clone(),
+        targets,
         model_patterns: raw.models.clone(),
         models,
-        authorization,
-        headers,
         model_rewrite: raw.model_rewrite.clone().into_iter().collect(),
         api: raw.api,
         tools,
     })
 }
 
-fn http_target(path: &str, url: &str) -> Result<HttpTarget, ConfigError> {
+pub(crate) fn http_target(path: &str, url: &str) -> Result<HttpTarget, ConfigError> {
     let uri: http::Uri = url
         .parse()
         .map_err(|_| ConfigError::new(path, format!("not a URL: {url:?}")))?;

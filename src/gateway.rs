@@ -38,7 +38,7 @@ use crate::server::InFlight;
 use crate::store::Store;
 use crate::tools::Tools;
 use crate::tools::steps::StepStore;
-use crate::upstream::Upstreams;
+use crate::upstream::{HealthBook, Upstreams};
 
 /// Bounds of the gateway's steps kept for clients' follow-ups.
 const STEPS_MAX_ENTRIES: usize = 10_000;
@@ -52,6 +52,8 @@ pub struct Gateway {
     steps: Arc<StepStore>,
     /// Transcripts, when `[store]` is configured (kept across reloads).
     store: Option<Arc<Store>>,
+    /// Upstream targets' health, kept across reloads for unchanged targets.
+    health: HealthBook,
     metrics: PrometheusHandle,
     /// The limits shared by every request, kept across reloads.
     limits: Limits,
@@ -165,10 +167,11 @@ impl Runtime {
         tools: Arc<Tools>,
         steps: Arc<StepStore>,
         store: Option<Arc<Store>>,
+        health: &HealthBook,
     ) -> Self {
         crate::metrics::declare_tools(&config);
         Runtime {
-            upstreams: Upstreams::new(&config),
+            upstreams: Upstreams::new(&config, health),
             natural: natural::Engine::new(&config),
             tools,
             steps,
@@ -209,6 +212,7 @@ impl Gateway {
                 None
             }
         });
+        let health = HealthBook::default();
         Gateway {
             limits: Limits::new(&config.server),
             runtime: ArcSwap::from_pointee(Runtime::new(
@@ -216,7 +220,9 @@ impl Gateway {
                 tools.clone(),
                 steps.clone(),
                 store.clone(),
+                &health,
             )),
+            health,
             tools,
             steps,
             store,
@@ -254,6 +260,7 @@ impl Gateway {
             self.tools.clone(),
             self.steps.clone(),
             self.store.clone(),
+            &self.health,
         )));
         metrics::counter!(crate::metrics::CONFIG_RELOADS, "outcome" => "success").increment(1);
         tracing::info!("config reloaded");
@@ -396,7 +403,16 @@ impl Gateway {
             }
             Ok(tenant) => {
                 log.tenant = Some(tenant.name.clone());
-                match proxy(&runtime, &self.limits, req, &tenant, &mut log).await {
+                let (result, attempted) = crate::upstream::noting_attempts(proxy(
+                    &runtime,
+                    &self.limits,
+                    req,
+                    &tenant,
+                    &mut log,
+                ))
+                .await;
+                log.attempted = attempted;
+                match result {
                     Ok(r) => r,
                     Err(e) => shape(e),
                 }
@@ -521,16 +537,82 @@ where
     }
     let route = router::route(&runtime.config.providers, &field.name)
         .ok_or_else(|| GatewayError::UnknownModel(field.name.clone()))?;
-    let provider = route.provider;
+    // Owned: a borrowed route held across an await trips hyper's `Send` bounds.
+    let chain: Vec<(Arc<Provider>, String)> = std::iter::once(&route)
+        .chain(&router::failovers(&runtime.config.providers, &route))
+        .map(|r| (r.provider.clone(), r.model.clone().into_owned()))
+        .collect();
+    drop(route);
+    let mut kept = Some((parts, bytes));
+    let mut chain = chain.into_iter().peekable();
+    while let Some((provider, model)) = chain.next() {
+        let next = chain.peek().map(|(p, _)| p.name.clone());
+        // Every provider but the last gets a copy: the request stays whole
+        // until one of them answers.
+        let (parts, bytes) = match next {
+            None => kept.take().expect("kept until the last provider"),
+            Some(_) => {
+                let (parts, bytes) = kept.as_ref().expect("kept until the last provider");
+                (copy_parts(parts), bytes.clone())
+            }
+        };
+        let bytes = if *model != *field.name {
+            inbound::replace_model(&bytes, &field, &model)
+        } else {
+            bytes
+        };
+        log.model = model;
+        let result = dispatch(runtime, tenant, parts, bytes, &provider, log).await;
+        let Some(to) = next else {
+            return result;
+        };
+        if !failed_before_answering(&result) {
+            return result;
+        }
+        let from = provider.name.clone();
+        tracing::warn!(from = %from, to = %to, "every attempt failed before an answer; failing over");
+        metrics::counter!(crate::metrics::FAILOVERS, "from" => from, "to" => to).increment(1);
+    }
+    unreachable!("the last provider's result is returned")
+}
+
+/// Whether a provider failed before any byte of an answer: its targets
+/// could not be reached, did not answer in time, or answered with a status
+/// `retry.on` names once its attempts ran out.
+fn failed_before_answering(result: &Result<Response<Body>, GatewayError>) -> bool {
+    match result {
+        Err(GatewayError::UpstreamUnreachable { .. } | GatewayError::UpstreamTimeout { .. }) => {
+            true
+        }
+        Err(_) => false,
+        Ok(response) => response
+            .extensions()
+            .get::<crate::upstream::Exhausted>()
+            .is_some(),
+    }
+}
+
+fn copy_parts(parts: &http::request::Parts) -> http::request::Parts {
+    let mut copy = Request::new(()).into_parts().0;
+    copy.method = parts.method.clone();
+    copy.uri = parts.uri.clone();
+    copy.version = parts.version;
+    copy.headers = parts.headers.clone();
+    copy
+}
+
+/// Sends a routed request through its door and its provider's tool mode.
+async fn dispatch(
+    runtime: &Arc<Runtime>,
+    tenant: &Arc<Tenant>,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    provider: &Arc<Provider>,
+    log: &mut RequestLog,
+) -> Result<Response<Body>, GatewayError> {
     if let Some(handles) = runtime.metrics_of(provider) {
         log.provider = Some(handles.clone());
     }
-    log.model = route.model.to_string();
-    let bytes = if route.changes_model(&field.name) {
-        inbound::replace_model(&bytes, &field, &route.model)
-    } else {
-        bytes
-    };
     // Tool transforms apply to chat completions only; every other path is transparent.
     let chat =
         parts.method == Method::POST && trim_slash(parts.uri.path()) == "/v1/chat/completions";
@@ -547,7 +629,7 @@ where
         && provider.tools.gateway.is_none()
         && !provider.tools.reads_text_calls()
         && runtime.store.is_none()
-        && matches!(provider.target, crate::config::Target::Http(_))
+        && provider.all_http()
         && match provider.api {
             Api::Chat => !(responses || crate::api::messages::is_messages_path(parts.uri.path())),
             Api::Responses => !chat,

@@ -21,6 +21,9 @@ pub const ACTIVE_STREAMS: &str = "toolgate_active_streams";
 pub const BYTES_IN: &str = "toolgate_request_bytes_total";
 pub const BYTES_OUT: &str = "toolgate_response_bytes_total";
 pub const UPSTREAM_ERRORS: &str = "toolgate_upstream_errors_total";
+pub const UPSTREAM_ATTEMPTS: &str = "toolgate_upstream_attempts_total";
+pub const UPSTREAM_TARGET_UP: &str = "toolgate_upstream_target_up";
+pub const FAILOVERS: &str = "toolgate_failovers_total";
 pub const TOOL_CALLS: &str = "toolgate_tool_calls_total";
 pub const INVALID_BLOCKS: &str = "toolgate_invalid_tool_blocks_total";
 pub const HELD_BYTES: &str = "toolgate_held_back_bytes";
@@ -128,6 +131,18 @@ fn describe() {
         BYTES_OUT,
         Unit::Bytes,
         "Response body bytes sent to clients."
+    );
+    describe_counter!(
+        UPSTREAM_ATTEMPTS,
+        "Requests sent to each upstream target, by outcome (ok, connect, timeout, protocol, or a status retry.on names)."
+    );
+    describe_gauge!(
+        UPSTREAM_TARGET_UP,
+        "1 while a provider's target takes traffic, 0 while it is ejected after consecutive failures."
+    );
+    describe_counter!(
+        FAILOVERS,
+        "Requests a provider passed to one of its failover providers after every attempt failed."
     );
     describe_counter!(
         UPSTREAM_ERRORS,

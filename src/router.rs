@@ -11,6 +11,9 @@ pub struct Route<'a> {
     pub provider: &'a Arc<Provider>,
     /// The model name upstream, after prefix stripping and `model_rewrite`.
     pub model: Cow<'a, str>,
+    /// The name after prefix stripping, before `model_rewrite`: what a
+    /// failover provider rewrites its own way.
+    pub name: &'a str,
 }
 
 impl Route<'_> {
@@ -32,6 +35,7 @@ pub fn route<'a>(providers: &'a [Arc<Provider>], model: &'a str) -> Option<Route
         return Some(Route {
             provider,
             model: rewrite(provider, rest),
+            name: rest,
         });
     }
     providers
@@ -40,7 +44,43 @@ pub fn route<'a>(providers: &'a [Arc<Provider>], model: &'a str) -> Option<Route
         .map(|provider| Route {
             provider,
             model: rewrite(provider, model),
+            name: model,
         })
+}
+
+/// The providers that take a request `route`'s provider failed, in order:
+/// its `failover` list, each followed by its own (depth first, each
+/// provider once). Config validation rules out cycles.
+pub fn failovers<'a>(providers: &'a [Arc<Provider>], route: &Route<'a>) -> Vec<Route<'a>> {
+    fn walk<'a>(
+        providers: &'a [Arc<Provider>],
+        from: &Provider,
+        name: &'a str,
+        out: &mut Vec<Route<'a>>,
+        seen: &mut Vec<&'a str>,
+    ) {
+        for next in &from.failover {
+            let Some(provider) = providers.iter().find(|p| &p.name == next) else {
+                continue;
+            };
+            if seen.contains(&provider.name.as_str()) {
+                continue;
+            }
+            seen.push(&provider.name);
+            out.push(Route {
+                provider,
+                model: rewrite(provider, name),
+                name,
+            });
+            walk(providers, provider, name, out, seen);
+        }
+    }
+    let mut out = Vec::new();
+    if !route.provider.failover.is_empty() {
+        let mut seen = vec![route.provider.name.as_str()];
+        walk(providers, route.provider, route.name, &mut out, &mut seen);
+    }
+    out
 }
 
 fn rewrite<'a>(provider: &'a Provider, model: &'a str) -> Cow<'a, str> {
@@ -103,5 +143,46 @@ mod tests {
         let p = vec![providers().remove(0)];
         assert!(route(&p, "claude-3").is_none());
         assert!(route(&p, "openai/").is_none());
+    }
+
+    #[test]
+    fn failover_follows_each_list_in_order_with_each_provider_rewriting_the_name() {
+        let p = Config::from_toml(
+            r#"
+            [[providers]]
+            name = "a"
+            base_url = "http://127.0.0.1:1/v1"
+            models = ["llama-*"]
+            failover = ["b", "c"]
+            [[providers]]
+            name = "b"
+            base_url = "http://127.0.0.1:2/v1"
+            failover = ["d", "c"]
+            model_rewrite = { "llama-3" = "meta/llama-3-70b" }
+            [[providers]]
+            name = "c"
+            base_url = "http://127.0.0.1:3/v1"
+            [[providers]]
+            name = "d"
+            base_url = "http://127.0.0.1:4/v1"
+            "#,
+        )
+        .unwrap()
+        .providers;
+        let primary = route(&p, "a/llama-3").unwrap();
+        let chain = failovers(&p, &primary);
+        let names: Vec<(&str, &str)> = chain
+            .iter()
+            .map(|r| (r.provider.name.as_str(), &*r.model))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("b", "meta/llama-3-70b"),
+                ("d", "llama-3"),
+                ("c", "llama-3")
+            ]
+        );
+        assert!(failovers(&p, &route(&p, "c/x").unwrap()).is_empty());
     }
 }

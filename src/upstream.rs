@@ -7,9 +7,15 @@
 //! request's own task. `https` upstreams go through hyper's pooled client,
 //! which negotiates HTTP/2 by ALPN.
 
+pub mod balance;
 pub mod pool;
 pub mod reply;
+pub mod retry;
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -24,10 +30,12 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use crate::body::coalesce::Coalesce;
 use crate::body::idle_timeout::IdleTimeout;
 use crate::body::{self, Body};
-use crate::config::{Config, HttpTarget, Provider, ServerConfig, Target};
+use crate::config::{Config, HttpTarget, Provider, ServerConfig, Target, UpstreamTarget};
 use crate::error::GatewayError;
 use crate::headers::strip_hop_by_hop;
 use crate::metrics as m;
+use balance::{Balancer, Change, Clock, Health};
+use retry::Outcome;
 
 /// The pooled client shared by all providers.
 #[derive(Clone)]
@@ -36,13 +44,132 @@ pub struct Upstreams {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     first_byte_timeout: Duration,
     stream_idle_timeout: Duration,
-    /// Each configured provider's time-to-first-byte histogram, registered
-    /// once (a labelled lookup per request hashes its labels under a lock).
-    ttfb: std::sync::Arc<[(std::sync::Arc<Provider>, metrics::Histogram)]>,
+    /// Each configured provider's turn order, targets and metric handles,
+    /// built once (a labelled metric lookup per request hashes its labels
+    /// under a lock).
+    providers: Arc<[Arc<Routed>]>,
+    workers: usize,
+}
+
+/// What sending to one provider needs beyond its config.
+pub struct Routed {
+    /// The provider's address: which config entry this is.
+    key: usize,
+    /// Keeps that address the provider's while this lives.
+    _held: Option<Arc<Provider>>,
+    ttfb: metrics::Histogram,
+    balancer: Balancer,
+    targets: Box<[TargetState]>,
+}
+
+/// One target's health and metric handles.
+struct TargetState {
+    health: Arc<Health>,
+    up: metrics::Gauge,
+    ok: metrics::Counter,
+}
+
+impl AsRef<Health> for TargetState {
+    fn as_ref(&self) -> &Health {
+        &self.health
+    }
+}
+
+impl Routed {
+    fn new(provider: &Provider, book: &HealthBook, workers: usize) -> Self {
+        let name = provider.name.clone();
+        let targets = provider
+            .targets
+            .iter()
+            .map(|t| {
+                let labels = [("provider", name.clone()), ("target", t.label.to_string())];
+                let health = book.get(&name, &t.identity);
+                let up = metrics::gauge!(m::UPSTREAM_TARGET_UP, &labels);
+                up.set(if health.is_up() { 1.0 } else { 0.0 });
+                TargetState {
+                    health,
+                    up,
+                    ok: metrics::counter!(
+                        m::UPSTREAM_ATTEMPTS,
+                        &[
+                            ("provider", name.clone()),
+                            ("target", t.label.to_string()),
+                            ("outcome", "ok".to_owned()),
+                        ]
+                    ),
+                }
+            })
+            .collect();
+        Routed {
+            ttfb: metrics::histogram!(m::UPSTREAM_TTFB, "provider" => name),
+            balancer: Balancer::new(&provider.targets, &provider.health, workers),
+            targets,
+            key: std::ptr::from_ref(provider) as usize,
+            _held: None,
+        }
+    }
+}
+
+/// Every target's health, by provider name and target identity: kept across
+/// reloads for targets that did not change.
+#[derive(Default)]
+pub struct HealthBook(Mutex<HashMap<(String, String), Arc<Health>>>);
+
+impl HealthBook {
+    fn get(&self, provider: &str, identity: &str) -> Arc<Health> {
+        let mut book = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        book.entry((provider.to_owned(), identity.to_owned()))
+            .or_default()
+            .clone()
+    }
+
+    /// Forgets targets the config no longer has.
+    pub fn keep_only(&self, config: &Config) {
+        let mut book = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        book.retain(|(provider, identity), _| {
+            config
+                .provider(provider)
+                .is_some_and(|p| p.targets.iter().any(|t| &t.identity == identity))
+        });
+    }
+}
+
+/// Marks a response whose status `retry.on` names, returned because the
+/// attempts ran out: a provider's `failover` may take the request instead.
+#[derive(Debug, Clone, Copy)]
+pub struct Exhausted;
+
+/// The target and attempt count of a request's upstream sends, for its log line.
+#[derive(Debug, Clone, Default)]
+pub struct Attempted {
+    pub target: Option<Arc<str>>,
+    pub attempts: u32,
+}
+
+tokio::task_local! {
+    static ATTEMPTED: RefCell<Attempted>;
+}
+
+/// Runs `f` noting what its upstream sends did (see [`Attempted`]).
+pub async fn noting_attempts<F: Future>(f: F) -> (F::Output, Attempted) {
+    ATTEMPTED
+        .scope(RefCell::new(Attempted::default()), async {
+            let out = f.await;
+            (out, ATTEMPTED.with(|a| a.take()))
+        })
+        .await
+}
+
+fn note_attempt(target: &Arc<str>) {
+    let _ = ATTEMPTED.try_with(|a| {
+        let mut a = a.borrow_mut();
+        a.target = Some(target.clone());
+        a.attempts += 1;
+    });
 }
 
 impl Upstreams {
-    pub fn new(config: &Config) -> Self {
+    pub fn new(config: &Config, book: &HealthBook) -> Self {
         let server = &config.server;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
@@ -61,31 +188,36 @@ impl Upstreams {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
+        let workers = server.workers.get();
+        book.keep_only(config);
         Upstreams {
-            pool: pool::Pool::new(server.connect_timeout, server.workers.get()),
+            pool: pool::Pool::new(server.connect_timeout, workers),
             client,
             first_byte_timeout: server.first_byte_timeout,
             stream_idle_timeout: server.stream_idle_timeout,
-            ttfb: config
+            providers: config
                 .providers
                 .iter()
                 .map(|p| {
-                    let name = p.name.clone();
-                    (
-                        p.clone(),
-                        metrics::histogram!(m::UPSTREAM_TTFB, "provider" => name),
-                    )
+                    Arc::new(Routed {
+                        _held: Some(p.clone()),
+                        ..Routed::new(p, book, workers)
+                    })
                 })
                 .collect(),
+            workers,
         }
     }
 
-    fn record_ttfb(&self, provider: &Provider, seconds: f64) {
-        match self.ttfb.iter().find(|(p, _)| std::ptr::eq(&**p, provider)) {
-            Some((_, histogram)) => histogram.record(seconds),
+    fn routed(&self, provider: &Provider) -> Arc<Routed> {
+        match self
+            .providers
+            .iter()
+            .find(|r| r.key == std::ptr::from_ref(provider) as usize)
+        {
+            Some(routed) => routed.clone(),
             // A provider built on the fly (`toolgate probe` changes a copy's mode).
-            None => metrics::histogram!(m::UPSTREAM_TTFB, "provider" => provider.name.clone())
-                .record(seconds),
+            None => Arc::new(Routed::new(provider, &HealthBook::default(), self.workers)),
         }
     }
 
@@ -103,70 +235,216 @@ impl Upstreams {
     }
 
     /// Sends `req` (whose URI holds only the path and query after `/v1`'s
-    /// base) to `provider`. The response body is guarded by the idle timeout.
+    /// base) to one of `provider`'s targets, and again (to another target
+    /// when there is one) while an attempt fails in a way `retry.on` names
+    /// and attempts remain. Only response heads are waited for, so a retry
+    /// never follows a byte of an answer. The response body is guarded by
+    /// the idle timeout.
     pub async fn send(
         &self,
         provider: &Provider,
-        mut req: Request<Full<Bytes>>,
+        req: Request<Full<Bytes>>,
     ) -> Result<Response<Body>, GatewayError> {
-        match &provider.target {
-            Target::Demo(demo) => Ok(crate::demo::respond(demo, req).await),
-            Target::Http(target) => {
-                prepare_headers(provider, &mut req);
-                let started = tokio::time::Instant::now();
-                let sent = tokio::time::timeout(self.first_byte_timeout, async {
-                    if target.scheme == Scheme::HTTP {
-                        *req.uri_mut() = origin_form(target, req.uri())?;
-                        let host = HeaderValue::from_str(target.authority.as_str())
-                            .expect("an authority is a valid header value");
-                        req.headers_mut().insert(header::HOST, host);
-                        match self.pool.send(&target.authority, req).await {
-                            Ok(response) => Ok(response.map(body::boxed)),
-                            Err(e) => Err(Failure::from_pool(e)),
-                        }
-                    } else {
-                        *req.uri_mut() = absolute_form(target, req.uri())?;
-                        match self.client.request(req).await {
-                            Ok(response) => Ok(response.map(body::boxed)),
-                            Err(e) => Err(Failure::from_client(&e)),
-                        }
-                    }
-                });
-                let response = match sent.await {
-                    Err(_) => {
-                        count_error(&provider.name, "timeout");
-                        return Err(GatewayError::UpstreamTimeout {
-                            provider: provider.name.clone(),
-                            secs: self.first_byte_timeout.as_secs_f64(),
-                        });
-                    }
-                    Ok(Err(Failure::Request(e))) => return Err(e),
-                    Ok(Err(Failure::Upstream { kind, reason })) => {
-                        count_error(&provider.name, kind);
-                        // The details (addresses, OS errors) are the operator's, not the client's.
-                        tracing::warn!(provider = %provider.name, kind, error = %reason, "upstream request failed");
-                        return Err(GatewayError::UpstreamUnreachable {
-                            provider: provider.name.clone(),
-                            reason: match kind {
-                                "connect" => "cannot connect".to_owned(),
-                                _ => "the connection failed or broke the HTTP protocol".to_owned(),
-                            },
-                        });
-                    }
-                    Ok(Ok(response)) => response,
+        let routed = self.routed(provider);
+        let policy = &provider.retry;
+        let worker = crate::workers::current();
+        if policy.attempts == 1 {
+            let i = routed
+                .balancer
+                .pick(&routed.targets, 0, worker, Clock::now());
+            let (outcome, result) = self.attempt(provider, &routed, i, req).await;
+            self.account(provider, &routed, i, outcome);
+            return exhausted(result, outcome, policy);
+        }
+        let (parts, body) = req.into_parts();
+        let body = http_body_util::BodyExt::collect(body)
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        let mut tried = 0u64;
+        let mut attempt = 0u32;
+        let mut last: Option<(usize, Outcome, Result<Response<Body>, GatewayError>)> = None;
+        loop {
+            attempt += 1;
+            let i = routed
+                .balancer
+                .pick(&routed.targets, tried, worker, Clock::now());
+            if let Some((failed, outcome, result)) = last.take() {
+                let after = match &result {
+                    Ok(response) => retry::retry_after(response.headers(), now_secs()),
+                    Err(_) => None,
                 };
-                self.record_ttfb(provider, started.elapsed().as_secs_f64());
-                let (mut parts, body) = response.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                // Frames already waiting go out in one write (see `coalesce`).
-                let body = body::boxed(IdleTimeout::new(
-                    Coalesce::new(body),
-                    self.stream_idle_timeout,
-                ));
-                Ok(Response::from_parts(parts, body))
+                let unit = rand::random::<f64>();
+                match retry::next(policy, attempt - 1, after, failed == i, unit) {
+                    retry::Next::Stop => return exhausted(result, outcome, policy),
+                    retry::Next::Retry(delay) => {
+                        tracing::debug!(provider = %provider.name, target = %provider.targets[failed].label, attempt = attempt - 1, outcome = %outcome.label(policy), "upstream attempt failed; retrying");
+                        // Its connection closes rather than wait for a body nobody reads.
+                        drop(result);
+                        tokio::time::sleep(delay).await;
+                    }
+                }
+            }
+            tried |= 1 << i;
+            let mut req = Request::new(Full::new(body.clone()));
+            *req.method_mut() = parts.method.clone();
+            *req.uri_mut() = parts.uri.clone();
+            *req.version_mut() = parts.version;
+            *req.headers_mut() = parts.headers.clone();
+            let (outcome, result) = self.attempt(provider, &routed, i, req).await;
+            self.account(provider, &routed, i, outcome);
+            if !outcome.is_failure(policy) || attempt >= policy.attempts {
+                return exhausted(result, outcome, policy);
+            }
+            last = Some((i, outcome, result));
+        }
+    }
+
+    /// Metrics and health after one attempt.
+    fn account(&self, provider: &Provider, routed: &Routed, i: usize, outcome: Outcome) {
+        let target = &provider.targets[i];
+        let state = &routed.targets[i];
+        note_attempt(&target.label);
+        let policy = &provider.retry;
+        let change = if outcome.is_failure(policy) {
+            metrics::counter!(m::UPSTREAM_ATTEMPTS,
+                "provider" => provider.name.clone(),
+                "target" => target.label.to_string(),
+                "outcome" => outcome.label(policy))
+            .increment(1);
+            state.health.failed(&provider.health, Clock::now())
+        } else {
+            match outcome {
+                Outcome::Answered(_) => state.ok.increment(1),
+                other => metrics::counter!(m::UPSTREAM_ATTEMPTS,
+                    "provider" => provider.name.clone(),
+                    "target" => target.label.to_string(),
+                    "outcome" => other.label(policy))
+                .increment(1),
+            }
+            if matches!(outcome, Outcome::Answered(_)) {
+                state.health.succeeded()
+            } else {
+                Change::None
+            }
+        };
+        match change {
+            Change::None => {}
+            Change::Ejected => {
+                state.up.set(0.0);
+                tracing::warn!(provider = %provider.name, target = %target.label, eject_secs = provider.health.eject_for.as_secs_f64(), "upstream target ejected after consecutive failures");
+            }
+            Change::Restored => {
+                state.up.set(1.0);
+                tracing::info!(provider = %provider.name, target = %target.label, "upstream target answered again and is back");
             }
         }
     }
+
+    /// One request to target `i`, up to its response head.
+    async fn attempt(
+        &self,
+        provider: &Provider,
+        routed: &Routed,
+        i: usize,
+        mut req: Request<Full<Bytes>>,
+    ) -> (Outcome, Result<Response<Body>, GatewayError>) {
+        let upstream = &provider.targets[i];
+        let target = match &upstream.endpoint {
+            Target::Demo(demo) => {
+                let response = crate::demo::respond(demo, req).await;
+                return (Outcome::Answered(response.status().as_u16()), Ok(response));
+            }
+            Target::Http(target) => target,
+        };
+        prepare_headers(provider, upstream, &mut req);
+        let started = tokio::time::Instant::now();
+        let sent = tokio::time::timeout(self.first_byte_timeout, async {
+            if target.scheme == Scheme::HTTP {
+                *req.uri_mut() = origin_form(target, req.uri())?;
+                let host = HeaderValue::from_str(target.authority.as_str())
+                    .expect("an authority is a valid header value");
+                req.headers_mut().insert(header::HOST, host);
+                match self.pool.send(&target.authority, req).await {
+                    Ok(response) => Ok(response.map(body::boxed)),
+                    Err(e) => Err(Failure::from_pool(e)),
+                }
+            } else {
+                *req.uri_mut() = absolute_form(target, req.uri())?;
+                match self.client.request(req).await {
+                    Ok(response) => Ok(response.map(body::boxed)),
+                    Err(e) => Err(Failure::from_client(&e)),
+                }
+            }
+        });
+        let response = match sent.await {
+            Err(_) => {
+                count_error(&provider.name, "timeout");
+                return (
+                    Outcome::Timeout,
+                    Err(GatewayError::UpstreamTimeout {
+                        provider: provider.name.clone(),
+                        secs: self.first_byte_timeout.as_secs_f64(),
+                    }),
+                );
+            }
+            // Nothing was sent: not the target's failure.
+            Ok(Err(Failure::Request(e))) => return (Outcome::Answered(400), Err(e)),
+            Ok(Err(Failure::Upstream { kind, reason })) => {
+                count_error(&provider.name, kind);
+                // The details (addresses, OS errors) are the operator's, not the client's.
+                tracing::warn!(provider = %provider.name, target = %upstream.label, kind, error = %reason, "upstream request failed");
+                let outcome = if kind == "connect" {
+                    Outcome::Connect
+                } else {
+                    Outcome::Protocol
+                };
+                return (
+                    outcome,
+                    Err(GatewayError::UpstreamUnreachable {
+                        provider: provider.name.clone(),
+                        reason: match kind {
+                            "connect" => "cannot connect".to_owned(),
+                            _ => "the connection failed or broke the HTTP protocol".to_owned(),
+                        },
+                    }),
+                );
+            }
+            Ok(Ok(response)) => response,
+        };
+        routed.ttfb.record(started.elapsed().as_secs_f64());
+        let (mut parts, body) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        // Frames already waiting go out in one write (see `coalesce`).
+        let body = body::boxed(IdleTimeout::new(
+            Coalesce::new(body),
+            self.stream_idle_timeout,
+        ));
+        (
+            Outcome::Answered(parts.status.as_u16()),
+            Ok(Response::from_parts(parts, body)),
+        )
+    }
+}
+
+/// The last attempt's result; a status `retry.on` names is marked [`Exhausted`].
+fn exhausted(
+    result: Result<Response<Body>, GatewayError>,
+    outcome: Outcome,
+    policy: &crate::config::RetryPolicy,
+) -> Result<Response<Body>, GatewayError> {
+    result.map(|mut response| {
+        if outcome.is_failure(policy) {
+            response.extensions_mut().insert(Exhausted);
+        }
+        response
+    })
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// Why an upstream request got no response head.
@@ -268,7 +546,7 @@ fn upstream_path(target: &HttpTarget, client_uri: &Uri) -> String {
     pq
 }
 
-fn prepare_headers(provider: &Provider, req: &mut Request<Full<Bytes>>) {
+fn prepare_headers(provider: &Provider, target: &UpstreamTarget, req: &mut Request<Full<Bytes>>) {
     // hyper's legacy client refuses an HTTP/2 request on a pooled HTTP/1
     // connection; it picks the wire version itself from ALPN.
     *req.version_mut() = Version::HTTP_11;
@@ -278,14 +556,14 @@ fn prepare_headers(provider: &Provider, req: &mut Request<Full<Bytes>>) {
     headers.remove(header::HOST);
     // The body may have been rewritten; hyper sets the length from the body.
     headers.remove(header::CONTENT_LENGTH);
-    if let Some(auth) = &provider.authorization {
+    if let Some(auth) = &target.authorization {
         if provider.api == crate::config::Api::Anthropic {
             headers.insert("x-api-key", auth.clone());
         } else {
             headers.insert(header::AUTHORIZATION, auth.clone());
         }
     }
-    for (name, value) in &provider.headers {
+    for (name, value) in &target.headers {
         headers.insert(name.clone(), value.clone());
     }
 }
@@ -300,4 +578,46 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(urls: &[&str]) -> Config {
+        let targets: Vec<String> = urls
+            .iter()
+            .map(|u| format!("{{ base_url = \"{u}\" }}"))
+            .collect();
+        Config::from_toml(&format!(
+            "[[providers]]\nname = \"p\"\ntargets = [{}]\n",
+            targets.join(", ")
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_reload_keeps_the_health_of_unchanged_targets_only() {
+        let book = HealthBook::default();
+        let before = config(&["http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1"]);
+        let ids: Vec<&str> = before.providers[0]
+            .targets
+            .iter()
+            .map(|t| t.identity.as_str())
+            .collect();
+        let (kept, moved) = (book.get("p", ids[0]), book.get("p", ids[1]));
+        let policy = before.providers[0].health;
+        for _ in 0..3 {
+            kept.failed(&policy, 1);
+        }
+        assert!(!kept.is_up());
+        // Target 1 moves to another URL: its record starts afresh.
+        let after = config(&["http://127.0.0.1:1/v1", "http://127.0.0.1:3/v1"]);
+        book.keep_only(&after);
+        let again = &after.providers[0].targets;
+        assert!(Arc::ptr_eq(&kept, &book.get("p", &again[0].identity)));
+        assert!(!book.get("p", &again[0].identity).is_up());
+        assert!(!Arc::ptr_eq(&moved, &book.get("p", &again[1].identity)));
+        assert_eq!(book.0.lock().unwrap().len(), 2);
+    }
 }

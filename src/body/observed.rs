@@ -23,6 +23,8 @@ pub struct RequestLog {
     /// The key's identity, once the key was checked.
     pub tenant: Option<Arc<str>>,
     pub model: String,
+    /// The upstream target and attempts (see [`crate::upstream::Attempted`]).
+    pub attempted: crate::upstream::Attempted,
     /// Index into [`ROUTES`].
     pub route: usize,
     pub status: u16,
@@ -50,6 +52,7 @@ impl RequestLog {
             provider: None,
             tenant: None,
             model: String::new(),
+            attempted: crate::upstream::Attempted::default(),
             route,
             status: 0,
             start: Instant::now(),
@@ -99,6 +102,8 @@ impl Drop for RequestLog {
             provider: provider.name.clone(),
             tenant: self.tenant.take(),
             model: std::mem::take(&mut self.model),
+            target: self.attempted.target.take(),
+            attempts: self.attempted.attempts,
             route: ROUTES[self.route],
             status: self.status,
             stream: self.streaming,

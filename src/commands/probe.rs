@@ -378,11 +378,12 @@ fn variant(base: &Provider, arm: Arm, agent: Option<(usize, Vec<ToolSource>)>) -
     });
     Arc::new(Provider {
         name: provider_name(arm, case),
-        target: base.target.clone(),
+        targets: base.targets.clone(),
+        failover: Vec::new(),
+        retry: base.retry.clone(),
+        health: base.health,
         model_patterns: base.model_patterns.clone(),
         models: base.models.clone(),
-        authorization: base.authorization.clone(),
-        headers: base.headers.clone(),
         model_rewrite: base.model_rewrite.clone(),
         api: base.api,
         tools,

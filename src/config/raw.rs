@@ -6,6 +6,7 @@
 
 mod gateway;
 mod store;
+mod upstream;
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub use gateway::{RawHttpTool, RawMcpServer, ShowGatewayTools};
 pub use store::{RawStore, Record};
+pub use upstream::{RawHealth, RawRetry, RawTarget};
 
 pub use crate::natural::request::ResultRole;
 use crate::natural::syntax::Syntax;
@@ -167,6 +169,16 @@ pub struct RawProvider {
     /// `http://` or `https://` URL the `/v1` paths are appended to. Absent for the built-in demo.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
+    /// Several upstreams instead of `base_url`, chosen by weight.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<RawTarget>,
+    /// Providers tried in order when every target failed before answering.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failover: Vec<String>,
+    #[serde(default)]
+    pub retry: RawRetry,
+    #[serde(default)]
+    pub health: RawHealth,
     /// Glob patterns matched against the request's `model`.
     #[serde(default)]
     pub models: Vec<String>,

@@ -19,7 +19,7 @@ fn defaults_fill_the_server_table() {
     let two = Config::from_toml(&format!("[server]\nworkers = 2\n{MINIMAL}")).unwrap();
     assert_eq!(two.server.workers.get(), 2);
     let p = &c.providers[0];
-    let Target::Http(t) = &p.target else {
+    let Target::Http(t) = &p.targets[0].endpoint else {
         panic!("http target")
     };
     assert_eq!(t.base_path, "/v1");
@@ -108,4 +108,96 @@ fn embedded_default_is_valid() {
 fn missing_file_is_an_error() {
     let err = Config::load(Source::File(Path::new("/nonexistent/toolgate.toml"))).unwrap_err();
     assert!(err.message.contains("cannot read"), "{err}");
+}
+
+#[test]
+fn targets_take_weights_keys_and_headers_and_default_their_retries() {
+    // Any variable that is set serves as a key here.
+    let home = std::env::var("HOME").unwrap();
+    let c = Config::from_toml(
+        r#"
+        [[providers]]
+        name = "llama"
+        models = ["llama-*"]
+        headers = { "x-team" = "a" }
+        targets = [
+          { base_url = "http://127.0.0.1:1/v1", weight = 2 },
+          { name = "b", base_url = "http://127.0.0.1:2/v1", api_key_env = "HOME", headers = { "x-pool" = "b" } },
+          { demo = {} },
+        ]
+        "#,
+    )
+    .unwrap();
+    let p = &c.providers[0];
+    let labels: Vec<&str> = p.targets.iter().map(|t| &*t.label).collect();
+    assert_eq!(labels, ["0", "b", "2"]);
+    assert_eq!(p.targets[0].weight, 2);
+    assert!(p.targets[0].authorization.is_none());
+    assert_eq!(
+        p.targets[1].authorization.as_ref().unwrap(),
+        &format!("Bearer {home}")
+    );
+    assert_eq!(p.targets[1].headers["x-team"], "a");
+    assert_eq!(p.targets[1].headers["x-pool"], "b");
+    assert!(matches!(p.targets[2].endpoint, Target::Demo(_)));
+    // One attempt per target, at most 3; one target keeps today's single attempt.
+    assert_eq!(p.retry.attempts, 3);
+    assert_eq!(p.retry.on.statuses, [429, 500, 502, 503, 504]);
+    assert_eq!(
+        Config::from_toml(MINIMAL).unwrap().providers[0]
+            .retry
+            .attempts,
+        1
+    );
+}
+
+#[test]
+fn resilience_settings_are_checked_with_their_paths() {
+    let cases = [
+        (
+            "[[providers]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:1\"\ntargets = [{ base_url = \"http://127.0.0.1:2\" }]\n",
+            "providers[0].targets",
+        ),
+        (
+            "[[providers]]\nname = \"a\"\ntargets = [{ weight = 1 }]\n",
+            "providers[0].targets[0].base_url",
+        ),
+        (
+            "[[providers]]\nname = \"a\"\ntargets = [{ base_url = \"http://127.0.0.1:2\", weight = 0 }]\n",
+            "providers[0].targets[0].weight",
+        ),
+        (
+            "[[providers]]\nname = \"a\"\ntargets = [{ name = \"x\", base_url = \"http://127.0.0.1:2\" }, { name = \"x\", base_url = \"http://127.0.0.1:3\" }]\n",
+            "providers[1].targets[1].name",
+        ),
+        (
+            "[[providers]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:1\"\n[providers.retry]\non = [\"connect\", \"418x\"]\n",
+            "providers[0].retry.on[1]",
+        ),
+        (
+            "[[providers]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:1\"\n[providers.retry]\nattempts = 0\n",
+            "providers[0].retry.attempts",
+        ),
+        (
+            "[[providers]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:1\"\nfailover = [\"nope\"]\n",
+            "providers[0].failover[0]",
+        ),
+        (
+            "[[providers]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:1\"\nfailover = [\"a\"]\n",
+            "providers[0].failover[0]",
+        ),
+    ];
+    for (toml, path) in cases {
+        let err = Config::from_toml(toml).unwrap_err();
+        let path = path.replace("providers[1]", "providers[0]");
+        assert_eq!(err.path, path, "{toml}\n{err}");
+    }
+    let err = Config::from_toml(
+        "[[providers]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:1\"\nfailover = [\"b\"]\n[[providers]]\nname = \"b\"\nbase_url = \"http://127.0.0.1:2\"\nfailover = [\"c\"]\n[[providers]]\nname = \"c\"\nbase_url = \"http://127.0.0.1:3\"\nfailover = [\"a\"]\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.message, "failover lists form a cycle: a -> b -> c -> a",
+        "{err}"
+    );
 }

@@ -25,6 +25,10 @@ pub struct RequestLine {
     pub tenant: Option<Arc<str>>,
     /// The model as the client sent it: escaped, since anyone can choose it.
     pub model: String,
+    /// The upstream target of the last attempt (its configured name or index).
+    pub target: Option<Arc<str>>,
+    /// Upstream attempts made (written with `target`).
+    pub attempts: u32,
     pub route: &'static str,
     pub status: u16,
     pub stream: bool,
@@ -61,6 +65,12 @@ impl RequestLine {
         }
         out.extend_from_slice(b" model=");
         untrusted(&self.model, out);
+        if let Some(target) = &self.target {
+            out.extend_from_slice(b" target=");
+            debug_str(target, out);
+            out.extend_from_slice(b" attempts=");
+            integer(u64::from(self.attempts), out);
+        }
         out.extend_from_slice(b" route=");
         debug_str(self.route, out);
         out.extend_from_slice(b" status=");
@@ -98,6 +108,12 @@ impl RequestLine {
         }
         out.extend_from_slice(b",\"model\":");
         json_untrusted(&self.model, out);
+        if let Some(target) = &self.target {
+            out.extend_from_slice(b",\"target\":");
+            json_str(target, out);
+            out.extend_from_slice(b",\"attempts\":");
+            integer(u64::from(self.attempts), out);
+        }
         out.extend_from_slice(b",\"route\":");
         json_str(self.route, out);
         out.extend_from_slice(b",\"status\":");
@@ -364,6 +380,8 @@ mod tests {
             provider: "pt".into(),
             tenant: None,
             model: "bench-json".into(),
+            target: None,
+            attempts: 0,
             route: "chat_completions",
             status: 200,
             stream: false,
@@ -399,6 +417,11 @@ mod tests {
             },
             RequestLine {
                 tenant: Some("team-a".into()),
+                ..base.clone()
+            },
+            RequestLine {
+                target: Some("vllm-0".into()),
+                attempts: 3,
                 ..base.clone()
             },
             RequestLine {

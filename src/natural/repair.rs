@@ -13,7 +13,7 @@ use http_body_util::Full;
 use serde_json::{Map, Value, json};
 
 use crate::body;
-use crate::config::{Mode, Provider, Target};
+use crate::config::{Mode, Provider};
 use crate::metrics as m;
 use crate::natural::contract;
 use crate::natural::reply::{InvalidCall, RepairRequest};
@@ -112,8 +112,7 @@ impl Repairer {
 
     /// Whether the fallback provider takes native tools (a passthrough HTTP provider).
     fn native(&self) -> bool {
-        self.provider.tools.mode == Mode::Passthrough
-            && matches!(self.provider.target, Target::Http(_))
+        self.provider.tools.mode == Mode::Passthrough && self.provider.all_http()
     }
 
     async fn attempt(

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 pub struct Binary {
     child: Child,
     pub port: u16,
+    config: String,
+    env: Vec<(String, String)>,
 }
 
 impl Binary {
@@ -24,6 +26,37 @@ impl Binary {
             .local_addr()
             .unwrap()
             .port();
+        Binary::start_on(port, config, env, uid)
+    }
+
+    /// Kills the process (SIGKILL, as a crash would) and waits for it.
+    #[allow(dead_code)]
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same port with the same config.
+    #[allow(dead_code)]
+    pub fn restart(&mut self) {
+        self.kill();
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let config = self.config.clone();
+        *self = Binary::start_on(self.port, &config, &env, None);
+    }
+
+    /// Sends a signal (SIGSTOP to pause it, SIGCONT to resume).
+    #[allow(dead_code)]
+    pub fn signal(&self, signal: i32) {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    fn start_on(port: u16, config: &str, env: &[(&str, &str)], uid: Option<u32>) -> Binary {
         let dir = std::env::temp_dir().join(format!("toolgate-bin-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("toolgate.toml");
@@ -62,7 +95,15 @@ impl Binary {
             assert!(Instant::now() < deadline, "toolgate did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Binary { child, port }
+        Binary {
+            child,
+            port,
+            config: config.to_owned(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
