@@ -10,6 +10,8 @@
 #
 #   - the mock upstream (one thread);
 #   - toolgate with a plain config (passthrough, natural and to_natural providers);
+#   - toolgate "two targets": the plain config with its passthrough provider
+#     spread over two targets (both the mock), for what choosing one costs;
 #   - toolgate "+store+tools": the same providers plus a [store] recording every
 #     exchange to SQLite and a provider offering gateway tools (HTTP, built-in);
 #   - nginx (Debian's package, installed if missing; NGINX=0 skips it) as a plain
@@ -110,10 +112,14 @@ TOOLIFY_EVENTS=$(describe toolify_events)
 
 # --- toolgate, twice -----------------------------------------------------------
 providers() {
+    # PT_TWO=1: the passthrough provider has two targets (the same mock), to
+    # show what choosing a target costs.
+    local pt_target="base_url = \"http://127.0.0.1:$MOCK_PORT/v1\""
+    [ "${PT_TWO:-0}" = 1 ] && pt_target="targets = [{ name = \"a\", base_url = \"http://127.0.0.1:$MOCK_PORT/v1\" }, { name = \"b\", base_url = \"http://127.0.0.1:$MOCK_PORT/v1\" }]"
     cat <<EOF
 [[providers]]
 name = "pt"
-base_url = "http://127.0.0.1:$MOCK_PORT/v1"
+$pt_target
 models = ["bench-json", "bench-sse", "bench-slow"]
 
 [[providers]]
@@ -160,6 +166,8 @@ start_toolgate() {
 # (start_toolgate runs in a subshell: its processes are added to PIDS here.)
 read -r GW_PORT GW_PID < <(start_toolgate plain "")
 PIDS+=("$GW_PID")
+read -r TWO_PORT TWO_PID < <(PT_TWO=1 start_toolgate two "")
+PIDS+=("$TWO_PID")
 read -r FULL_PORT FULL_PID < <(start_toolgate full "
 [store]
 url = \"sqlite://$TMP/store.db\"
@@ -322,6 +330,7 @@ declare -A ADDR PID
 ADDR[direct]="127.0.0.1:$MOCK_PORT";  PID[direct]=$MOCK_PID
 ADDR[toolgate]="127.0.0.1:$GW_PORT";  PID[toolgate]=$GW_PID
 ADDR[full]="127.0.0.1:$FULL_PORT";    PID[full]=$FULL_PID
+ADDR[two]="127.0.0.1:$TWO_PORT";      PID[two]=$TWO_PID
 if [ -n "$NGINX_PORT" ]; then ADDR[nginx]="127.0.0.1:$NGINX_PORT"; PID[nginx]=$NGINX_PID; fi
 if [ -n "$TOOLIFY_PORT" ]; then
     ADDR[toolify]="127.0.0.1:$TOOLIFY_PORT"; PID[toolify]=$TOOLIFY_PID
@@ -375,14 +384,14 @@ cell() {
 log "warming up"
 RSS_IDLE=$(status_kb "$GW_PID" VmRSS)
 for b in json sse natural tools; do
-    for hop in direct toolgate full; do wrk_run "${ADDR[$hop]}" "$b" 8 1 >/dev/null; done
+    for hop in direct toolgate full two; do wrk_run "${ADDR[$hop]}" "$b" 8 1 >/dev/null; done
 done
 [ -z "$NGINX_PORT" ] || wrk_run "${ADDR[nginx]}" json 8 1 >/dev/null
 [ -z "$TOOLIFY_PORT" ] || { wrk_run "${ADDR[toolify]}" json 8 1 >/dev/null; wrk_run "${ADDR[toolify]}" toolify 8 1 >/dev/null; }
 
 for conns in 1 32; do
-    cell json "$conns" direct:json toolgate:json nginx:json toolify:json full:json
-    cell sse "$conns" direct:sse toolgate:sse nginx:sse toolify:sse full:sse
+    cell json "$conns" direct:json toolgate:json nginx:json toolify:json full:json two:json
+    cell sse "$conns" direct:sse toolgate:sse nginx:sse toolify:sse full:sse two:sse
     cell natural "$conns" direct:natural toolgate:natural nginx:natural tdirect:toolify-direct toolify:toolify
     cell tools "$conns" direct:tools toolgate:tools
 done
@@ -479,6 +488,13 @@ $(for row in json sse; do for c in 1 32; do
     printf '| %s: req/s share · added p50 · added p99 | %s | %s · +%s | %s · +%s | %s |\n' "$([ "$row" = json ] && echo non-stream || echo stream)" "$c" "$(hopcell "$row" "$c" toolgate)" "$(( M[$row/$c/toolgate.p99] - M[$row/$c/direct.p99] ))" "$(hopcell "$row" "$c" full)" "$(( M[$row/$c/full.p99] - M[$row/$c/direct.p99] ))" "$(ratio "$row" "$c")"
 done; done)
 | CPU per request (non-stream) | | $(cpu json toolgate 1) µs | $(cpu json full 1) µs | |
+
+| passthrough, same run: req/s share · added p50 | c | one target | two targets (weights 1:1, one attempt each) |
+|---|---|---|---|
+$(for row in json sse; do for c in 1 32; do
+    printf '| %s | %s | %s | %s |\n' "$([ "$row" = json ] && echo non-stream || echo stream)" "$c" "$(hopcell "$row" "$c" toolgate)" "$(hopcell "$row" "$c" two)"
+done; done)
+| CPU per request (non-stream) | | $(cpu json toolgate 1) µs | $(cpu json two 1) µs |
 
 The store wrote $(store_metric toolgate_store_write_seconds_count) batches (dropped rows: $(store_metric toolgate_store_dropped_total), queue depth at the end: $(store_metric toolgate_store_queue_depth)); it holds $(store_rows chats) chats and $(store_rows messages) message rows for $(store_metric 'toolgate_requests_total{') requests the recording gateway served.
 
