@@ -274,8 +274,14 @@ impl Upstreams {
                     Ok(response) => retry::retry_after(response.headers(), now_secs()),
                     Err(_) => None,
                 };
-                let unit = rand::random::<f64>();
-                match retry::next(policy, attempt - 1, after, failed == i, unit) {
+                let to = if failed == i {
+                    retry::To::Same
+                } else if tried & (1 << i) == 0 {
+                    retry::To::Untried
+                } else {
+                    retry::To::Tried
+                };
+                match retry::next(policy, attempt - 1, after, to, rand::random::<f64>()) {
                     retry::Next::Stop => return exhausted(result, outcome, policy),
                     retry::Next::Retry(delay) => {
                         tracing::debug!(provider = %provider.name, target = %provider.targets[failed].label, attempt = attempt - 1, outcome = %outcome.label(policy), "upstream attempt failed; retrying");

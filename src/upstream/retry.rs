@@ -65,31 +65,40 @@ pub fn backoff(policy: &RetryPolicy, retry: u32, unit: f64) -> Duration {
     capped / 2 + capped.mul_f64(unit.clamp(0.0, 1.0) / 2.0)
 }
 
-/// The decision after a failed attempt (`attempt` counts from 1).
-/// `same_target` says whether the next attempt would go to the target that
-/// just failed (no other is left); only then does its `Retry-After` count,
-/// and one longer than `max_retry_after` ends the retries.
+/// The decision after a failed attempt (`attempt` counts from 1), given
+/// where the next attempt would go: `Same` target (no other is left),
+/// a target this request has not `Tried` yet, or one it has. Only a retry
+/// to the same target honours its `Retry-After`, and one longer than
+/// `max_retry_after` ends the retries; a target not tried yet is asked at
+/// once; any other retry waits the backoff.
 pub fn next(
     policy: &RetryPolicy,
     attempt: u32,
     retry_after: Option<Duration>,
-    same_target: bool,
+    to: To,
     unit: f64,
 ) -> Next {
     if attempt >= policy.attempts {
         return Next::Stop;
     }
     let wait = backoff(policy, attempt, unit);
-    match retry_after {
-        Some(after) if same_target => {
-            if after > policy.max_retry_after {
-                Next::Stop
-            } else {
-                Next::Retry(after.max(wait))
-            }
-        }
+    match (to, retry_after) {
+        (To::Same, Some(after)) if after > policy.max_retry_after => Next::Stop,
+        (To::Same, Some(after)) => Next::Retry(after.max(wait)),
+        (To::Untried, _) => Next::Retry(Duration::ZERO),
         _ => Next::Retry(wait),
     }
+}
+
+/// Where a retry would go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum To {
+    /// The target that just failed.
+    Same,
+    /// Another target this request has not tried.
+    Untried,
+    /// Another target this request already tried.
+    Tried,
 }
 
 /// `Retry-After` as seconds or an HTTP date (`now` is the current time as
@@ -141,22 +150,31 @@ mod tests {
         let p = policy();
         let after = Some(Duration::from_secs(2));
         assert_eq!(
-            next(&p, 1, after, true, 0.0),
+            next(&p, 1, after, To::Same, 0.0),
             Next::Retry(Duration::from_secs(2))
         );
         assert_eq!(
-            next(&p, 1, after, false, 0.0),
+            next(&p, 1, None, To::Same, 0.0),
             Next::Retry(Duration::from_millis(25))
+        );
+        // Another target: at once if this request has not tried it, else after the backoff.
+        assert_eq!(
+            next(&p, 1, after, To::Untried, 0.0),
+            Next::Retry(Duration::ZERO)
+        );
+        assert_eq!(
+            next(&p, 2, after, To::Tried, 0.0),
+            Next::Retry(Duration::from_millis(50))
         );
         // Too long to wait for: give up rather than hold the client.
         let long = Some(Duration::from_secs(60));
-        assert_eq!(next(&p, 1, long, true, 0.0), Next::Stop);
+        assert_eq!(next(&p, 1, long, To::Same, 0.0), Next::Stop);
         assert_eq!(
-            next(&p, 1, long, false, 0.0),
-            Next::Retry(Duration::from_millis(25))
+            next(&p, 1, long, To::Untried, 0.0),
+            Next::Retry(Duration::ZERO)
         );
         // The attempts are spent.
-        assert_eq!(next(&p, 3, None, false, 0.0), Next::Stop);
+        assert_eq!(next(&p, 3, None, To::Untried, 0.0), Next::Stop);
     }
 
     #[test]
