@@ -7,6 +7,7 @@
 //! the key path it is about.
 
 pub mod auth;
+mod env;
 pub mod gateway_tools;
 pub mod raw;
 mod redact;
@@ -215,18 +216,38 @@ impl Config {
             })?,
             Source::Embedded => EMBEDDED_DEFAULT.to_owned(),
         };
+        // Provider overrides name their provider, which figment's env
+        // provider cannot (providers are a list): applied to the document.
+        let mut applied = Vec::new();
+        let text = match text.parse::<toml::Table>() {
+            Ok(mut doc) => {
+                let vars = std::env::vars_os()
+                    .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+                applied = env::apply_provider_overrides(&mut doc, vars)?;
+                if applied.is_empty() {
+                    text
+                } else {
+                    toml::to_string(&doc).map_err(|e| {
+                        ConfigError::new("", format!("cannot apply the provider overrides: {e}"))
+                    })?
+                }
+            }
+            // figment reports the syntax error below, with its place.
+            Err(_) => text,
+        };
         let figment = Figment::new().merge(Toml::string(&text)).merge(
             Env::prefixed("TOOLGATE_")
                 .split("__")
-                // Only `server` and `providers` are config keys; other TOOLGATE_*
-                // variables (TOOLGATE_CONFIG, TOOLGATE_LOG, ...) are not.
-                // figment hands the filter the key before lowercasing it.
+                // Only `server` keys come from figment's env provider; other
+                // TOOLGATE_* variables (TOOLGATE_CONFIG, TOOLGATE_LOG, ...) are
+                // not config keys. figment hands the filter the key before
+                // lowercasing it.
                 .filter(|key| {
                     let key = key.as_str().to_ascii_lowercase().replace("__", ".");
-                    key.starts_with("server.") || key.starts_with("providers.")
+                    key.starts_with("server.")
                 }),
         );
-        Self::from_figment(figment)
+        Self::from_figment(figment).map_err(|e| env::blame(e, &applied))
     }
 
     /// Parses config text alone, without env overrides (for tests and tools).

@@ -218,6 +218,55 @@ fn env_overrides_apply_strays_are_ignored_and_typos_rejected() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("server.listn"));
 }
 
+/// `TOOLGATE_PROVIDERS__<name>__<KEY>` changes the named provider's keys,
+/// nested ones too; an error on a key it set names the variable, and one
+/// naming no provider is an error of its own.
+#[test]
+fn provider_overrides_name_their_provider() {
+    let run = |vars: &[(&str, &str)]| {
+        let mut c = Command::new(BIN);
+        c.arg("check")
+            .env_remove("TOOLGATE_CONFIG")
+            .env("TOOLGATE_SERVER__ALLOW_OPEN_STORE", "true");
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let out = run(&[
+        ("TOOLGATE_PROVIDERS__demo__MODELS", r#"["demo", "demo-2"]"#),
+        ("TOOLGATE_PROVIDERS__demo__TOOLS__SYNTAX", "bracket"),
+        ("TOOLGATE_PROVIDERS__demo__RETRY__ATTEMPTS", "2"),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("\"demo-2\""), "{stdout}");
+    assert!(stdout.contains("syntax = \"bracket\""), "{stdout}");
+    assert!(stdout.contains("attempts = 2"), "{stdout}");
+    let out = run(&[("TOOLGATE_PROVIDERS__demo__TOOLS__MODE", "sideways")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("providers[0].tools.mode")
+            && stderr.contains("TOOLGATE_PROVIDERS__demo__TOOLS__MODE"),
+        "{stderr}"
+    );
+    let out = run(&[(
+        "TOOLGATE_PROVIDERS__nobody__BASE_URL",
+        "http://127.0.0.1:1/v1",
+    )]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("TOOLGATE_PROVIDERS__nobody__BASE_URL: names no configured provider"),
+        "{stderr}"
+    );
+}
+
 /// A store or tool servers on a non-loopback address without `[server.auth]`
 /// is refused at start and by `toolgate check`, with one line naming the
 /// fix; `allow_open_store` accepts it, and `[server.auth]` needs neither.
