@@ -32,6 +32,7 @@ pub const REPAIR_ATTEMPTS: &str = "toolgate_repair_attempts_total";
 pub const REPAIRS: &str = "toolgate_repairs_total";
 pub const REPAIR_DURATION: &str = "toolgate_repair_duration_seconds";
 pub const CONFIG_RELOADS: &str = "toolgate_config_reloads_total";
+pub const BUILD_INFO: &str = "toolgate_build_info";
 pub const STREAMS_EXPIRED: &str = "toolgate_streams_expired_total";
 pub const STREAMS_STALLED: &str = "toolgate_streams_stalled_total";
 pub const GATEWAY_TOOL_CALLS: &str = "toolgate_gateway_tool_calls_total";
@@ -166,6 +167,7 @@ fn describe() {
         Unit::Seconds,
         "How long undecided text was held back."
     );
+    describe_gauge!(BUILD_INFO, "Always 1; `version` is the running toolgate's.");
     describe_counter!(
         CONFIG_RELOADS,
         "SIGHUP reloads by outcome (success, invalid)."
@@ -244,7 +246,20 @@ static TOOL_LABELS: RwLock<Option<ToolLabels>> = RwLock::new(None);
 impl ToolLabels {
     fn of(config: &crate::config::Config) -> Self {
         ToolLabels {
-            names: config.http_tools.iter().map(|t| t.name.clone()).collect(),
+            // HTTP tools and the builtins some provider offers, by name.
+            names: config
+                .http_tools
+                .iter()
+                .map(|t| t.name.clone())
+                .chain(config.providers.iter().flat_map(|p| {
+                    p.tools.gateway.iter().flat_map(|g| {
+                        g.sources.iter().filter_map(|s| match s {
+                            crate::config::ToolSource::Builtin(b) => Some(b.name().to_owned()),
+                            _ => None,
+                        })
+                    })
+                }))
+                .collect(),
             prefixes: config
                 .mcp_servers
                 .iter()
@@ -265,9 +280,30 @@ impl ToolLabels {
     }
 }
 
-/// Sets the declared tool names from a config (at start and on reload).
+/// Sets the declared tool names from a config (at start and on reload),
+/// and registers the counters a config can name at 0, so a dashboard's
+/// `rate()` has a series before the first event.
 pub fn declare_tools(config: &crate::config::Config) {
     *TOOL_LABELS.write().unwrap_or_else(|e| e.into_inner()) = Some(ToolLabels::of(config));
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    for outcome in ["success", "invalid", "refused"] {
+        metrics::counter!(CONFIG_RELOADS, "outcome" => outcome).increment(0);
+    }
+    for name in [STREAMS_EXPIRED, STREAMS_STALLED] {
+        metrics::counter!(name).increment(0);
+    }
+    if config.store.is_some() {
+        metrics::counter!(STORE_DROPPED).increment(0);
+    }
+    for p in &config.providers {
+        for kind in ["connect", "timeout", "protocol"] {
+            metrics::counter!(UPSTREAM_ERRORS, "provider" => p.name.clone(), "kind" => kind)
+                .increment(0);
+        }
+        for to in &p.failover {
+            metrics::counter!(FAILOVERS, "from" => p.name.clone(), "to" => to.clone()).increment(0);
+        }
+    }
 }
 
 /// The bounded `tool` label of a called tool's name.

@@ -12,11 +12,12 @@ use metrics::{Counter, Gauge, Histogram};
 use super::{ACTIVE_REQUESTS, ACTIVE_STREAMS, BYTES_IN, BYTES_OUT, REQUEST_DURATION, REQUESTS};
 
 /// The `route` label values of `/v1/*` paths; anything else is `other`.
-pub const ROUTES: [&str; 11] = [
+pub const ROUTES: [&str; 12] = [
     "chat_completions",
     "completions",
     "embeddings",
     "responses",
+    "messages",
     "audio",
     "images",
     "moderations",
@@ -129,6 +130,8 @@ mod tests {
         assert_eq!(ROUTES[route_of("/v1/chat/completions")], "chat_completions");
         assert_eq!(ROUTES[route_of("/v1/embeddings")], "embeddings");
         assert_eq!(ROUTES[route_of("/v1/models")], "models");
+        assert_eq!(ROUTES[route_of("/v1/messages")], "messages");
+        assert_eq!(ROUTES[route_of("/v1/responses")], "responses");
         assert_eq!(ROUTES[route_of("/v1/other")], "other");
         assert_eq!(ROUTES[route_of("/v1/chat")], "chat_completions");
         assert_eq!(ROUTES[route_of("/v1/whatever/x")], "other");
