@@ -364,7 +364,16 @@ async fn reload_on_sighup(gateway: Arc<toolgate::gateway::Gateway>, path: Option
 
 /// Logging to stderr at `TOOLGATE_LOG`, `default` when it is not set.
 fn init_tracing(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
+    let mut directives = std::env::var("TOOLGATE_LOG").unwrap_or_else(|_| default.to_owned());
+    // rmcp logs each MCP server's whole initialize result (kilobytes of
+    // instructions) at info; toolgate logs it at debug itself.
+    if !["rmcp", "debug", "trace"]
+        .iter()
+        .any(|w| directives.contains(w))
+    {
+        directives.push_str(",rmcp=warn");
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let json = std::env::var("TOOLGATE_LOG_FORMAT").is_ok_and(|v| v == "json");
     let builder = tracing_subscriber::fmt()

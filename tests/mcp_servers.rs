@@ -321,6 +321,44 @@ fn toolgate_tools_lists_each_servers_tools_and_names_the_one_that_failed() {
     );
 }
 
+/// Why a server is down reads as one line: a stdio server's last stderr
+/// lines (before: "connection closed: initialize response"), an HTTP
+/// server's connection error (before: a Rust type name), never a type dump.
+#[tokio::test]
+async fn a_down_server_says_why_in_one_line() {
+    let upstream = Mock::start(|_| sse(text_sse("never"))).await;
+    let config = format!(
+        "{}[[mcp_servers]]\nname = \"missing\"\ncommand = [{}, \"-m\", \"toolgate_no_such_module\"]\n[[mcp_servers]]\nname = \"unreachable\"\nurl = \"http://127.0.0.1:{}/mcp\"\n{}",
+        fast_server(),
+        toml_str(&python()),
+        free_port(),
+        provider(
+            &upstream.url(),
+            "passthrough",
+            &["missing", "unreachable"],
+            ""
+        )
+    );
+    let gw = TestGateway::start(&config).await;
+    let mut body = String::new();
+    for _ in 0..100 {
+        body = get(&gw.url("/readyz")).await.text();
+        if body.contains("No module named") && body.contains("Connection refused") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        body.contains("No module named toolgate_no_such_module"),
+        "{body}"
+    );
+    assert!(body.contains("Connection refused"), "{body}");
+    assert!(
+        !body.contains("rmcp::") && !body.contains("WorkerTransport"),
+        "{body}"
+    );
+}
+
 /// A server that pages `tools/list` forever, and one that lists too many
 /// tools: each is down with the reason (the gateway stays ready), and is
 /// tried again less and less often, not twice a second for good.

@@ -507,13 +507,24 @@ async fn connect(config: &McpServerConfig, changed: Arc<Notify>) -> Result<Runni
                 .stderr(Stdio::piped())
                 .spawn()
                 .map_err(|e| format!("cannot start {program:?}: {e}"))?;
-            if let Some(stderr) = stderr {
-                tokio::spawn(log_stderr(config.name.clone(), stderr));
+            let tail = Arc::new(std::sync::Mutex::new(StderrTail::default()));
+            let reader = stderr
+                .map(|stderr| tokio::spawn(log_stderr(config.name.clone(), stderr, tail.clone())));
+            match handler.serve(transport).await {
+                Ok(running) => Ok(running),
+                Err(e) => {
+                    // The child's last words say why; give its stderr a moment to end.
+                    if let Some(reader) = reader {
+                        let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
+                    }
+                    let tail = tail.lock().unwrap_or_else(|e| e.into_inner()).joined();
+                    Err(if tail.is_empty() {
+                        format!("initialization failed: {}", init_cause(&e))
+                    } else {
+                        format!("initialization failed; its stderr ends: {tail}")
+                    })
+                }
             }
-            handler
-                .serve(transport)
-                .await
-                .map_err(|e| format!("initialization failed: {e}"))
         }
         McpTransport::Http { url, headers } => {
             let mut transport = StreamableHttpClientTransportConfig::with_uri(url.as_str())
@@ -530,7 +541,7 @@ async fn connect(config: &McpServerConfig, changed: Arc<Notify>) -> Result<Runni
             handler
                 .serve(StreamableHttpClientTransport::from_config(transport))
                 .await
-                .map_err(|e| format!("initialization failed: {e}"))
+                .map_err(|e| format!("initialization failed: {}", init_cause(&e)))
         }
     }
 }
@@ -548,6 +559,7 @@ async fn list(server: &Server, peer: &Peer<RoleClient>) -> Result<(), String> {
     let config = &server.config;
     let tools = listing::offered(config, listed)?;
     tracing::info!(server = ?config.name, tools = tools.len(), "MCP server ready");
+    tracing::debug!(server = ?config.name, peer_info = ?peer.peer_info(), "MCP server's initialize result");
     metrics::gauge!(m::MCP_SERVER_UP, "server" => config.name.clone()).set(1.0);
     server.state.send_replace(Arc::new(State::Up {
         peer: peer.clone(),
@@ -572,12 +584,114 @@ async fn list_pages(peer: &Peer<RoleClient>) -> Result<Vec<rmcp::model::Tool>, S
     }
 }
 
-/// A child's stderr, line by line, as log lines of its server. A line longer
-/// than [`MAX_LOG_LINE`] is cut, so a child cannot make toolgate buffer without bound.
-async fn log_stderr(server: String, mut stderr: tokio::process::ChildStderr) {
+/// The last lines a child wrote to stderr, for the reason it is down.
+#[derive(Debug, Default)]
+struct StderrTail {
+    lines: std::collections::VecDeque<String>,
+}
+
+impl StderrTail {
+    /// Lines kept, and the longest kept of each.
+    const LINES: usize = 3;
+    const LINE_CHARS: usize = 300;
+
+    fn push(&mut self, line: &str) {
+        let line = line.trim();
+        if line.is_empty() {
+            return;
+        }
+        if self.lines.len() == Self::LINES {
+            self.lines.pop_front();
+        }
+        self.lines
+            .push_back(line.chars().take(Self::LINE_CHARS).collect());
+    }
+
+    fn joined(&self) -> String {
+        self.lines
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+}
+
+/// Why `initialize` failed. A transport error keeps its cause in a field
+/// the error chain does not follow: followed here.
+fn init_cause(error: &rmcp::service::ClientInitializeError) -> String {
+    match error {
+        rmcp::service::ClientInitializeError::TransportError { error, context } => {
+            format!("{} ({context})", cause(error))
+        }
+        other => cause(other),
+    }
+}
+
+/// An rmcp error as one readable line: the messages of its source chain
+/// (through the HTTP client's error, which rmcp does not expose as a
+/// source), each once, with the Rust type names some carry removed.
+fn cause(error: &(dyn std::error::Error + 'static)) -> String {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let mut line = String::new();
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let text = without_type_names(&e.to_string());
+        if !text.is_empty() && !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        next = match e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            Some(StreamableHttpError::Client(inner)) => Some(inner),
+            _ => e.source(),
+        };
+    }
+    if line.is_empty() {
+        "the connection failed".to_owned()
+    } else {
+        line
+    }
+}
+
+/// `Transport [rmcp::…<…>] error: x` → `Transport error: x`.
+fn without_type_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let close = rest[open..].find(']').map(|c| open + c);
+        match close {
+            Some(close) if rest[open..close].contains("::") => {
+                out.push_str(rest[..open].trim_end());
+                rest = &rest[close + 1..];
+            }
+            _ => {
+                out.push_str(&rest[..=open]);
+                rest = &rest[open + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out.trim().to_owned()
+}
+
+/// A child's stderr, line by line, as log lines of its server; the last
+/// few are kept in `tail`. A line longer than [`MAX_LOG_LINE`] is cut, so a
+/// child cannot make toolgate buffer without bound.
+async fn log_stderr(
+    server: String,
+    mut stderr: tokio::process::ChildStderr,
+    tail: Arc<std::sync::Mutex<StderrTail>>,
+) {
     let mut line: Vec<u8> = Vec::new();
     let mut chunk = [0u8; 4096];
     let mut cut = false;
+    let ended = |line: &[u8], cut: bool| {
+        log_line(&server, line, cut);
+        tail.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(&String::from_utf8_lossy(line));
+    };
     loop {
         let n = match stderr.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
@@ -585,7 +699,7 @@ async fn log_stderr(server: String, mut stderr: tokio::process::ChildStderr) {
         };
         for &b in &chunk[..n] {
             if b == b'\n' {
-                log_line(&server, &line, cut);
+                ended(&line, cut);
                 line.clear();
                 cut = false;
             } else if line.len() < MAX_LOG_LINE {
@@ -596,11 +710,44 @@ async fn log_stderr(server: String, mut stderr: tokio::process::ChildStderr) {
         }
     }
     if !line.is_empty() {
-        log_line(&server, &line, cut);
+        ended(&line, cut);
     }
 }
 
 fn log_line(server: &str, line: &[u8], cut: bool) {
     let line = String::from_utf8_lossy(line);
     tracing::info!(target: "toolgate::mcp", server = ?server, line = ?line, cut, "MCP server stderr");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_names_leave_error_text_and_other_brackets_stay() {
+        assert_eq!(
+            without_type_names(
+                "Transport [rmcp::transport::worker::WorkerTransport<rmcp::X<reqwest::Client>>] error: Client error: boom"
+            ),
+            "Transport error: Client error: boom"
+        );
+        assert_eq!(
+            without_type_names("list [a, b] is [short"),
+            "list [a, b] is [short"
+        );
+    }
+
+    #[test]
+    fn the_stderr_tail_keeps_the_last_lines_short() {
+        let mut tail = StderrTail::default();
+        for line in ["one", "", "two", "three", &"x".repeat(1000)] {
+            tail.push(line);
+        }
+        let joined = tail.joined();
+        assert!(joined.starts_with("two | three | xxx"), "{joined}");
+        assert_eq!(
+            joined.len(),
+            "two | three | ".len() + StderrTail::LINE_CHARS
+        );
+    }
 }
