@@ -573,7 +573,14 @@ async fn a_tool_server_that_is_down_makes_the_provider_unavailable() {
 /// so its metrics are its own.
 #[tokio::test]
 async fn a_client_that_leaves_cancels_the_running_tools() {
-    let tool = tool_server(200, "never read", Duration::from_secs(30)).await;
+    let tool = Mock::start(|_| Reply::Stream {
+        status: 200,
+        headers: vec![("content-type", "text/plain".into())],
+        pieces: (0..600)
+            .map(|_| (Duration::from_millis(100), Bytes::from_static(b".")))
+            .collect(),
+    })
+    .await;
     let upstream = Mock::start(|_| sse(calls_sse(&[("Slow", "{}")]))).await;
     let config = format!(
         "{}{}{}",
@@ -597,8 +604,20 @@ async fn a_client_that_leaves_cancels_the_running_tools() {
         running.contains("toolgate_gateway_tools_in_flight 1\n"),
         "{running}"
     );
+    // The call is reported running before its request reaches the tool
+    // server; leaving before that cancels a request the server never sees
+    // (the test then waited for nothing, about one run in five).
+    for _ in 0..100 {
+        if tool.count() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(tool.count(), 1, "the tool's request reached its server");
     let cancelled = tool.stream_cancelled.notified();
     drop(body);
+    // The tool server notices the cancelled request at its next write: it
+    // writes a byte every 100 ms.
     tokio::time::timeout(Duration::from_secs(10), cancelled)
         .await
         .expect("the tool's request is cancelled when the client leaves");
