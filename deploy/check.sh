@@ -22,6 +22,10 @@ command -v "$py" >/dev/null || { echo "FAIL python: $py not found" >&2; exit 1; 
 if ! "$py" -c 'import yaml' 2>/dev/null; then
   "$py" -m pip install --quiet --disable-pip-version-check --no-input pyyaml >&2
 fi
+# Validates the rendered Kubernetes overlays against the API schemas it carries.
+if [ "$("$py" -c 'import importlib.metadata as m; print(m.version("kubernetes-validate"))' 2>/dev/null)" != 1.37.0 ]; then
+  "$py" -m pip install --quiet --disable-pip-version-check --no-input kubernetes-validate==1.37.0 >&2
+fi
 if ! "$py" -c 'import tomllib' 2>/dev/null && ! "$py" -c 'import tomli' 2>/dev/null; then
   "$py" -m pip install --quiet --disable-pip-version-check --no-input tomli >&2
 fi

@@ -243,7 +243,23 @@ def check_dockerfile(bin_path: str, skip_release: bool) -> dict:
     check("Dockerfile: runs `" + CARGO_CMD + "`", CARGO_CMD in text)
     stages = parse_dockerfile()
     check("Dockerfile: multi-stage", len(stages) >= 2, f"{len(stages)} stage(s)")
-    builder, runtime = stages[0], stages[-1]
+    builder = stages[0]
+    # The runtime stage is the one named `runtime` (the default target
+    # re-uses it after the `tools` variant), else the last.
+    runtime = next((st for st in stages if st["alias"] == "runtime"), stages[-1])
+    check("Dockerfile: the default (last) target is the runtime",
+          stages[-1] is runtime or stages[-1]["image"] == "runtime",
+          f"last stage FROM {stages[-1]['image']}")
+    tools = next((st for st in stages if st["alias"] == "tools"), None)
+    if check("Dockerfile: a `tools` target FROM runtime", tools is not None
+             and tools["image"] == "runtime"):
+        tools_run = " ".join(i["args"] for i in tools["instrs"] if i["op"] == "RUN")
+        tools_user = [i["args"] for i in tools["instrs"] if i["op"] == "USER"]
+        check("Dockerfile: tools installs python3, nodejs, npm and a pinned uv, and runs as "
+              "the runtime's user",
+              all(w in tools_run for w in ("python3", "nodejs", "npm", "uv=="))
+              and bool(tools_user) and tools_user[-1] != "0:0",
+              f"USER {tools_user}")
 
     # Every COPY source from the context exists.
     missing, builder_phases, copied = [], [], []
@@ -549,6 +565,16 @@ def check_kubernetes(bin_path: str, yamls: dict, docker: dict) -> list:
                           if v]
                 auth = (raw.get("server", {}).get("auth") or {}).get("api_keys_env")
                 wanted += [auth] if auth else []
+                password = (raw.get("store") or {}).get("password_env")
+                wanted += [password] if password else []
+                if os.sep + "gateway" in path:
+                    store_url = (raw.get("store") or {}).get("url", "")
+                    check(f"{n}: the shared gateway keeps its store in PostgreSQL, offers MCP "
+                          f"servers and authenticates clients",
+                          store_url.startswith("postgres") and bool(raw.get("mcp_servers"))
+                          and auth is not None,
+                          f"store {store_url or '(none)'}, "
+                          f"{len(raw.get('mcp_servers', []))} MCP server(s)")
                 check(f"{n}: every api_key_env comes from a Secret",
                       all(v in from_secret for v in wanted), f"{', '.join(wanted) or 'none'}")
                 live.append((n, toml_text, env, grace))
@@ -562,6 +588,10 @@ def check_kubernetes(bin_path: str, yamls: dict, docker: dict) -> list:
                         check(f"{f}: Service {sname} port {sp['port']} -> targetPort "
                               f"{sp.get('targetPort')} is the listen port", tp == listen_port,
                               f"resolves to {tp}, listen {listen_port}")
+        if os.sep + "gateway" in path:
+            check(f"{f}: a HorizontalPodAutoscaler and a PodDisruptionBudget",
+                  bool(by_kind.get("HorizontalPodAutoscaler"))
+                  and bool(by_kind.get("PodDisruptionBudget")))
         for hname, hpa in by_kind.get("HorizontalPodAutoscaler", {}).items():
             ref = hpa["spec"]["scaleTargetRef"]
             cpu = [m for m in hpa["spec"].get("metrics", [])
@@ -697,6 +727,38 @@ def check_dashboard(jsons: dict) -> None:
             check(f"grafana dashboard: a panel shows {needed}", False)
 
 
+def render_overlays() -> dict[str, list]:
+    """`kubectl kustomize` of every overlay, validated by `kubernetes-validate --strict`."""
+    out = {}
+    overlays = sorted(glob.glob(os.path.join(DEPLOY, "kubernetes", "overlays", "*", "")))
+    check("kubernetes: overlays sidecar and gateway exist",
+          {os.path.basename(o.rstrip(os.sep)) for o in overlays} >= {"sidecar", "gateway"},
+          ", ".join(rel(o) for o in overlays))
+    kubectl = shutil.which("kubectl")
+    if not check("kubernetes: kubectl is installed (it renders the overlays)", kubectl is not None):
+        return out
+    for overlay in overlays:
+        name = rel(overlay.rstrip(os.sep))
+        proc = subprocess.run([kubectl, "kustomize", overlay], capture_output=True, text=True)
+        if not check(f"{name}: `kubectl kustomize` renders it", proc.returncode == 0,
+                     proc.stderr.strip()[-300:]):
+            continue
+        docs = [d for d in yaml.safe_load_all(proc.stdout) if d is not None]
+        out[overlay] = docs
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            f.write(proc.stdout)
+            rendered = f.name
+        try:
+            v = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict",
+                                "--quiet", rendered],
+                               capture_output=True, text=True)
+            check(f"{name}: `kubernetes-validate --strict` accepts all {len(docs)} resources",
+                  v.returncode == 0, (v.stdout + v.stderr).strip()[-500:])
+        finally:
+            os.unlink(rendered)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -705,7 +767,9 @@ def main() -> int:
 
     yamls, jsons = parse_files()
     docker = check_dockerfile(bin_path, skip_release)
-    live = check_kubernetes(bin_path, yamls, docker)
+    # Kubernetes: what each overlay renders to, not the base's parts.
+    kube = render_overlays()
+    live = check_kubernetes(bin_path, kube, docker)
     check_compose(yamls, docker)
     check_systemd(bin_path, docker)
     check_dashboard(jsons)
