@@ -722,7 +722,10 @@ def check_dashboard(jsons: dict) -> None:
     for needed in ("toolgate_requests_total", "toolgate_request_duration_seconds_bucket",
                    "toolgate_upstream_ttfb_seconds_bucket", "toolgate_tool_calls_total",
                    "toolgate_invalid_tool_blocks_total", "toolgate_repairs_total",
-                   "toolgate_active_requests", "toolgate_active_streams"):
+                   "toolgate_active_requests", "toolgate_active_streams",
+                   "toolgate_gateway_tool_calls_total", "toolgate_mcp_server_up",
+                   "toolgate_store_queue_depth", "toolgate_store_dropped_total",
+                   "toolgate_upstream_attempts_total", "toolgate_upstream_target_up"):
         if needed not in used:
             check(f"grafana dashboard: a panel shows {needed}", False)
 
