@@ -63,7 +63,11 @@ impl Health {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
         }
-        if self.ejected_until.swap(0, Ordering::AcqRel) != 0 {
+        // Read first: a write on every success would bounce the cache line
+        // between the workers.
+        if self.ejected_until.load(Ordering::Relaxed) != 0
+            && self.ejected_until.swap(0, Ordering::AcqRel) != 0
+        {
             Change::Restored
         } else {
             Change::None
