@@ -537,14 +537,18 @@ where
     }
     let route = router::route(&runtime.config.providers, &field.name)
         .ok_or_else(|| GatewayError::UnknownModel(field.name.clone()))?;
-    // Owned: a borrowed route held across an await trips hyper's `Send` bounds.
-    let chain: Vec<(Arc<Provider>, String)> = std::iter::once(&route)
-        .chain(&router::failovers(&runtime.config.providers, &route))
-        .map(|r| (r.provider.clone(), r.model.clone().into_owned()))
-        .collect();
+    // Owned: a borrowed route held across an await trips hyper's `Send`
+    // bounds. Without failover providers nothing is collected.
+    let owned = |r: &router::Route<'_>| (r.provider.clone(), r.model.clone().into_owned());
+    let primary = owned(&route);
+    let failovers: Vec<(Arc<Provider>, String)> =
+        router::failovers(&runtime.config.providers, &route)
+            .iter()
+            .map(owned)
+            .collect();
     drop(route);
     let mut kept = Some((parts, bytes));
-    let mut chain = chain.into_iter().peekable();
+    let mut chain = std::iter::once(primary).chain(failovers).peekable();
     while let Some((provider, model)) = chain.next() {
         let next = chain.peek().map(|(p, _)| p.name.clone());
         // Every provider but the last gets a copy: the request stays whole

@@ -47,7 +47,7 @@ pub struct Upstreams {
     /// Each configured provider's turn order, targets and metric handles,
     /// built once (a labelled metric lookup per request hashes its labels
     /// under a lock).
-    providers: Arc<[Arc<Routed>]>,
+    providers: Arc<[Routed]>,
     workers: usize,
 }
 
@@ -198,27 +198,20 @@ impl Upstreams {
             providers: config
                 .providers
                 .iter()
-                .map(|p| {
-                    Arc::new(Routed {
-                        _held: Some(p.clone()),
-                        ..Routed::new(p, book, workers)
-                    })
+                .map(|p| Routed {
+                    _held: Some(p.clone()),
+                    ..Routed::new(p, book, workers)
                 })
                 .collect(),
             workers,
         }
     }
 
-    fn routed(&self, provider: &Provider) -> Arc<Routed> {
-        match self
-            .providers
-            .iter()
-            .find(|r| r.key == std::ptr::from_ref(provider) as usize)
-        {
-            Some(routed) => routed.clone(),
-            // A provider built on the fly (`toolgate probe` changes a copy's mode).
-            None => Arc::new(Routed::new(provider, &HealthBook::default(), self.workers)),
-        }
+    /// A configured provider's [`Routed`]; `None` for one built on the fly
+    /// (`toolgate probe` changes a copy's mode).
+    fn configured(&self, provider: &Provider) -> Option<&Routed> {
+        let key = std::ptr::from_ref(provider) as usize;
+        self.providers.iter().find(|r| r.key == key)
     }
 
     /// Sends a request whose answer toolgate reads and rewrites, so it asks
@@ -245,15 +238,22 @@ impl Upstreams {
         provider: &Provider,
         req: Request<Full<Bytes>>,
     ) -> Result<Response<Body>, GatewayError> {
-        let routed = self.routed(provider);
+        let built;
+        let routed = match self.configured(provider) {
+            Some(routed) => routed,
+            None => {
+                built = Routed::new(provider, &HealthBook::default(), self.workers);
+                &built
+            }
+        };
         let policy = &provider.retry;
         let worker = crate::workers::current();
         if policy.attempts == 1 {
             let i = routed
                 .balancer
                 .pick(&routed.targets, 0, worker, Clock::now());
-            let (outcome, result) = self.attempt(provider, &routed, i, req).await;
-            self.account(provider, &routed, i, outcome);
+            let (outcome, result) = self.attempt(provider, routed, i, req).await;
+            self.account(provider, routed, i, outcome);
             return exhausted(result, outcome, policy);
         }
         let (parts, body) = req.into_parts();
@@ -297,8 +297,8 @@ impl Upstreams {
             *req.uri_mut() = parts.uri.clone();
             *req.version_mut() = parts.version;
             *req.headers_mut() = parts.headers.clone();
-            let (outcome, result) = self.attempt(provider, &routed, i, req).await;
-            self.account(provider, &routed, i, outcome);
+            let (outcome, result) = self.attempt(provider, routed, i, req).await;
+            self.account(provider, routed, i, outcome);
             if !outcome.is_failure(policy) || attempt >= policy.attempts {
                 return exhausted(result, outcome, policy);
             }

@@ -47,6 +47,15 @@ fn metric(text: &str, prefix: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// An upstream's refusal: `status`, one header and a body.
+fn refusal(status: u16, header: (&'static str, &str), body: &'static [u8]) -> Reply {
+    Reply::Full {
+        status,
+        headers: vec![(header.0, header.1.to_owned())],
+        body: Bytes::from_static(body),
+    }
+}
+
 fn ok_completion(content: &str) -> Reply {
     Reply::json(&upstream_completion(content))
 }
@@ -99,11 +108,11 @@ async fn a_503_is_retried_and_the_answer_is_the_second_attempts() {
     let seen = hits.clone();
     let up = Mock::start(move |_| {
         if seen.fetch_add(1, Ordering::SeqCst) == 0 {
-            Reply::Full {
-                status: 503,
-                headers: vec![("content-type", "application/json".into())],
-                body: Bytes::from_static(br#"{"error":{"message":"busy"}}"#),
-            }
+            refusal(
+                503,
+                ("content-type", "application/json"),
+                br#"{"error":{"message":"busy"}}"#,
+            )
         } else {
             ok_completion("second")
         }
@@ -121,10 +130,12 @@ async fn a_503_is_retried_and_the_answer_is_the_second_attempts() {
     assert_eq!(up.count(), 2);
     // Spent attempts: the client gets the upstream's own status and body.
     hits.store(0, Ordering::SeqCst);
-    let always = Mock::start(|_| Reply::Full {
-        status: 503,
-        headers: vec![("content-type", "application/json".into())],
-        body: Bytes::from_static(br#"{"error":{"message":"still busy"}}"#),
+    let always = Mock::start(|_| {
+        refusal(
+            503,
+            ("content-type", "application/json"),
+            br#"{"error":{"message":"still busy"}}"#,
+        )
     })
     .await;
     let gw = TestGateway::start(&format!(
@@ -145,11 +156,7 @@ async fn retry_after_delays_the_retry_and_one_too_long_is_not_waited_for() {
     let seen = hits.clone();
     let up = Mock::start(move |_| {
         if seen.fetch_add(1, Ordering::SeqCst) == 0 {
-            Reply::Full {
-                status: 429,
-                headers: vec![("retry-after", "1".into())],
-                body: Bytes::from_static(b"slow down"),
-            }
+            refusal(429, ("retry-after", "1"), b"slow down")
         } else {
             ok_completion("after waiting")
         }
@@ -170,12 +177,8 @@ async fn retry_after_delays_the_retry_and_one_too_long_is_not_waited_for() {
     );
     assert_eq!(up.count(), 2);
 
-    let long = Mock::start(|_| Reply::Full {
-        status: 429,
-        headers: vec![("retry-after", "120".into())],
-        body: Bytes::from_static(b"come back in two minutes"),
-    })
-    .await;
+    let long =
+        Mock::start(|_| refusal(429, ("retry-after", "120"), b"come back in two minutes")).await;
     let gw = TestGateway::start(&format!(
         "{}{}[providers.retry]\nattempts = 3\nbackoff_ms = 1\nmax_retry_after_secs = 5\n",
         fast_server(),

@@ -157,12 +157,6 @@ fn target(
             format!("must be from 1 to {MAX_WEIGHT}"),
         ));
     }
-    if raw.base_url.is_none() && raw.demo.is_none() {
-        return Err(ConfigError::new(
-            format!("{at}.base_url"),
-            "missing required key (or a `demo` table for the built-in model)",
-        ));
-    }
     let endpoint = endpoint(
         at,
         raw.base_url.as_deref(),
