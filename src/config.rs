@@ -12,6 +12,7 @@ pub mod gateway_tools;
 pub mod raw;
 mod redact;
 pub mod store;
+pub mod telemetry;
 pub mod upstream;
 
 use std::collections::HashMap;
@@ -36,6 +37,7 @@ pub use gateway_tools::{
 };
 pub use raw::{Api, Mode, OnInvalid, RawConfig, Readiness, Record, ResultRole, ShowGatewayTools};
 pub use store::StoreConfig;
+pub use telemetry::TelemetryConfig;
 pub use upstream::{HealthPolicy, RetryPolicy, UpstreamTarget};
 
 use crate::natural::syntax::Syntax;
@@ -89,6 +91,8 @@ pub struct Config {
     pub http_tools: Vec<Arc<HttpToolConfig>>,
     /// `[store]`, when configured.
     pub store: Option<StoreConfig>,
+    /// `[telemetry]`, when configured: traces are exported.
+    pub telemetry: Option<TelemetryConfig>,
     /// What was loaded, kept for `toolgate check` (printed with secrets redacted).
     pub raw: RawConfig,
 }
@@ -285,6 +289,11 @@ impl Config {
             ));
         }
         let store = raw.store.as_ref().map(store::store).transpose()?;
+        let telemetry = raw
+            .telemetry
+            .as_ref()
+            .map(telemetry::telemetry)
+            .transpose()?;
         let keeps_state = store.is_some() || !mcp_servers.is_empty() || !http_tools.is_empty();
         if keeps_state
             && server.auth.is_none()
@@ -342,6 +351,7 @@ impl Config {
             mcp_servers,
             http_tools,
             store,
+            telemetry,
             raw,
         })
     }

@@ -84,6 +84,10 @@ fn refuse_reload(old: &Config, new: &Config) -> Option<ReloadRefused> {
     if admin(old) != admin(new) {
         return Some(ReloadRefused("server.auth.admin_keys_env"));
     }
+    if old.raw.telemetry != new.raw.telemetry {
+        // The exporter is started once, at boot.
+        return Some(ReloadRefused("telemetry"));
+    }
     if old.raw.store != new.raw.store {
         // The store's connection and writer are started once, at boot.
         return Some(ReloadRefused("store"));
@@ -378,6 +382,7 @@ impl Gateway {
         let runtime = self.runtime.load_full();
         let mut log = RequestLog::start(route_of(path));
         log.busy = busy;
+        log.trace = crate::telemetry::server_span::start(req.headers(), req.method(), path);
         let h2_stall = (req.version() == http::Version::HTTP_2)
             .then_some(runtime.config.server.write_stall_timeout);
         // The Messages door answers errors in Anthropic's shape.
@@ -403,14 +408,16 @@ impl Gateway {
             }
             Ok(tenant) => {
                 log.tenant = Some(tenant.name.clone());
-                let (result, attempted) = crate::upstream::noting_attempts(proxy(
-                    &runtime,
-                    &self.limits,
-                    req,
-                    &tenant,
-                    &mut log,
-                ))
-                .await;
+                let scope = crate::telemetry::scope::Scope {
+                    tenant: tenant.name.clone(),
+                    trace: log.trace.clone(),
+                };
+                let (result, attempted) =
+                    crate::upstream::noting_attempts(crate::telemetry::scope::within(
+                        scope,
+                        proxy(&runtime, &self.limits, req, &tenant, &mut log),
+                    ))
+                    .await;
                 log.attempted = attempted;
                 match result {
                     Ok(r) => r,

@@ -32,6 +32,7 @@ pub mod router;
 pub mod server;
 pub mod sse;
 pub mod store;
+pub mod telemetry;
 pub mod to_natural;
 pub mod tools;
 pub mod upstream;

@@ -200,6 +200,7 @@ fn through_tracing(line: &request_line::RequestLine) {
         bytes_out = line.bytes_out,
         complete = line.complete,
         error = line.error.as_deref().map(|e| tracing::field::display(Untrusted(e))),
+        trace_id = line.trace_id.as_deref(),
         "request"
     );
 }
@@ -334,6 +335,7 @@ mod tests {
                 bytes_out: 0,
                 complete: true,
                 error: None,
+                trace_id: None,
             };
             for _ in 1..MAX_PENDING {
                 assert!(!hold(line.clone()));

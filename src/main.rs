@@ -301,6 +301,15 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(telemetry) = &config.telemetry {
+        // Before any runtime runs on this thread: the exporter's blocking
+        // HTTP client must not be built inside one.
+        if let Err(e) = toolgate::telemetry::install(telemetry) {
+            eprintln!("toolgate: [telemetry]: {e}");
+            return ExitCode::FAILURE;
+        }
+        tracing::info!(endpoint = %telemetry.traces_url, sample_ratio = telemetry.sample_ratio, "exporting traces");
+    }
     let dealer = toolgate::workers::Dealer::new(workers.handles());
     let gateway = Arc::new(toolgate::gateway::Gateway::new(Arc::new(config)));
     let serving = gateway.clone();
@@ -328,6 +337,8 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
     workers.stop();
     // Transcript rows still queued are written before the process ends.
     gateway.close_store(std::time::Duration::from_secs(5));
+    // Spans still queued are exported before the process ends.
+    toolgate::telemetry::shutdown(std::time::Duration::from_secs(5));
     toolgate::log_writer::flush();
     code
 }

@@ -44,6 +44,8 @@ pub const STORE_DROPPED: &str = "toolgate_store_dropped_total";
 pub const STORE_QUEUE_DEPTH: &str = "toolgate_store_queue_depth";
 pub const STORE_WRITE_SECONDS: &str = "toolgate_store_write_seconds";
 pub const STORE_UP: &str = "toolgate_store_up";
+pub const TOKENS: &str = "toolgate_tokens_total";
+pub const TRACE_SPANS: &str = "toolgate_trace_spans_total";
 
 /// Latency buckets from 1 ms to 5 minutes: model calls are slow, the gateway is not.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -122,6 +124,14 @@ fn describe() {
         "Time until the upstream sent its response head."
     );
     describe_gauge!(ACTIVE_REQUESTS, "Requests in flight.");
+    describe_counter!(
+        TOKENS,
+        "Tokens the upstreams' answers reported using, by provider, tenant and kind (input, output)."
+    );
+    describe_counter!(
+        TRACE_SPANS,
+        "Trace spans by outcome: exported, failed (the collector refused or was unreachable), dropped (the export queue was full)."
+    );
     describe_gauge!(ACTIVE_STREAMS, "Streaming responses in flight.");
     describe_counter!(
         BYTES_IN,
@@ -294,6 +304,11 @@ pub fn declare_tools(config: &crate::config::Config) {
     }
     if config.store.is_some() {
         metrics::counter!(STORE_DROPPED).increment(0);
+    }
+    if config.telemetry.is_some() {
+        for outcome in ["exported", "failed", "dropped"] {
+            metrics::counter!(TRACE_SPANS, "outcome" => outcome).increment(0);
+        }
     }
     for p in &config.providers {
         for kind in ["connect", "timeout", "protocol"] {

@@ -7,10 +7,12 @@
 //! request's own task. `https` upstreams go through hyper's pooled client,
 //! which negotiates HTTP/2 by ALPN.
 
+mod answered;
 pub mod balance;
 pub mod pool;
 pub mod reply;
 pub mod retry;
+pub mod usage;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -60,6 +62,8 @@ pub struct Routed {
     ttfb: metrics::Histogram,
     balancer: Balancer,
     targets: Box<[TargetState]>,
+    /// `toolgate_tokens_total` (input, output) by tenant name.
+    tokens: HashMap<Arc<str>, [metrics::Counter; 2]>,
 }
 
 /// One target's health and metric handles.
@@ -76,8 +80,12 @@ impl AsRef<Health> for TargetState {
 }
 
 impl Routed {
-    fn new(provider: &Provider, book: &HealthBook, workers: usize) -> Self {
+    fn new(provider: &Provider, book: &HealthBook, workers: usize, tenants: &[Arc<str>]) -> Self {
         let name = provider.name.clone();
+        let tokens = tenants
+            .iter()
+            .map(|t| (t.clone(), token_counters(&name, t)))
+            .collect();
         let targets = provider
             .targets
             .iter()
@@ -104,10 +112,23 @@ impl Routed {
             ttfb: metrics::histogram!(m::UPSTREAM_TTFB, "provider" => name),
             balancer: Balancer::new(&provider.targets, &provider.health, workers),
             targets,
+            tokens,
             key: std::ptr::from_ref(provider) as usize,
             _held: None,
         }
     }
+}
+
+/// The `toolgate_tokens_total` counters of a provider and tenant, registered at 0.
+fn token_counters(provider: &str, tenant: &str) -> [metrics::Counter; 2] {
+    ["input", "output"].map(|kind| {
+        let c = metrics::counter!(m::TOKENS,
+            "provider" => provider.to_owned(),
+            "tenant" => tenant.to_owned(),
+            "kind" => kind);
+        c.increment(0);
+        c
+    })
 }
 
 /// Every target's health, by provider name and target identity: kept across
@@ -190,6 +211,15 @@ impl Upstreams {
             .build(connector);
         let workers = server.workers.get();
         book.keep_only(config);
+        let tenants: Vec<Arc<str>> = match &server.auth {
+            Some(auth) => {
+                let mut names: Vec<Arc<str>> = auth.tenants().map(Arc::from).collect();
+                names.sort();
+                names.dedup();
+                names
+            }
+            None => vec![Arc::from(crate::config::auth::ANONYMOUS)],
+        };
         Upstreams {
             pool: pool::Pool::new(server.connect_timeout, workers),
             client,
@@ -200,7 +230,7 @@ impl Upstreams {
                 .iter()
                 .map(|p| Routed {
                     _held: Some(p.clone()),
-                    ..Routed::new(p, book, workers)
+                    ..Routed::new(p, book, workers, &tenants)
                 })
                 .collect(),
             workers,
@@ -242,7 +272,7 @@ impl Upstreams {
         let routed = match self.configured(provider) {
             Some(routed) => routed,
             None => {
-                built = Routed::new(provider, &HealthBook::default(), self.workers);
+                built = Routed::new(provider, &HealthBook::default(), self.workers, &[]);
                 &built
             }
         };
@@ -252,7 +282,7 @@ impl Upstreams {
             let i = routed
                 .balancer
                 .pick(&routed.targets, 0, worker, Clock::now());
-            let (outcome, result) = self.attempt(provider, routed, i, req).await;
+            let (outcome, result) = self.attempt(provider, routed, i, req, 1).await;
             self.account(provider, routed, i, outcome);
             return exhausted(result, outcome, policy);
         }
@@ -297,7 +327,7 @@ impl Upstreams {
             *req.uri_mut() = parts.uri.clone();
             *req.version_mut() = parts.version;
             *req.headers_mut() = parts.headers.clone();
-            let (outcome, result) = self.attempt(provider, routed, i, req).await;
+            let (outcome, result) = self.attempt(provider, routed, i, req, attempt).await;
             self.account(provider, routed, i, outcome);
             if !outcome.is_failure(policy) || attempt >= policy.attempts {
                 return exhausted(result, outcome, policy);
@@ -347,8 +377,53 @@ impl Upstreams {
         }
     }
 
-    /// One request to target `i`, up to its response head.
+    /// One request to target `i`, observed: its span (when traces are on)
+    /// and the tokens its answer reports.
     async fn attempt(
+        &self,
+        provider: &Provider,
+        routed: &Routed,
+        i: usize,
+        req: Request<Full<Bytes>>,
+        n: u32,
+    ) -> (Outcome, Result<Response<Body>, GatewayError>) {
+        let scope = crate::telemetry::scope::current();
+        let (req, span) = match scope.as_ref().and_then(|s| s.trace.as_ref()) {
+            None => (req, None),
+            Some(_) => {
+                let (parts, body) = req.into_parts();
+                // One frame, ready at once.
+                let bytes = http_body_util::BodyExt::collect(body)
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
+                let mut req = Request::from_parts(parts, Full::new(bytes.clone()));
+                let span = answered::start(provider, &provider.targets[i], n, &mut req, &bytes);
+                (req, span)
+            }
+        };
+        let (outcome, result) = self.reach(provider, routed, i, req).await;
+        let tokens = scope.map(|s| match routed.tokens.get(&s.tenant) {
+            Some(counters) => counters.clone(),
+            None => token_counters(&provider.name, &s.tenant),
+        });
+        match result {
+            Ok(response) => (outcome, Ok(answered::observe(response, span, tokens))),
+            Err(e) => {
+                let kind = match outcome {
+                    Outcome::Timeout => "timeout",
+                    Outcome::Connect => "connect",
+                    Outcome::Protocol => "protocol",
+                    Outcome::Answered(_) => "request",
+                };
+                answered::failed(span, kind, &e.to_string());
+                (outcome, Err(e))
+            }
+        }
+    }
+
+    /// One request to target `i`, up to its response head.
+    async fn reach(
         &self,
         provider: &Provider,
         routed: &Routed,

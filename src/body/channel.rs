@@ -19,7 +19,8 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(frames);
-    let task = tokio::spawn(task(tx));
+    // The task works for the request: it keeps its tenant and trace.
+    let task = tokio::spawn(crate::telemetry::scope::carry(task(tx)));
     super::boxed(ChannelBody {
         rx,
         task: task.abort_handle(),

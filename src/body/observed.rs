@@ -42,6 +42,8 @@ pub struct RequestLog {
     pub busy: Option<crate::server::InFlight>,
     /// Set when shutdown's grace period ended the stream (see `drain`).
     pub drained: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The request's server span, when traces are on.
+    pub trace: Option<crate::telemetry::Context>,
     finished: bool,
 }
 
@@ -64,6 +66,7 @@ impl RequestLog {
             held: None,
             busy: None,
             drained: None,
+            trace: None,
             finished: false,
         }
     }
@@ -96,6 +99,22 @@ impl Drop for RequestLog {
             .drained
             .as_ref()
             .is_some_and(|d| d.load(std::sync::atomic::Ordering::Acquire));
+        let error = self.failed.take().or_else(|| {
+            drained.then(|| "ended by shutdown at the end of its grace period".to_owned())
+        });
+        let trace_id = self.trace.as_ref().and_then(|cx| {
+            crate::telemetry::server_span::end(
+                cx,
+                crate::telemetry::server_span::Ended {
+                    status: self.status,
+                    provider: &provider.name,
+                    tenant: self.tenant.as_deref(),
+                    model: &self.model,
+                    error: error.as_deref(),
+                },
+            );
+            crate::telemetry::propagate::trace_id(cx).map(String::into_boxed_str)
+        });
         // Model names are logged; prompts, keys and bodies never are.
         crate::log_writer::request(RequestLine {
             at: std::time::SystemTime::now(),
@@ -110,9 +129,8 @@ impl Drop for RequestLog {
             duration: elapsed,
             bytes_out: self.bytes_out,
             complete: self.finished && self.failed.is_none() && !drained,
-            error: self.failed.take().or_else(|| {
-                drained.then(|| "ended by shutdown at the end of its grace period".to_owned())
-            }),
+            error,
+            trace_id,
         });
     }
 }

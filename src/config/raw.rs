@@ -6,6 +6,7 @@
 
 mod gateway;
 mod store;
+mod telemetry;
 mod upstream;
 
 use std::collections::BTreeMap;
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 pub use gateway::{RawHttpTool, RawMcpServer, ShowGatewayTools};
 pub use store::{RawStore, Record};
+pub use telemetry::RawTelemetry;
 pub use upstream::{RawHealth, RawRetry, RawTarget};
 
 pub use crate::natural::request::ResultRole;
@@ -32,6 +34,8 @@ pub struct RawConfig {
     pub http_tools: Vec<RawHttpTool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<RawStore>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<RawTelemetry>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

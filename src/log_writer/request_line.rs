@@ -37,6 +37,8 @@ pub struct RequestLine {
     pub complete: bool,
     /// Why the body ended early; escaped like the model.
     pub error: Option<String>,
+    /// The request's trace (32 hex digits), when traces are on.
+    pub trace_id: Option<Box<str>>,
 }
 
 /// The two layouts tracing-subscriber writes (without ANSI colours).
@@ -92,6 +94,10 @@ impl RequestLine {
             out.extend_from_slice(b" error=");
             untrusted(error, out);
         }
+        if let Some(trace_id) = &self.trace_id {
+            out.extend_from_slice(b" trace_id=");
+            debug_str(trace_id, out);
+        }
         out.push(b'\n');
     }
 
@@ -134,6 +140,10 @@ impl RequestLine {
         if let Some(error) = &self.error {
             out.extend_from_slice(b",\"error\":");
             json_untrusted(error, out);
+        }
+        if let Some(trace_id) = &self.trace_id {
+            out.extend_from_slice(b",\"trace_id\":");
+            json_str(trace_id, out);
         }
         out.extend_from_slice(b"},\"target\":\"toolgate::request\"}\n");
     }
@@ -389,6 +399,7 @@ mod tests {
             bytes_out: 410,
             complete: true,
             error: None,
+            trace_id: None,
         };
         let cases = [
             RequestLine {
@@ -422,6 +433,11 @@ mod tests {
             RequestLine {
                 target: Some("vllm-0".into()),
                 attempts: 3,
+                ..base.clone()
+            },
+            RequestLine {
+                error: Some("cut".into()),
+                trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
                 ..base.clone()
             },
             RequestLine {

@@ -122,10 +122,10 @@ async fn run_repairs(
             request.error.clone(),
         ));
         let repairer = repairer.clone();
-        running.spawn(async move {
+        running.spawn(crate::telemetry::scope::carry(async move {
             let result = repairer.repair(&request).await;
             (slot, request.id, result)
-        });
+        }));
     }
     loop {
         match tokio::time::timeout_at(ends, running.join_next()).await {

@@ -32,6 +32,8 @@ pub struct Repairing {
     repairer: Arc<Repairer>,
     repairs: JoinSet<RepairOutcome>,
     keep_alive: Option<Pin<Box<Sleep>>>,
+    /// The request's scope: repairs start while the body is polled, outside it.
+    scope: Option<crate::telemetry::scope::Scope>,
 }
 
 impl Repairing {
@@ -41,6 +43,7 @@ impl Repairing {
             repairer,
             repairs: JoinSet::new(),
             keep_alive: None,
+            scope: crate::telemetry::scope::current(),
         }
     }
 }
@@ -66,10 +69,12 @@ impl Transform for Repairing {
         // Start the repairs the rewriter asked for.
         for (choice, request) in self.rewriter.take_repairs() {
             let repairer = self.repairer.clone();
-            self.repairs.spawn(async move {
-                let result = repairer.repair(&request).await;
-                (choice, request.id, result)
-            });
+            let scope = self.scope.clone();
+            self.repairs
+                .spawn(crate::telemetry::scope::within_maybe(scope, async move {
+                    let result = repairer.repair(&request).await;
+                    (choice, request.id, result)
+                }));
         }
         if !self.repairs.is_empty()
             && let Poll::Ready(Some(joined)) = self.repairs.poll_join_next(cx)

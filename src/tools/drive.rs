@@ -189,11 +189,11 @@ fn apply<U, O: Output>(
                 let tools = plan.tools.clone();
                 let limit = limit.clone();
                 let max = plan.max_result_chars;
-                running.spawn(async move {
+                running.spawn(crate::telemetry::scope::carry(async move {
                     let _permit = limit.acquire_owned().await;
-                    let outcome = executor::execute(&tools, &tool, &arguments, max).await;
+                    let outcome = executor::execute(&tools, &tool, &id, &arguments, max).await;
                     (id, outcome)
-                });
+                }));
             }
         }
     }

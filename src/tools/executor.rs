@@ -8,7 +8,11 @@ use std::time::{Duration, Instant};
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::{Map, Value};
 
+use opentelemetry::trace::{SpanKind, TraceContextExt};
+use opentelemetry::{Context, KeyValue};
+
 use crate::metrics as m;
+use crate::telemetry::genai as g;
 use crate::tools::{GatewayTool, ToolKind, Tools};
 
 /// What a call came to.
@@ -39,11 +43,20 @@ impl Outcome {
 pub async fn execute(
     tools: &Tools,
     tool: &GatewayTool,
+    call_id: &str,
     arguments: &str,
     max_chars: usize,
 ) -> Outcome {
-    let mut watch = CallWatch::start(tool);
-    let outcome = run(tools, tool, arguments, max_chars).await;
+    let mut watch = CallWatch::start(tool, call_id);
+    // The tool's own requests (HTTP, MCP) carry this call's span as their parent.
+    let outcome = crate::telemetry::scope::with_trace(
+        watch.span.clone(),
+        run(tools, tool, arguments, max_chars),
+    )
+    .await;
+    if let (Some(cx), Outcome::Failed(error)) = (&watch.span, &outcome) {
+        g::fail(cx, "tool_error", error.clone());
+    }
     watch.finish(if outcome.is_error() {
         "failed"
     } else {
@@ -64,16 +77,37 @@ struct CallWatch {
     server: String,
     started: Instant,
     outcome: Option<&'static str>,
+    /// The call's `execute_tool {name}` span, when traces are on.
+    span: Option<Context>,
 }
 
 impl CallWatch {
-    fn start(tool: &GatewayTool) -> Self {
+    fn start(tool: &GatewayTool, call_id: &str) -> Self {
         metrics::gauge!(m::GATEWAY_TOOLS_IN_FLIGHT).increment(1.0);
+        let span = crate::telemetry::scope::trace().and_then(|parent| {
+            let kind = match tool.kind {
+                ToolKind::Builtin(_) => "function",
+                ToolKind::Http(_) | ToolKind::Mcp { .. } => "extension",
+            };
+            g::start(
+                format!("execute_tool {}", tool.name),
+                SpanKind::Internal,
+                vec![
+                    KeyValue::new(g::OPERATION_NAME, "execute_tool"),
+                    KeyValue::new(g::TOOL_NAME, tool.name.clone()),
+                    KeyValue::new(g::TOOL_CALL_ID, call_id.to_owned()),
+                    KeyValue::new(g::TOOL_TYPE, kind),
+                    KeyValue::new("toolgate.tool.server", tool.server().to_owned()),
+                ],
+                &parent,
+            )
+        });
         CallWatch {
             tool: tool.name.clone(),
             server: tool.server().to_owned(),
             started: Instant::now(),
             outcome: None,
+            span,
         }
     }
 
@@ -90,6 +124,12 @@ impl Drop for CallWatch {
             .increment(1);
         metrics::histogram!(m::GATEWAY_TOOL_DURATION, "server" => self.server.clone())
             .record(self.started.elapsed().as_secs_f64());
+        if let Some(cx) = self.span.take() {
+            if outcome == "cancelled" {
+                g::fail(&cx, "cancelled", "the call was cancelled");
+            }
+            cx.span().end();
+        }
     }
 }
 

@@ -77,6 +77,9 @@ impl HttpTools {
         for (name, value) in &tool.headers {
             request.headers_mut().insert(name.clone(), value.clone());
         }
+        if let Some(cx) = crate::telemetry::scope::trace() {
+            crate::telemetry::propagate::inject(&cx, request.headers_mut());
+        }
         let response = self.client.request(request).await.map_err(|e| {
             // The details (addresses, OS errors) go to the log, not to the model or client.
             tracing::warn!(tool = ?tool.name, error = ?error_chain(&e), "HTTP tool unreachable");

@@ -35,6 +35,7 @@ use crate::metrics as m;
 use crate::tools::GatewayTool;
 
 mod listing;
+mod traced;
 use listing::Listing;
 
 /// How long connecting and the first `tools/list` may take.
@@ -286,7 +287,18 @@ impl McpHost {
             return Err(CallError::NotConnected(server.to_owned()));
         };
         let _in_flight = InFlightCall::start(handle.clone());
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        // The call's span is the parent of the server's (MCP's `_meta.traceparent`;
+        // a streamable-HTTP server gets the header too).
+        if let Some(traceparent) = crate::telemetry::scope::trace()
+            .as_ref()
+            .and_then(crate::telemetry::propagate::traceparent)
+        {
+            params
+                .meta
+                .get_or_insert_with(Default::default)
+                .set_traceparent(traceparent);
+        }
         // Dropping the call (timeout, client gone) sends the server a cancellation.
         match tokio::time::timeout(timeout, peer.call_tool(params)).await {
             Err(_) => {
@@ -538,8 +550,11 @@ async fn connect(config: &McpServerConfig, changed: Arc<Notify>) -> Result<Runni
             resume.base_duration = Duration::from_millis(250);
             resume.max_delay = Some(Duration::from_secs(2));
             transport.retry_config = Arc::new(resume);
+            let client = traced::Traced::new()?;
             handler
-                .serve(StreamableHttpClientTransport::from_config(transport))
+                .serve(StreamableHttpClientTransport::with_client(
+                    client, transport,
+                ))
                 .await
                 .map_err(|e| format!("initialization failed: {}", init_cause(&e)))
         }

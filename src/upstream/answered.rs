@@ -1,0 +1,220 @@
+//! What one upstream attempt tells the operator: its `chat {model}` client
+//! span (when traces are on) and the tokens its answer reports
+//! (`toolgate_tokens_total`, always). The span starts before the request is
+//! sent, carries the `traceparent` the upstream receives, and ends when the
+//! answer's body ends or is dropped, with the model, finish reasons and
+//! usage read from it ([`super::usage`]).
+
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use opentelemetry::trace::{SpanKind, TraceContextExt};
+use opentelemetry::{Context, KeyValue, StringValue, Value};
+use pin_project_lite::pin_project;
+
+use super::usage::{Scan, Seen};
+use crate::body::{self, Body, BoxError};
+use crate::config::{Provider, Target, UpstreamTarget};
+use crate::telemetry::{self, genai as g};
+
+/// An attempt's span, started under the request's trace context.
+pub(super) fn start(
+    provider: &Provider,
+    target: &UpstreamTarget,
+    attempt: u32,
+    req: &mut Request<http_body_util::Full<Bytes>>,
+    body: &Bytes,
+) -> Option<Context> {
+    let parent = telemetry::scope::trace()?;
+    let model = crate::inbound::find_model(req.headers(), body)
+        .ok()
+        .flatten()
+        .map(|m| m.name)
+        .unwrap_or_default();
+    let mut attributes = vec![
+        KeyValue::new(g::OPERATION_NAME, "chat"),
+        KeyValue::new(g::PROVIDER_NAME, provider.name.clone()),
+        KeyValue::new(g::REQUEST_MODEL, model.clone()),
+        KeyValue::new(g::TARGET, target.label.to_string()),
+        KeyValue::new(g::ATTEMPT, i64::from(attempt)),
+    ];
+    match &target.endpoint {
+        Target::Http(http) => {
+            attributes.push(KeyValue::new(
+                g::SERVER_ADDRESS,
+                http.authority.host().to_owned(),
+            ));
+            if let Some(port) = http.authority.port_u16() {
+                attributes.push(KeyValue::new(g::SERVER_PORT, i64::from(port)));
+            }
+        }
+        Target::Demo(_) => attributes.push(KeyValue::new(g::SERVER_ADDRESS, "demo")),
+    }
+    if telemetry::get().is_some_and(|t| t.capture_content)
+        && let Ok(serde_json::Value::Object(mut request)) = serde_json::from_slice(body)
+        && let Some(messages) = request
+            .remove("messages")
+            .or_else(|| request.remove("input"))
+    {
+        attributes.push(KeyValue::new(g::INPUT_MESSAGES, messages.to_string()));
+    }
+    let cx = g::start(
+        format!("chat {model}"),
+        SpanKind::Client,
+        attributes,
+        &parent,
+    )?;
+    telemetry::propagate::inject(&cx, req.headers_mut());
+    Some(cx)
+}
+
+/// Ends `span` for an attempt that got no answer.
+pub(super) fn failed(span: Option<Context>, error_type: &'static str, message: &str) {
+    if let Some(cx) = span {
+        g::fail(&cx, error_type, message);
+        cx.span().end();
+    }
+}
+
+/// Wraps an answer: a success's body is read for usage (and ends the span
+/// when it ends); any other status ends the span at once.
+pub(super) fn observe(
+    response: Response<Body>,
+    span: Option<Context>,
+    tokens: Option<[metrics::Counter; 2]>,
+) -> Response<Body> {
+    let status = response.status();
+    if let Some(cx) = &span {
+        cx.span()
+            .set_attribute(KeyValue::new(g::HTTP_STATUS, i64::from(status.as_u16())));
+    }
+    if !status.is_success() {
+        failed(
+            span,
+            status_error_type(status.as_u16()),
+            "the upstream answered with an error status",
+        );
+        return response;
+    }
+    response.map(|inner| {
+        body::boxed(Answered {
+            inner,
+            scan: Scan::default(),
+            ending: Some(Ending { span, tokens }),
+        })
+    })
+}
+
+fn status_error_type(status: u16) -> &'static str {
+    match status {
+        400..=499 => "http_4xx",
+        _ => "http_5xx",
+    }
+}
+
+struct Ending {
+    span: Option<Context>,
+    tokens: Option<[metrics::Counter; 2]>,
+}
+
+impl Ending {
+    fn finish(self, seen: Seen, error: Option<String>) {
+        if let Some(tokens) = &self.tokens {
+            tokens[0].increment(seen.input_tokens.unwrap_or(0));
+            tokens[1].increment(seen.output_tokens.unwrap_or(0));
+        }
+        let Some(cx) = self.span else { return };
+        let span = cx.span();
+        if let Some(model) = seen.model {
+            span.set_attribute(KeyValue::new(g::RESPONSE_MODEL, model));
+        }
+        if !seen.finish_reasons.is_empty() {
+            let reasons: Vec<StringValue> = seen
+                .finish_reasons
+                .into_iter()
+                .map(StringValue::from)
+                .collect();
+            span.set_attribute(KeyValue::new(
+                g::RESPONSE_FINISH_REASONS,
+                Value::Array(reasons.into()),
+            ));
+        }
+        if let Some(n) = seen.input_tokens {
+            span.set_attribute(KeyValue::new(g::USAGE_INPUT_TOKENS, n as i64));
+        }
+        if let Some(n) = seen.output_tokens {
+            span.set_attribute(KeyValue::new(g::USAGE_OUTPUT_TOKENS, n as i64));
+        }
+        if let Some(error) = error {
+            g::fail(&cx, "stream_error", error);
+        }
+        span.end();
+    }
+}
+
+pin_project! {
+    struct Answered {
+        #[pin]
+        inner: Body,
+        scan: Scan,
+        ending: Option<Ending>,
+    }
+
+    impl PinnedDrop for Answered {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let Some(ending) = this.ending.take() {
+                // Dropped before its end: the client left or a rewrite stopped reading.
+                ending.finish(this.scan.finish(), None);
+            }
+        }
+    }
+}
+
+impl HttpBody for Answered {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut this = self.project();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.scan.push(data);
+                }
+                if this.inner.is_end_stream()
+                    && let Some(ending) = this.ending.take()
+                {
+                    ending.finish(this.scan.finish(), None);
+                }
+            }
+            Poll::Ready(Some(Err(e))) => {
+                if let Some(ending) = this.ending.take() {
+                    ending.finish(this.scan.finish(), Some(e.to_string()));
+                }
+            }
+            Poll::Ready(None) => {
+                if let Some(ending) = this.ending.take() {
+                    ending.finish(this.scan.finish(), None);
+                }
+            }
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

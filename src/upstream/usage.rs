@@ -1,0 +1,201 @@
+//! What an upstream's answer says of itself: the tokens it used, the model
+//! that answered, why it finished. Read (sans IO) from the answer's first
+//! frame and its last few kilobytes, where every API this gateway speaks
+//! puts them: a chat completion's `usage` (last chunk, or the end of a whole
+//! answer), a Responses `response.completed`, Anthropic's `message_start`
+//! (input) and `message_delta` (output). What the middle of a long answer
+//! holds is never kept.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use memchr::memmem;
+use serde::Deserialize;
+
+/// The bytes kept from the end of an answer.
+const TAIL: usize = 8 * 1024;
+/// The most of the first frame kept.
+const HEAD: usize = 8 * 1024;
+
+#[derive(Debug, Default)]
+pub struct Scan {
+    head: Option<Bytes>,
+    tail: VecDeque<Bytes>,
+    tail_len: usize,
+    /// Whether a frame left the tail: head and tail are then apart.
+    gap: bool,
+}
+
+/// What the answer reported; `None` where it said nothing.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub model: Option<String>,
+    pub finish_reasons: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+impl Scan {
+    /// Notes one frame of the answer (a reference count, no copy).
+    pub fn push(&mut self, frame: &Bytes) {
+        if frame.is_empty() {
+            return;
+        }
+        if self.head.is_none() {
+            self.head = Some(frame.slice(..frame.len().min(HEAD)));
+            self.gap = frame.len() > HEAD;
+            return;
+        }
+        self.tail_len += frame.len();
+        self.tail.push_back(frame.clone());
+        while self.tail.len() > 1 && self.tail_len - self.tail[0].len() >= TAIL {
+            let dropped = self.tail.pop_front().expect("more than one frame");
+            self.tail_len -= dropped.len();
+            self.gap = true;
+        }
+    }
+
+    pub fn finish(&self) -> Seen {
+        let mut seen = Seen::default();
+        let tail = self.tail.iter().flat_map(|b| b.iter().copied());
+        match &self.head {
+            None => {}
+            // Contiguous: read as one text, so nothing split by a frame is missed.
+            Some(head) if !self.gap => {
+                let all: Vec<u8> = head.iter().copied().chain(tail).collect();
+                read(&all, &mut seen);
+            }
+            Some(head) => {
+                read(head, &mut seen);
+                read(&tail.collect::<Vec<u8>>(), &mut seen);
+            }
+        }
+        seen
+    }
+}
+
+/// Reads every `"usage"`, `"model"` and finish reason of `text`, the later
+/// ones winning.
+fn read(text: &[u8], seen: &mut Seen) {
+    for at in memmem::find_iter(text, b"\"usage\"") {
+        if let Some(value) = value_after(text, at + 7)
+            && value.first() == Some(&b'{')
+            && let Some(Ok(usage)) = serde_json::Deserializer::from_slice(value)
+                .into_iter::<Usage>()
+                .next()
+        {
+            if let Some(n) = usage.prompt_tokens.or(usage.input_tokens) {
+                seen.input_tokens = Some(n);
+            }
+            if let Some(n) = usage.completion_tokens.or(usage.output_tokens) {
+                seen.output_tokens = Some(n);
+            }
+        }
+    }
+    for at in memmem::find_iter(text, b"\"model\"") {
+        if let Some(model) = string_after(text, at + 7) {
+            seen.model = Some(model);
+        }
+    }
+    for key in [&b"\"finish_reason\""[..], b"\"stop_reason\""] {
+        for at in memmem::find_iter(text, key) {
+            if let Some(reason) = string_after(text, at + key.len())
+                && !seen.finish_reasons.contains(&reason)
+            {
+                seen.finish_reasons.push(reason);
+            }
+        }
+    }
+}
+
+/// The text after `key_end` once a `:` and whitespace are skipped.
+fn value_after(text: &[u8], key_end: usize) -> Option<&[u8]> {
+    let rest = text.get(key_end..)?;
+    let rest = rest.trim_ascii_start().strip_prefix(b":")?;
+    Some(rest.trim_ascii_start())
+}
+
+fn string_after(text: &[u8], key_end: usize) -> Option<String> {
+    let value = value_after(text, key_end)?;
+    if value.first() != Some(&b'"') {
+        return None;
+    }
+    serde_json::Deserializer::from_slice(value)
+        .into_iter::<String>()
+        .next()?
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(frames: &[&str]) -> Seen {
+        let mut scan = Scan::default();
+        for f in frames {
+            scan.push(&Bytes::copy_from_slice(f.as_bytes()));
+        }
+        scan.finish()
+    }
+
+    #[test]
+    fn a_chat_stream_s_usage_model_and_finish_are_read_at_any_split() {
+        let text = "data: {\"id\":\"c\",\"model\":\"qwen\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"say \\\"usage\\\": {\"}}]}\n\n\
+            data: {\"id\":\"c\",\"model\":\"qwen\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n\
+            data: {\"id\":\"c\",\"model\":\"qwen\",\"choices\":[],\"usage\":{\"prompt_tokens\":31,\"completion_tokens\":7,\"total_tokens\":38}}\n\ndata: [DONE]\n\n";
+        let want = Seen {
+            input_tokens: Some(31),
+            output_tokens: Some(7),
+            model: Some("qwen".into()),
+            finish_reasons: vec!["tool_calls".into()],
+        };
+        for cut in 0..text.len() {
+            assert_eq!(scan(&[&text[..cut], &text[cut..]]), want, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn anthropic_input_comes_from_the_start_and_output_from_the_end() {
+        let start = format!(
+            "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"model\":\"claude\",\"usage\":{{\"input_tokens\":25,\"output_tokens\":1}}}}}}\n\n{}",
+            "event: ping\ndata: {\"type\":\"ping\"}\n\n"
+        );
+        let middle = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n".repeat(200);
+        let end = "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":15}}\n\n";
+        let seen = scan(&[&start, &middle, end]);
+        assert_eq!(seen.input_tokens, Some(25));
+        assert_eq!(seen.output_tokens, Some(15));
+        assert_eq!(seen.model.as_deref(), Some("claude"));
+        assert_eq!(seen.finish_reasons, ["end_turn"]);
+    }
+
+    #[test]
+    fn a_whole_responses_answer_and_an_answer_without_usage() {
+        let seen = scan(&[
+            r#"{"id":"resp_1","object":"response","model":"gpt","output":[],"usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":0},"output_tokens":3}}"#,
+        ]);
+        assert_eq!((seen.input_tokens, seen.output_tokens), (Some(9), Some(3)));
+        let none = scan(&[
+            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":null}],\"usage\":null}\n\n",
+        ]);
+        assert_eq!(none, Seen::default());
+    }
+
+    #[test]
+    fn the_kept_tail_is_bounded() {
+        let mut s = Scan::default();
+        let frame = Bytes::from(vec![b'x'; 1000]);
+        for _ in 0..1000 {
+            s.push(&frame);
+        }
+        assert!(s.tail_len < TAIL + 1000, "{}", s.tail_len);
+    }
+}
