@@ -10,6 +10,7 @@
 //! SDK's own thread (`export`), behind a bounded queue whose drops are
 //! counted. The request's trace context travels with its [`scope`].
 
+pub mod content;
 mod export;
 pub mod genai;
 pub mod propagate;

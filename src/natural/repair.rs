@@ -64,6 +64,37 @@ impl Repairer {
         &self,
         request: &RepairRequest,
     ) -> Result<(String, Arguments), InvalidCall> {
+        use crate::telemetry::genai as g;
+        use opentelemetry::trace::TraceContextExt;
+        let span = crate::telemetry::scope::trace().and_then(|parent| {
+            // A call whose tool could not be read is repaired under no name.
+            let tool = request.tool.clone().unwrap_or_default();
+            g::start(
+                format!("repair_tool_call {tool}").trim_end().to_owned(),
+                opentelemetry::trace::SpanKind::Internal,
+                vec![
+                    opentelemetry::KeyValue::new(g::TOOL_NAME, tool),
+                    opentelemetry::KeyValue::new(g::PROVIDER_NAME, self.provider.name.clone()),
+                ],
+                &parent,
+            )
+        });
+        // The fallback model's own chat span is this one's child.
+        let result =
+            crate::telemetry::scope::with_trace(span.clone(), self.repair_attempts(request)).await;
+        if let Some(cx) = span {
+            if let Err(e) = &result {
+                g::fail(&cx, "repair_failed", e.reason.clone());
+            }
+            cx.span().end();
+        }
+        result
+    }
+
+    async fn repair_attempts(
+        &self,
+        request: &RepairRequest,
+    ) -> Result<(String, Arguments), InvalidCall> {
         let started = Instant::now();
         let mut complaint = request.error.clone();
         let mut last_failure = String::new();

@@ -46,6 +46,9 @@ pub struct ReplySettings {
     /// never for a client, who expects content before calls.
     pub early_calls: bool,
     pub schemas: Arc<SchemaCache>,
+    /// The request's span (when traces are on): parsed calls and invalid
+    /// blocks become its events.
+    pub trace: Option<crate::telemetry::Context>,
 }
 
 /// Default for `fallback_max_calls`: repairs per response.
@@ -92,6 +95,7 @@ impl ReplySettings {
             max_repairs,
             early_calls: false,
             schemas,
+            trace: crate::telemetry::scope::trace(),
         }
     }
 }
@@ -260,6 +264,16 @@ impl ReplyParser {
         for call in calls {
             metrics::counter!(m::TOOL_CALLS, "provider" => self.settings.provider.to_string(), "tool" => m::tool_label(&call.name))
                 .increment(1);
+            if let Some(cx) = &self.settings.trace {
+                crate::telemetry::genai::event(
+                    cx,
+                    "toolgate.natural.tool_call",
+                    vec![opentelemetry::KeyValue::new(
+                        crate::telemetry::genai::TOOL_NAME,
+                        call.name.clone(),
+                    )],
+                );
+            }
         }
     }
 
@@ -336,7 +350,7 @@ impl ReplyParser {
                     };
                     match checked {
                         Err(reason) => {
-                            count_invalid(&self.settings.provider, "schema");
+                            count_invalid(&self.settings, "schema");
                             let reason = format!("arguments do not match the schema: {reason}");
                             result = self.invalid(Some(call.name), reason, call.raw, out);
                         }
@@ -347,7 +361,7 @@ impl ReplyParser {
                                 .is_some_and(|max| self.slots.len() >= max) =>
                         {
                             // parallel_tool_calls: false. The extra call stays visible as text.
-                            count_invalid(&self.settings.provider, "extra_call");
+                            count_invalid(&self.settings, "extra_call");
                             out.push_str(&call.raw);
                         }
                         Ok(()) => self.slots.push(Slot::Ready(ReadyCall {
@@ -358,7 +372,7 @@ impl ReplyParser {
                     }
                 }
                 Event::Invalid(block) => {
-                    count_invalid(&self.settings.provider, reason_label(&block.reason));
+                    count_invalid(&self.settings, reason_label(&block.reason));
                     result = self.invalid(block.name, block.reason.to_string(), block.raw, out);
                 }
             }
@@ -414,9 +428,16 @@ fn reject(
     }
 }
 
-fn count_invalid(provider: &str, reason: &'static str) {
-    metrics::counter!(m::INVALID_BLOCKS, "provider" => provider.to_owned(), "reason" => reason)
+fn count_invalid(settings: &ReplySettings, reason: &'static str) {
+    metrics::counter!(m::INVALID_BLOCKS, "provider" => settings.provider.to_string(), "reason" => reason)
         .increment(1);
+    if let Some(cx) = &settings.trace {
+        crate::telemetry::genai::event(
+            cx,
+            "toolgate.natural.invalid_block",
+            vec![opentelemetry::KeyValue::new("toolgate.reason", reason)],
+        );
+    }
 }
 
 fn reason_label(reason: &InvalidReason) -> &'static str {

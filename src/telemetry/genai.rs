@@ -50,3 +50,8 @@ pub fn fail(cx: &Context, error_type: &'static str, message: impl Into<String>) 
     span.set_attribute(KeyValue::new(ERROR_TYPE, error_type));
     span.set_status(Status::error(message.into()));
 }
+
+/// Adds an event to the span of `cx`.
+pub fn event(cx: &Context, name: &'static str, attributes: Vec<KeyValue>) {
+    cx.span().add_event(name, attributes);
+}

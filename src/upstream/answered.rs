@@ -54,12 +54,10 @@ pub(super) fn start(
         Target::Demo(_) => attributes.push(KeyValue::new(g::SERVER_ADDRESS, "demo")),
     }
     if telemetry::get().is_some_and(|t| t.capture_content)
-        && let Ok(serde_json::Value::Object(mut request)) = serde_json::from_slice(body)
-        && let Some(messages) = request
-            .remove("messages")
-            .or_else(|| request.remove("input"))
+        && let Ok(request) = serde_json::from_slice::<serde_json::Value>(body)
+        && let Some(messages) = telemetry::content::input_messages(&request)
     {
-        attributes.push(KeyValue::new(g::INPUT_MESSAGES, messages.to_string()));
+        attributes.push(KeyValue::new(g::INPUT_MESSAGES, messages));
     }
     let cx = g::start(
         format!("chat {model}"),
@@ -99,11 +97,17 @@ pub(super) fn observe(
         );
         return response;
     }
+    let capture =
+        (span.is_some() && telemetry::get().is_some_and(|t| t.capture_content)).then(Vec::new);
     response.map(|inner| {
         body::boxed(Answered {
             inner,
             scan: Scan::default(),
-            ending: Some(Ending { span, tokens }),
+            ending: Some(Ending {
+                span,
+                tokens,
+                capture,
+            }),
         })
     })
 }
@@ -118,9 +122,18 @@ fn status_error_type(status: u16) -> &'static str {
 struct Ending {
     span: Option<Context>,
     tokens: Option<[metrics::Counter; 2]>,
+    /// `capture_content`: the answer's first bytes, for its output messages.
+    capture: Option<Vec<u8>>,
 }
 
 impl Ending {
+    fn keep(&mut self, data: &Bytes) {
+        if let Some(kept) = &mut self.capture {
+            let room = telemetry::content::MAX_CAPTURE.saturating_sub(kept.len());
+            kept.extend_from_slice(&data[..data.len().min(room)]);
+        }
+    }
+
     fn finish(self, seen: Seen, error: Option<String>) {
         if let Some(tokens) = &self.tokens {
             tokens[0].increment(seen.input_tokens.unwrap_or(0));
@@ -147,6 +160,12 @@ impl Ending {
         }
         if let Some(n) = seen.output_tokens {
             span.set_attribute(KeyValue::new(g::USAGE_OUTPUT_TOKENS, n as i64));
+        }
+        if let Some(messages) = self
+            .capture
+            .and_then(|kept| telemetry::content::output_messages(&kept))
+        {
+            span.set_attribute(KeyValue::new(g::OUTPUT_MESSAGES, messages));
         }
         if let Some(error) = error {
             g::fail(&cx, "stream_error", error);
@@ -188,6 +207,9 @@ impl HttpBody for Answered {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     this.scan.push(data);
+                    if let Some(ending) = this.ending.as_mut() {
+                        ending.keep(data);
+                    }
                 }
                 if this.inner.is_end_stream()
                     && let Some(ending) = this.ending.take()

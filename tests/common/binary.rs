@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 pub struct Binary {
     child: Child,
     pub port: u16,
+    /// Every line it wrote to stderr so far.
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     config: String,
     env: Vec<(String, String)>,
 }
@@ -82,9 +84,12 @@ impl Binary {
         }
         let mut child = command.spawn().unwrap();
         let stderr = BufReader::new(child.stderr.take().unwrap());
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
         std::thread::spawn(move || {
             for line in stderr.lines().map_while(Result::ok) {
                 eprintln!("[toolgate:{port}] {line}");
+                kept.lock().unwrap().push(line);
             }
         });
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -98,6 +103,7 @@ impl Binary {
         Binary {
             child,
             port,
+            log,
             config: config.to_owned(),
             env: env
                 .iter()

@@ -53,6 +53,13 @@ def decode(request):
                         "attributes": {a.key: value(a.value) for a in s.attributes},
                         "status": Status.StatusCode.Name(s.status.code),
                         "status_message": s.status.message,
+                        "events": [
+                            {
+                                "name": e.name,
+                                "attributes": {a.key: value(a.value) for a in e.attributes},
+                            }
+                            for e in s.events
+                        ],
                     }
                 )
     return out
