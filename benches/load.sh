@@ -12,6 +12,9 @@
 #   - toolgate with a plain config (passthrough, natural and to_natural providers);
 #   - toolgate "two targets": the plain config with its passthrough provider
 #     spread over two targets (both the mock), for what choosing one costs;
+#   - toolgate "traced": the plain config with [telemetry] exporting a span
+#     for every request and upstream attempt (to the mock, which accepts the
+#     OTLP posts like any other), for what traces cost;
 #   - toolgate "+store+tools": the same providers plus a [store] recording every
 #     exchange to SQLite and a provider offering gateway tools (HTTP, built-in);
 #   - nginx (Debian's package, installed if missing; NGINX=0 skips it) as a plain
@@ -39,7 +42,9 @@
 # section. Knobs: DURATION (s per wrk run, default 3), REPEAT (default 3),
 # CHUNKS (default 32), STREAMS (default 1000), NGINX (default 1),
 # TOOLGATE_LOG (default info; the log goes to a temp file), TOOLIFY_BIN,
-# TOOLGATE_BIN (a release binary to measure instead of building one).
+# TOOLGATE_BIN (a release binary to measure instead of building one),
+# BASE_BIN (an earlier build, measured as one more hop with the plain config:
+# what a change costs, in the same run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -150,9 +155,10 @@ start_toolgate() {
         providers
         printf '%s\n' "$2"
     } >"$TMP/$1.toml"
-    "$TMP/toolgate" check --config "$TMP/$1.toml" >/dev/null 2>"$TMP/$1.check" ||
+    local bin=${BIN:-$TMP/toolgate}
+    "$bin" check --config "$TMP/$1.toml" >/dev/null 2>"$TMP/$1.check" ||
         { cat "$TMP/$1.check" >&2; exit 1; }
-    "$TMP/toolgate" --config "$TMP/$1.toml" 2>"$TMP/$1.log" &
+    "$bin" --config "$TMP/$1.toml" 2>"$TMP/$1.log" &
     local pid=$!
     PIDS+=("$pid")
     for _ in $(seq 100); do
@@ -168,6 +174,17 @@ read -r GW_PORT GW_PID < <(start_toolgate plain "")
 PIDS+=("$GW_PID")
 read -r TWO_PORT TWO_PID < <(PT_TWO=1 start_toolgate two "")
 PIDS+=("$TWO_PID")
+read -r TRACED_PORT TRACED_PID < <(start_toolgate traced "
+[telemetry]
+otlp_endpoint = \"http://127.0.0.1:$MOCK_PORT\"
+")
+PIDS+=("$TRACED_PID")
+BASE_PORT=
+if [ -n "${BASE_BIN:-}" ]; then
+    cp "$BASE_BIN" "$TMP/toolgate-base"
+    read -r BASE_PORT BASE_PID < <(BIN="$TMP/toolgate-base" start_toolgate base "")
+    PIDS+=("$BASE_PID")
+fi
 read -r FULL_PORT FULL_PID < <(start_toolgate full "
 [store]
 url = \"sqlite://$TMP/store.db\"
@@ -331,6 +348,8 @@ ADDR[direct]="127.0.0.1:$MOCK_PORT";  PID[direct]=$MOCK_PID
 ADDR[toolgate]="127.0.0.1:$GW_PORT";  PID[toolgate]=$GW_PID
 ADDR[full]="127.0.0.1:$FULL_PORT";    PID[full]=$FULL_PID
 ADDR[two]="127.0.0.1:$TWO_PORT";      PID[two]=$TWO_PID
+ADDR[traced]="127.0.0.1:$TRACED_PORT"; PID[traced]=$TRACED_PID
+if [ -n "$BASE_PORT" ]; then ADDR[base]="127.0.0.1:$BASE_PORT"; PID[base]=$BASE_PID; fi
 if [ -n "$NGINX_PORT" ]; then ADDR[nginx]="127.0.0.1:$NGINX_PORT"; PID[nginx]=$NGINX_PID; fi
 if [ -n "$TOOLIFY_PORT" ]; then
     ADDR[toolify]="127.0.0.1:$TOOLIFY_PORT"; PID[toolify]=$TOOLIFY_PID
@@ -384,14 +403,14 @@ cell() {
 log "warming up"
 RSS_IDLE=$(status_kb "$GW_PID" VmRSS)
 for b in json sse natural tools; do
-    for hop in direct toolgate full two; do wrk_run "${ADDR[$hop]}" "$b" 8 1 >/dev/null; done
+    for hop in direct toolgate full two traced ${BASE_PORT:+base}; do wrk_run "${ADDR[$hop]}" "$b" 8 1 >/dev/null; done
 done
 [ -z "$NGINX_PORT" ] || wrk_run "${ADDR[nginx]}" json 8 1 >/dev/null
 [ -z "$TOOLIFY_PORT" ] || { wrk_run "${ADDR[toolify]}" json 8 1 >/dev/null; wrk_run "${ADDR[toolify]}" toolify 8 1 >/dev/null; }
 
 for conns in 1 32; do
-    cell json "$conns" direct:json toolgate:json nginx:json toolify:json full:json two:json
-    cell sse "$conns" direct:sse toolgate:sse nginx:sse toolify:sse full:sse two:sse
+    cell json "$conns" direct:json toolgate:json nginx:json toolify:json full:json two:json traced:json base:json
+    cell sse "$conns" direct:sse toolgate:sse nginx:sse toolify:sse full:sse two:sse traced:sse base:sse
     cell natural "$conns" direct:natural toolgate:natural nginx:natural tdirect:toolify-direct toolify:toolify
     cell tools "$conns" direct:tools toolgate:tools
 done
@@ -495,6 +514,14 @@ $(for row in json sse; do for c in 1 32; do
     printf '| %s | %s | %s | %s |\n' "$([ "$row" = json ] && echo non-stream || echo stream)" "$c" "$(hopcell "$row" "$c" toolgate)" "$(hopcell "$row" "$c" two)"
 done; done)
 | CPU per request (non-stream) | | $(cpu json toolgate 1) µs | $(cpu json two 1) µs |
+
+| passthrough, same run: req/s share · added p50 | c | toolgate | with traces (every request: a server and a chat span, exported) |$([ -z "$BASE_PORT" ] || echo " BASE_BIN ($(basename "$BASE_BIN")) |")
+|---|---|---|---|$([ -z "$BASE_PORT" ] || echo "---|")
+$(for row in json sse; do for c in 1 32; do
+    printf '| %s | %s | %s | %s |%s\n' "$([ "$row" = json ] && echo non-stream || echo stream)" "$c" "$(hopcell "$row" "$c" toolgate)" "$(hopcell "$row" "$c" traced)" "$([ -z "$BASE_PORT" ] || echo " $(hopcell "$row" "$c" base) |")"
+done; done)
+| CPU per request (non-stream) | | $(cpu json toolgate 1) µs | $(cpu json traced 1) µs |$([ -z "$BASE_PORT" ] || echo " $(cpu json base 1) µs |")
+| CPU per upstream chunk (stream) | | $(cpu sse toolgate "$SSE_EVENTS") µs | $(cpu sse traced "$SSE_EVENTS") µs |$([ -z "$BASE_PORT" ] || echo " $(cpu sse base "$SSE_EVENTS") µs |")
 
 The store wrote $(store_metric toolgate_store_write_seconds_count) batches (dropped rows: $(store_metric toolgate_store_dropped_total), queue depth at the end: $(store_metric toolgate_store_queue_depth)); it holds $(store_rows chats) chats and $(store_rows messages) message rows for $(store_metric 'toolgate_requests_total{') requests the recording gateway served.
 
