@@ -708,7 +708,8 @@ def check_dashboard(jsons: dict) -> None:
     hist = {consts[c] for c in re.findall(r"describe_histogram!\(\s*(\w+)", src) if c in consts}
     known = set(consts.values()) | {h + s for h in hist for s in ("_bucket", "_sum", "_count")}
     panels = [p for p in dash.get("panels", []) if p.get("type") != "row"]
-    exprs = [t["expr"] for p in panels for t in p.get("targets", [])]
+    # Tempo panels hold TraceQL, not PromQL.
+    exprs = [t["expr"] for p in panels for t in p.get("targets", []) if "expr" in t]
     used = set(re.findall(r"\btoolgate_\w+", " ".join(exprs)))
     check("grafana dashboard: schemaVersion >= 36 and every panel has a query",
           dash.get("schemaVersion", 0) >= 36 and all(p.get("targets") for p in panels),
@@ -725,7 +726,8 @@ def check_dashboard(jsons: dict) -> None:
                    "toolgate_active_requests", "toolgate_active_streams",
                    "toolgate_gateway_tool_calls_total", "toolgate_mcp_server_up",
                    "toolgate_store_queue_depth", "toolgate_store_dropped_total",
-                   "toolgate_upstream_attempts_total", "toolgate_upstream_target_up"):
+                   "toolgate_upstream_attempts_total", "toolgate_upstream_target_up",
+                   "toolgate_tokens_total", "toolgate_trace_spans_total"):
         if needed not in used:
             check(f"grafana dashboard: a panel shows {needed}", False)
 

@@ -242,13 +242,13 @@ impl Config {
         let figment = Figment::new().merge(Toml::string(&text)).merge(
             Env::prefixed("TOOLGATE_")
                 .split("__")
-                // Only `server` keys come from figment's env provider; other
-                // TOOLGATE_* variables (TOOLGATE_CONFIG, TOOLGATE_LOG, ...) are
-                // not config keys. figment hands the filter the key before
-                // lowercasing it.
+                // Only `server` and `telemetry` keys come from figment's env
+                // provider; other TOOLGATE_* variables (TOOLGATE_CONFIG,
+                // TOOLGATE_LOG, ...) are not config keys. figment hands the
+                // filter the key before lowercasing it.
                 .filter(|key| {
                     let key = key.as_str().to_ascii_lowercase().replace("__", ".");
-                    key.starts_with("server.")
+                    key.starts_with("server.") || key.starts_with("telemetry.")
                 }),
         );
         Self::from_figment(figment).map_err(|e| env::blame(e, &applied))

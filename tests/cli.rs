@@ -213,6 +213,31 @@ fn env_overrides_apply_strays_are_ignored_and_typos_rejected() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("listen = \"0.0.0.0:18089\""));
+    // Traces can be turned on from the environment (the image's config has none).
+    let out = run(&[
+        ("TOOLGATE_SERVER__ALLOW_OPEN_STORE", "true"),
+        ("TOOLGATE_TELEMETRY__OTLP_ENDPOINT", "http://tempo:4318"),
+        ("TOOLGATE_TELEMETRY__SAMPLE_RATIO", "0.25"),
+    ]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        shown.contains("[telemetry]")
+            && shown.contains("otlp_endpoint = \"http://tempo:4318\"")
+            && shown.contains("sample_ratio = 0.25"),
+        "{shown}"
+    );
+    let out = run(&[
+        ("TOOLGATE_SERVER__ALLOW_OPEN_STORE", "true"),
+        ("TOOLGATE_TELEMETRY__OTLP_ENDPOINT", "http://tempo:4318"),
+        ("TOOLGATE_TELEMETRY__SAMPLE_RATIO", "2"),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("telemetry.sample_ratio"));
     let out = run(&[("TOOLGATE_SERVER__LISTN", "0.0.0.0:1")]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("server.listn"));

@@ -56,6 +56,9 @@ pub fn redacted_toml(raw: &RawConfig) -> String {
             }
         }
     }
+    if let Some(telemetry) = &mut copy.telemetry {
+        redact_userinfo(&mut telemetry.otlp_endpoint);
+    }
     toml::to_string_pretty(&copy).unwrap_or_else(|e| format!("# cannot print config: {e}\n"))
 }
 
@@ -90,11 +93,16 @@ mod tests {
               { base_url = "http://u:pw-1@127.0.0.1:1/v1", headers = { "Authorization" = "Bearer sk-9", "x-pool" = "b" } },
               { base_url = "http://127.0.0.1:2/v1", api_key_env = "KEY_B" },
             ]
+            [telemetry]
+            otlp_endpoint = "https://tenant:pw-2@otel.example:4318"
             "#,
         )
         .unwrap();
         let out = redacted_toml(&raw);
-        assert!(!out.contains("sk-9") && !out.contains("pw-1"), "{out}");
+        assert!(
+            !out.contains("sk-9") && !out.contains("pw-1") && !out.contains("pw-2"),
+            "{out}"
+        );
         assert!(out.contains("http://<redacted>@127.0.0.1:1/v1"), "{out}");
         assert!(out.contains("KEY_B") && out.contains("x-pool"), "{out}");
     }

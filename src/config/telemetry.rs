@@ -21,6 +21,12 @@ pub struct TelemetryConfig {
 
 pub fn telemetry(raw: &RawTelemetry) -> Result<TelemetryConfig, ConfigError> {
     let base = raw.otlp_endpoint.trim_end_matches('/');
+    if base.is_empty() {
+        return Err(ConfigError::new(
+            "telemetry.otlp_endpoint",
+            "is required: the URL of an OTLP/HTTP receiver, like \"http://otel-collector:4318\"",
+        ));
+    }
     let uri: Uri = base.parse().map_err(|e| {
         ConfigError::new(
             "telemetry.otlp_endpoint",
