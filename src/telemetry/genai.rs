@@ -22,6 +22,7 @@ pub const ERROR_TYPE: &str = "error.type";
 pub const HTTP_METHOD: &str = "http.request.method";
 pub const HTTP_STATUS: &str = "http.response.status_code";
 pub const URL_PATH: &str = "url.path";
+pub const HTTP_ROUTE: &str = "http.route";
 /// toolgate's own: the key's tenant and the upstream target.
 pub const TENANT: &str = "toolgate.tenant";
 pub const TARGET: &str = "toolgate.target";
