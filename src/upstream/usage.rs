@@ -49,13 +49,22 @@ impl Scan {
         if frame.is_empty() {
             return;
         }
+        let mut rest = frame.clone();
         if self.head.is_none() {
-            self.head = Some(frame.slice(..frame.len().min(HEAD)));
-            self.gap = frame.len() > HEAD;
-            return;
+            self.head = Some(rest.split_to(rest.len().min(HEAD)));
+            if rest.is_empty() {
+                return;
+            }
         }
-        self.tail_len += frame.len();
-        self.tail.push_back(frame.clone());
+        if rest.len() > TAIL {
+            // Only the end of a long frame can matter: what came before it goes.
+            rest = rest.slice(rest.len() - TAIL..);
+            self.tail.clear();
+            self.tail_len = 0;
+            self.gap = true;
+        }
+        self.tail_len += rest.len();
+        self.tail.push_back(rest);
         while self.tail.len() > 1 && self.tail_len - self.tail[0].len() >= TAIL {
             let dropped = self.tail.pop_front().expect("more than one frame");
             self.tail_len -= dropped.len();
@@ -190,6 +199,21 @@ mod tests {
     }
 
     #[test]
+    fn a_whole_answer_in_one_long_frame_is_read_at_its_end() {
+        let text = format!(
+            r#"{{"model":"m1","choices":[{{"index":0,"message":{{"content":"{}"}},"finish_reason":"stop"}}],"usage":{{"prompt_tokens":5,"completion_tokens":70000}}}}"#,
+            "x".repeat(70_000)
+        );
+        let seen = scan(&[&text]);
+        assert_eq!(
+            (seen.input_tokens, seen.output_tokens),
+            (Some(5), Some(70000))
+        );
+        assert_eq!(seen.model.as_deref(), Some("m1"));
+        assert_eq!(seen.finish_reasons, ["stop"]);
+    }
+
+    #[test]
     fn the_kept_tail_is_bounded() {
         let mut s = Scan::default();
         let frame = Bytes::from(vec![b'x'; 1000]);
@@ -197,5 +221,7 @@ mod tests {
             s.push(&frame);
         }
         assert!(s.tail_len < TAIL + 1000, "{}", s.tail_len);
+        s.push(&Bytes::from(vec![b'y'; 1 << 20]));
+        assert_eq!(s.tail_len, TAIL);
     }
 }
