@@ -46,7 +46,7 @@ pub fn start(
 }
 
 /// Marks the span of `cx` failed with `error_type` and a message.
-pub fn fail(cx: &Context, error_type: &'static str, message: impl Into<String>) {
+pub fn fail(cx: &Context, error_type: impl Into<opentelemetry::Value>, message: impl Into<String>) {
     let span = cx.span();
     span.set_attribute(KeyValue::new(ERROR_TYPE, error_type));
     span.set_status(Status::error(message.into()));

@@ -15,7 +15,7 @@ use opentelemetry::trace::{SpanKind, TraceContextExt};
 use opentelemetry::{Context, KeyValue, StringValue, Value};
 use pin_project_lite::pin_project;
 
-use super::usage::{Scan, Seen};
+use super::usage::Scan;
 use crate::body::{self, Body, BoxError};
 use crate::config::{Provider, Target, UpstreamTarget};
 use crate::telemetry::{self, genai as g};
@@ -90,11 +90,15 @@ pub(super) fn observe(
             .set_attribute(KeyValue::new(g::HTTP_STATUS, i64::from(status.as_u16())));
     }
     if !status.is_success() {
-        failed(
-            span,
-            status_error_type(status.as_u16()),
-            "the upstream answered with an error status",
-        );
+        if let Some(cx) = span {
+            // The conventions' error type of an HTTP failure: its status code.
+            g::fail(
+                &cx,
+                status.as_u16().to_string(),
+                "the upstream answered with an error status",
+            );
+            cx.span().end();
+        }
         return response;
     }
     let capture =
@@ -112,13 +116,6 @@ pub(super) fn observe(
     })
 }
 
-fn status_error_type(status: u16) -> &'static str {
-    match status {
-        400..=499 => "http_4xx",
-        _ => "http_5xx",
-    }
-}
-
 struct Ending {
     span: Option<Context>,
     tokens: Option<[metrics::Counter; 2]>,
@@ -134,7 +131,8 @@ impl Ending {
         }
     }
 
-    fn finish(self, seen: Seen, error: Option<String>) {
+    fn finish(self, scan: &Scan, error: Option<String>) {
+        let seen = scan.finish(self.span.is_some());
         if let Some(tokens) = &self.tokens {
             tokens[0].increment(seen.input_tokens.unwrap_or(0));
             tokens[1].increment(seen.output_tokens.unwrap_or(0));
@@ -187,7 +185,7 @@ pin_project! {
             let this = this.project();
             if let Some(ending) = this.ending.take() {
                 // Dropped before its end: the client left or a rewrite stopped reading.
-                ending.finish(this.scan.finish(), None);
+                ending.finish(this.scan, None);
             }
         }
     }
@@ -214,17 +212,17 @@ impl HttpBody for Answered {
                 if this.inner.is_end_stream()
                     && let Some(ending) = this.ending.take()
                 {
-                    ending.finish(this.scan.finish(), None);
+                    ending.finish(this.scan, None);
                 }
             }
             Poll::Ready(Some(Err(e))) => {
                 if let Some(ending) = this.ending.take() {
-                    ending.finish(this.scan.finish(), Some(e.to_string()));
+                    ending.finish(this.scan, Some(e.to_string()));
                 }
             }
             Poll::Ready(None) => {
                 if let Some(ending) = this.ending.take() {
-                    ending.finish(this.scan.finish(), None);
+                    ending.finish(this.scan, None);
                 }
             }
             Poll::Pending => {}

@@ -72,28 +72,35 @@ impl Scan {
         }
     }
 
-    pub fn finish(&self) -> Seen {
+    /// What the kept bytes say: the usage always, the model and finish
+    /// reasons when `details` (a span wants them).
+    pub fn finish(&self, details: bool) -> Seen {
         let mut seen = Seen::default();
-        let tail = self.tail.iter().flat_map(|b| b.iter().copied());
-        match &self.head {
-            None => {}
-            // Contiguous: read as one text, so nothing split by a frame is missed.
-            Some(head) if !self.gap => {
-                let all: Vec<u8> = head.iter().copied().chain(tail).collect();
-                read(&all, &mut seen);
-            }
-            Some(head) => {
-                read(head, &mut seen);
-                read(&tail.collect::<Vec<u8>>(), &mut seen);
-            }
+        let Some(head) = &self.head else {
+            return seen;
+        };
+        if self.tail.is_empty() {
+            read(head, details, &mut seen);
+            return seen;
         }
+        let mut tail = Vec::with_capacity(self.tail_len + head.len());
+        if self.gap {
+            read(head, details, &mut seen);
+        } else {
+            // Contiguous: read as one text, so nothing split by a frame is missed.
+            tail.extend_from_slice(head);
+        }
+        for frame in &self.tail {
+            tail.extend_from_slice(frame);
+        }
+        read(&tail, details, &mut seen);
         seen
     }
 }
 
-/// Reads every `"usage"`, `"model"` and finish reason of `text`, the later
-/// ones winning.
-fn read(text: &[u8], seen: &mut Seen) {
+/// Reads every `"usage"` of `text` (the later ones winning) and, with
+/// `details`, its last `"model"` and every finish reason.
+fn read(text: &[u8], details: bool, seen: &mut Seen) {
     for at in memmem::find_iter(text, b"\"usage\"") {
         if let Some(value) = value_after(text, at + 7)
             && value.first() == Some(&b'{')
@@ -109,10 +116,14 @@ fn read(text: &[u8], seen: &mut Seen) {
             }
         }
     }
-    for at in memmem::find_iter(text, b"\"model\"") {
-        if let Some(model) = string_after(text, at + 7) {
-            seen.model = Some(model);
-        }
+    if !details {
+        return;
+    }
+    // Every chunk of a stream names the model: the last one is enough.
+    if let Some(model) =
+        memmem::rfind_iter(text, b"\"model\"").find_map(|at| string_after(text, at + 7))
+    {
+        seen.model = Some(model);
     }
     for key in [&b"\"finish_reason\""[..], b"\"stop_reason\""] {
         for at in memmem::find_iter(text, key) {
@@ -152,7 +163,7 @@ mod tests {
         for f in frames {
             scan.push(&Bytes::copy_from_slice(f.as_bytes()));
         }
-        scan.finish()
+        scan.finish(true)
     }
 
     #[test]
