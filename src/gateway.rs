@@ -412,12 +412,13 @@ impl Gateway {
                     tenant: tenant.name.clone(),
                     trace: log.trace.clone(),
                 };
-                let (result, attempted) =
-                    crate::upstream::noting_attempts(crate::telemetry::scope::within(
-                        scope,
-                        proxy(&runtime, &self.limits, req, &tenant, &mut log),
-                    ))
-                    .await;
+                // Boxed once: the wrappers below then move a pointer, not
+                // the whole request future (kilobytes, copied per layer).
+                let proxied = Box::pin(proxy(&runtime, &self.limits, req, &tenant, &mut log));
+                let (result, attempted) = crate::upstream::noting_attempts(
+                    crate::telemetry::scope::within(scope, proxied),
+                )
+                .await;
                 log.attempted = attempted;
                 match result {
                     Ok(r) => r,

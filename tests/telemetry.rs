@@ -376,6 +376,10 @@ async fn attempts_sampling_and_content() {
     .await;
     assert_eq!(sampled.status, 200, "{}", sampled.text());
     let spans = receiver.trace(trace, 3).await;
+    // The unsampled request told its upstream so (flags 00), on each attempt.
+    let first = upstream.requests.lock().unwrap()[0].clone();
+    let tp = traceparent(&first).expect("a traceparent, not sampled");
+    assert!(tp.starts_with("00-") && tp.ends_with("-00"), "{tp}");
     // Nothing of the request that started its own trace at ratio 0.
     assert!(receiver.all().await.iter().all(|s| s["trace_id"] == trace));
     let mut chats = named(&spans, "chat m");

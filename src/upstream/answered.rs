@@ -29,6 +29,12 @@ pub(super) fn start(
     body: &Bytes,
 ) -> Option<Context> {
     let parent = telemetry::scope::trace()?;
+    if !parent.span().span_context().is_sampled() {
+        // Nothing of this trace is kept: the upstream learns that from the
+        // request's own span, and no attempt span is built.
+        telemetry::propagate::inject(&parent, req.headers_mut());
+        return None;
+    }
     let model = crate::inbound::find_model(req.headers(), body)
         .ok()
         .flatten()

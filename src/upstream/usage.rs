@@ -1,28 +1,37 @@
 //! What an upstream's answer says of itself: the tokens it used, the model
-//! that answered, why it finished. Read (sans IO) from the answer's first
-//! frame and its last few kilobytes, where every API this gateway speaks
-//! puts them: a chat completion's `usage` (last chunk, or the end of a whole
+//! that answered, why it finished. Read (sans IO) from copies of the
+//! answer's first and last 2 KiB, where every API this gateway speaks puts
+//! them: a chat completion's `usage` (last chunk, or the end of a whole
 //! answer), a Responses `response.completed`, Anthropic's `message_start`
 //! (input) and `message_delta` (output). What the middle of a long answer
-//! holds is never kept.
+//! holds is never kept, and no frame is held: a held frame would pin the
+//! connection's read buffer for as long as the answer lasts.
 
-use std::collections::VecDeque;
+use std::sync::LazyLock;
 
-use bytes::Bytes;
-use memchr::memmem;
+use memchr::memmem::{Finder, FinderRev};
 use serde::Deserialize;
 
-/// The bytes kept from the end of an answer.
-const TAIL: usize = 8 * 1024;
-/// The most of the first frame kept.
-const HEAD: usize = 8 * 1024;
+/// The bytes kept from the start of an answer.
+const HEAD: usize = 2 * 1024;
+/// The bytes kept from the end of an answer (at least; up to twice that
+/// between compactions).
+const TAIL: usize = 2 * 1024;
+
+static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+static MODEL: LazyLock<FinderRev<'static>> = LazyLock::new(|| FinderRev::new(b"\"model\""));
+static FINISH: LazyLock<[Finder<'static>; 2]> = LazyLock::new(|| {
+    [
+        Finder::new(b"\"finish_reason\""),
+        Finder::new(b"\"stop_reason\""),
+    ]
+});
 
 #[derive(Debug, Default)]
 pub struct Scan {
-    head: Option<Bytes>,
-    tail: VecDeque<Bytes>,
-    tail_len: usize,
-    /// Whether a frame left the tail: head and tail are then apart.
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    /// Whether bytes between head and tail were let go: they are then read apart.
     gap: bool,
 }
 
@@ -44,30 +53,25 @@ struct Usage {
 }
 
 impl Scan {
-    /// Notes one frame of the answer (a reference count, no copy).
-    pub fn push(&mut self, frame: &Bytes) {
-        if frame.is_empty() {
+    /// Notes one frame of the answer (its bytes are copied within the bounds).
+    pub fn push(&mut self, mut data: &[u8]) {
+        if self.head.len() < HEAD {
+            let n = (HEAD - self.head.len()).min(data.len());
+            self.head.extend_from_slice(&data[..n]);
+            data = &data[n..];
+        }
+        if data.is_empty() {
             return;
         }
-        let mut rest = frame.clone();
-        if self.head.is_none() {
-            self.head = Some(rest.split_to(rest.len().min(HEAD)));
-            if rest.is_empty() {
-                return;
-            }
-        }
-        if rest.len() > TAIL {
-            // Only the end of a long frame can matter: what came before it goes.
-            rest = rest.slice(rest.len() - TAIL..);
+        if data.len() >= TAIL {
+            self.gap |= !self.tail.is_empty() || data.len() > TAIL;
             self.tail.clear();
-            self.tail_len = 0;
-            self.gap = true;
+            self.tail.extend_from_slice(&data[data.len() - TAIL..]);
+            return;
         }
-        self.tail_len += rest.len();
-        self.tail.push_back(rest);
-        while self.tail.len() > 1 && self.tail_len - self.tail[0].len() >= TAIL {
-            let dropped = self.tail.pop_front().expect("more than one frame");
-            self.tail_len -= dropped.len();
+        self.tail.extend_from_slice(data);
+        if self.tail.len() > 2 * TAIL {
+            self.tail.drain(..self.tail.len() - TAIL);
             self.gap = true;
         }
     }
@@ -76,24 +80,18 @@ impl Scan {
     /// reasons when `details` (a span wants them).
     pub fn finish(&self, details: bool) -> Seen {
         let mut seen = Seen::default();
-        let Some(head) = &self.head else {
-            return seen;
-        };
         if self.tail.is_empty() {
-            read(head, details, &mut seen);
-            return seen;
-        }
-        let mut tail = Vec::with_capacity(self.tail_len + head.len());
-        if self.gap {
-            read(head, details, &mut seen);
+            read(&self.head, details, &mut seen);
+        } else if self.gap {
+            read(&self.head, details, &mut seen);
+            read(&self.tail, details, &mut seen);
         } else {
             // Contiguous: read as one text, so nothing split by a frame is missed.
-            tail.extend_from_slice(head);
+            let mut all = Vec::with_capacity(self.head.len() + self.tail.len());
+            all.extend_from_slice(&self.head);
+            all.extend_from_slice(&self.tail);
+            read(&all, details, &mut seen);
         }
-        for frame in &self.tail {
-            tail.extend_from_slice(frame);
-        }
-        read(&tail, details, &mut seen);
         seen
     }
 }
@@ -101,7 +99,7 @@ impl Scan {
 /// Reads every `"usage"` of `text` (the later ones winning) and, with
 /// `details`, its last `"model"` and every finish reason.
 fn read(text: &[u8], details: bool, seen: &mut Seen) {
-    for at in memmem::find_iter(text, b"\"usage\"") {
+    for at in USAGE.find_iter(text) {
         if let Some(value) = value_after(text, at + 7)
             && value.first() == Some(&b'{')
             && let Some(Ok(usage)) = serde_json::Deserializer::from_slice(value)
@@ -120,14 +118,15 @@ fn read(text: &[u8], details: bool, seen: &mut Seen) {
         return;
     }
     // Every chunk of a stream names the model: the last one is enough.
-    if let Some(model) =
-        memmem::rfind_iter(text, b"\"model\"").find_map(|at| string_after(text, at + 7))
+    if let Some(model) = MODEL
+        .rfind_iter(text)
+        .find_map(|at| string_after(text, at + 7))
     {
         seen.model = Some(model);
     }
-    for key in [&b"\"finish_reason\""[..], b"\"stop_reason\""] {
-        for at in memmem::find_iter(text, key) {
-            if let Some(reason) = string_after(text, at + key.len())
+    for key in FINISH.iter() {
+        for at in key.find_iter(text) {
+            if let Some(reason) = string_after(text, at + key.needle().len())
                 && !seen.finish_reasons.contains(&reason)
             {
                 seen.finish_reasons.push(reason);
@@ -161,7 +160,7 @@ mod tests {
     fn scan(frames: &[&str]) -> Seen {
         let mut scan = Scan::default();
         for f in frames {
-            scan.push(&Bytes::copy_from_slice(f.as_bytes()));
+            scan.push(f.as_bytes());
         }
         scan.finish(true)
     }
@@ -227,12 +226,15 @@ mod tests {
     #[test]
     fn the_kept_tail_is_bounded() {
         let mut s = Scan::default();
-        let frame = Bytes::from(vec![b'x'; 1000]);
         for _ in 0..1000 {
-            s.push(&frame);
+            s.push(&[b'x'; 1000]);
         }
-        assert!(s.tail_len < TAIL + 1000, "{}", s.tail_len);
-        s.push(&Bytes::from(vec![b'y'; 1 << 20]));
-        assert_eq!(s.tail_len, TAIL);
+        assert!(
+            s.head.len() == HEAD && s.tail.len() <= 2 * TAIL,
+            "{}",
+            s.tail.len()
+        );
+        s.push(&vec![b'y'; 1 << 20]);
+        assert_eq!(s.tail.len(), TAIL);
     }
 }
