@@ -112,7 +112,7 @@ impl Shared {
         if unit.is_empty() {
             return;
         }
-        {
+        if unit.iter().any(|w| matches!(w, Write::Response(_))) {
             let mut queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
             for write in &unit {
                 if let Write::Response(r) = write {
@@ -412,35 +412,37 @@ impl Store {
             .map_or(&[], Vec::as_slice);
         let header = request.chat_header.filter(|h| valid_chat_id(h));
         let tenant = request.tenant;
-        let (chat, known) = self.link(tenant, messages, header).await;
+        let mut chain = link::Chain::for_tenant(tenant);
+        let tries = link::prefixes(&mut chain, messages, LINK_TRIES);
+        let (chat, known) = self.link(tenant, messages, tries, header).await;
         let known = (known.max(0) as usize).min(messages.len());
         self.shared.heads.own(chat.clone(), tenant.clone());
         self.shared.live.start(&chat);
         Some(Recorder::start(
             self.shared.clone(),
             chat,
-            tenant.clone(),
-            request.provider,
-            request.model,
+            &request,
+            chain,
             messages,
             known,
         ))
     }
 
     /// The chat of `tenant`'s that a history continues and how many of its
-    /// messages are recorded already. A header naming a chat that is not
-    /// the tenant's own starts a new chat, with an id of toolgate's.
+    /// messages are recorded already, given the states it reached
+    /// ([`link::prefixes`]). A header naming a chat that is not the
+    /// tenant's own starts a new chat, with an id of toolgate's.
     async fn link(
         &self,
         tenant: &Arc<str>,
         messages: &[Value],
+        tries: Vec<(String, usize)>,
         header: Option<&str>,
     ) -> (Arc<str>, i64) {
         let header = match header {
             Some(h) if self.owned_by(h, tenant).await => Some(h),
             _ => None,
         };
-        let tries = link::prefixes(tenant, messages, LINK_TRIES);
         let fresh = || match header {
             Some(h) => (Arc::from(h), 0),
             None => (Arc::from(next_id().0), 0),

@@ -207,7 +207,7 @@ fn event_name(kind: &str) -> &str {
     }
 }
 
-fn frame(kind: &str, message: &Value) -> Bytes {
+fn frame(kind: &str, message: &impl std::fmt::Display) -> Bytes {
     Bytes::from(format!("event: {}\ndata: {message}\n\n", event_name(kind)))
 }
 
@@ -302,5 +302,5 @@ async fn send_live(tx: &tokio::sync::mpsc::Sender<Bytes>, m: &Message, last: &mu
         return true;
     }
     *last = m.sequence;
-    tx.send(frame(m.kind.as_str(), &m.json)).await.is_ok()
+    tx.send(frame(m.kind.as_str(), &&*m.json)).await.is_ok()
 }

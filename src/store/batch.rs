@@ -8,9 +8,14 @@ use std::sync::Arc;
 
 use crate::store::record::{Head, Message, StoredResponse, Write};
 
+/// The row counts an `INSERT` takes: a table's rows are cut greedily into
+/// these, so its inserts come in four shapes, each prepared once per
+/// connection and kept (a statement of a new length every batch was
+/// parsed and planned anew each time).
+pub const SHAPES: [usize; 4] = [64, 16, 4, 1];
 /// Rows in one `INSERT` at most (7 parameters a message row: far inside
 /// SQLite's 32,766 and PostgreSQL's 65,535 parameters a statement).
-pub const ROWS_PER_INSERT: usize = 256;
+pub const ROWS_PER_INSERT: usize = SHAPES[0];
 
 /// A chat's row as one batch leaves it: its updates in the batch merged
 /// (counts added, the newest provider and model, the first title).
@@ -36,8 +41,7 @@ pub struct StepRow<'a> {
     pub json: Arc<str>,
 }
 
-/// The batch by table, each cut into inserts of at most
-/// [`ROWS_PER_INSERT`] rows.
+/// The batch by table, each cut into inserts of one of the [`SHAPES`].
 #[derive(Debug, Default)]
 pub struct Planned<'a> {
     pub messages: Vec<Vec<&'a Message>>,
@@ -130,11 +134,15 @@ pub fn plan(writes: &[Write]) -> Planned<'_> {
     }
 }
 
+/// `rows` cut into inserts of the [`SHAPES`], largest first.
 fn chunks<T>(rows: Vec<T>) -> Vec<Vec<T>> {
-    let mut out = Vec::with_capacity(rows.len().div_ceil(ROWS_PER_INSERT));
-    let mut rows = rows.into_iter().peekable();
-    while rows.peek().is_some() {
-        out.push(rows.by_ref().take(ROWS_PER_INSERT).collect());
+    let mut out = Vec::new();
+    let mut left = rows.len();
+    let mut rows = rows.into_iter();
+    while left > 0 {
+        let size = SHAPES.into_iter().find(|s| *s <= left).unwrap_or(1);
+        out.push(rows.by_ref().take(size).collect());
+        left -= size;
     }
     out
 }
@@ -163,7 +171,9 @@ fn chat_chunks(rows: Vec<ChatRow>) -> Vec<Vec<ChatRow>> {
         }
         rows = std::mem::take(&mut later);
     }
-    out
+    // Cut again to the shapes: a part of an insert names no chat twice
+    // either.
+    out.into_iter().flat_map(chunks).collect()
 }
 
 #[cfg(test)]
@@ -225,8 +235,10 @@ mod tests {
             head("h2", "c1"),
         ];
         let planned = plan(&writes);
-        let heads: Vec<(&str, &str)> = planned.heads[0]
+        let heads: Vec<(&str, &str)> = planned
+            .heads
             .iter()
+            .flatten()
             .map(|h| (&*h.hash, &*h.chat_id))
             .collect();
         assert_eq!(heads, [("h1", "c1"), ("h2", "c1"), ("h1", "c2")]);
@@ -241,10 +253,11 @@ mod tests {
             steps: json!([{"role": "tool"}]),
         })];
         let planned = plan(&writes);
-        let rows = &planned.steps[0];
+        let rows: Vec<&StepRow> = planned.steps.iter().flatten().collect();
         assert_eq!(rows.len(), 2);
         assert!(Arc::ptr_eq(&rows[0].json, &rows[1].json));
-        assert_eq!(planned.statements(), 1);
+        // Two rows are two inserts of the one-row shape.
+        assert_eq!(planned.statements(), 2);
     }
 
     proptest! {
@@ -268,13 +281,14 @@ mod tests {
                     kind: crate::store::record::Kind::Text,
                     created_at: 0,
                     sequence: i as i64,
-                    json: json!({}),
+                    json: "{}".into(),
                 })));
             }
             let planned = plan(&writes);
             let seen: Vec<&str> = planned.messages.iter().flatten().map(|m| m.id.as_str()).collect();
             prop_assert_eq!(seen.len(), messages);
-            prop_assert!(planned.messages.iter().all(|c| !c.is_empty() && c.len() <= ROWS_PER_INSERT));
+            prop_assert!(planned.messages.iter().all(|c| SHAPES.contains(&c.len())));
+            prop_assert!(planned.chats.iter().all(|c| SHAPES.contains(&c.len())));
             let mut sums: HashMap<(String, String), i64> = HashMap::new();
             for (id, tenant, _, n) in &updates {
                 *sums.entry((format!("c{id}"), format!("t{tenant}"))).or_default() += n;

@@ -74,6 +74,10 @@ impl Db {
                         .journal_mode(SqliteJournalMode::Wal)
                         .synchronous(SqliteSynchronous::Normal);
                 }
+                // The statement journal an upsert of many rows keeps (so a
+                // failed statement can be undone) lives in memory, not in a
+                // temporary file written with a syscall per page.
+                options = options.pragma("temp_store", "memory");
                 let file = (!memory).then(|| options.get_filename().to_owned());
                 let pool = SqlitePoolOptions::new()
                     .max_connections(1)
@@ -119,8 +123,8 @@ impl Db {
             .map_err(|e| format!("migration failed: {e}"))
     }
 
-    /// Writes `batch` in one transaction, a multi-row insert per table (see
-    /// [`batch::plan`]). A connection whose batch failed (a full disk fails
+    /// Writes `batch` in one transaction, multi-row inserts of a few shapes
+    /// per table, prepared once and kept (see [`batch::plan`]). A connection whose batch failed (a full disk fails
     /// the commit itself) is closed, never returned to the pool: it may
     /// still sit inside the transaction, seeing its own uncommitted rows and
     /// locking out the others.
@@ -135,16 +139,16 @@ impl Db {
                         "INSERT INTO messages (id, chat_id, role, kind, created_at, sequence, message_json) ",
                     );
                     insert.push_values(rows, |mut row, m| {
-                        row.push_bind(m.id.clone())
-                            .push_bind(m.chat_id.to_string())
+                        row.push_bind(m.id.as_str())
+                            .push_bind(&*m.chat_id)
                             .push_bind(m.role)
                             .push_bind(m.kind.as_str())
                             .push_bind(m.created_at)
                             .push_bind(m.sequence)
-                            .push_bind(m.json.to_string());
+                            .push_bind(&*m.json);
                     });
                     insert.push(" ON CONFLICT (id) DO NOTHING");
-                    insert.build().persistent(false).execute(&mut *tx).await?;
+                    insert.build().execute(&mut *tx).await?;
                 }
                 for rows in &planned.chats {
                     // A chat only ever takes its own tenant's updates.
@@ -152,15 +156,15 @@ impl Db {
                         "INSERT INTO chats (id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant) ",
                     );
                     insert.push_values(rows, |mut row, c| {
-                        row.push_bind(c.id.to_string())
+                        row.push_bind(&*c.id)
                             .push_bind(c.created_at)
                             .push_bind(c.updated_at)
-                            .push_bind(c.provider.clone())
-                            .push_bind(c.model.clone())
-                            .push_bind(c.title.clone())
+                            .push_bind(c.provider.as_str())
+                            .push_bind(c.model.as_str())
+                            .push_bind(c.title.as_str())
                             .push_bind(c.tool_calls)
                             .push_bind(c.messages)
-                            .push_bind(c.tenant.to_string());
+                            .push_bind(&*c.tenant);
                     });
                     insert.push(
                         " ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
@@ -170,48 +174,48 @@ impl Db {
                          messages = chats.messages + excluded.messages \
                          WHERE chats.tenant = excluded.tenant",
                     );
-                    insert.build().persistent(false).execute(&mut *tx).await?;
+                    insert.build().execute(&mut *tx).await?;
                 }
                 for rows in &planned.heads {
                     let mut insert =
                         QueryBuilder::new("INSERT INTO heads (hash, chat_id, len, created_at, tenant) ");
                     insert.push_values(rows, |mut row, h| {
-                        row.push_bind(h.hash.clone())
-                            .push_bind(h.chat_id.to_string())
+                        row.push_bind(h.hash.as_str())
+                            .push_bind(&*h.chat_id)
                             .push_bind(h.len)
                             .push_bind(h.at)
-                            .push_bind(h.tenant.to_string());
+                            .push_bind(&*h.tenant);
                     });
                     insert.push(" ON CONFLICT (hash, chat_id) DO NOTHING");
-                    insert.build().persistent(false).execute(&mut *tx).await?;
+                    insert.build().execute(&mut *tx).await?;
                 }
                 for rows in &planned.responses {
                     let mut insert = QueryBuilder::new(
                         "INSERT INTO responses (id, created_at, conversation_json, response_json, tenant, chat_id) ",
                     );
                     insert.push_values(rows, |mut row, r| {
-                        row.push_bind(r.id.clone())
+                        row.push_bind(r.id.as_str())
                             .push_bind(r.at)
                             .push_bind(r.conversation.to_string())
                             .push_bind(r.response.to_string())
-                            .push_bind(r.tenant.to_string())
-                            .push_bind(r.chat_id.to_string());
+                            .push_bind(&*r.tenant)
+                            .push_bind(&*r.chat_id);
                     });
                     insert.push(" ON CONFLICT (id) DO NOTHING");
-                    insert.build().persistent(false).execute(&mut *tx).await?;
+                    insert.build().execute(&mut *tx).await?;
                 }
                 for rows in &planned.steps {
                     let mut insert = QueryBuilder::new(
                         "INSERT INTO steps (tenant, call_id, created_at, steps_json) ",
                     );
                     insert.push_values(rows, |mut row, s| {
-                        row.push_bind(s.tenant.to_owned())
-                            .push_bind(s.call_id.to_owned())
+                        row.push_bind(s.tenant)
+                            .push_bind(s.call_id)
                             .push_bind(s.at)
-                            .push_bind(s.json.to_string());
+                            .push_bind(&*s.json);
                     });
                     insert.push(" ON CONFLICT (tenant, call_id) DO NOTHING");
-                    insert.build().persistent(false).execute(&mut *tx).await?;
+                    insert.build().execute(&mut *tx).await?;
                 }
                 tx.commit().await
             }

@@ -76,27 +76,48 @@ impl Chain {
     pub fn push(&mut self, message: &Value) {
         let mut hasher = Sha256::new();
         hasher.update(self.state);
-        hasher.update(normal(message).as_bytes());
+        normal(message, &mut HashWriter(&mut hasher));
         self.state = hasher.finalize().into();
     }
 
     pub fn hex(&self) -> String {
-        self.state.iter().map(|b| format!("{b:02x}")).collect()
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = String::with_capacity(64);
+        for b in self.state {
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xF)]));
+        }
+        out
     }
 }
 
-/// A message reduced to what survives a client's round trip.
-fn normal(message: &Value) -> String {
+/// Feeds what is written into a hash.
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A message reduced to what survives a client's round trip, written as
+/// the JSON array `[role, text, [[id, name, arguments], …], tool_call_id]`.
+fn normal(message: &Value, out: &mut impl std::io::Write) {
     let role = message.get("role").and_then(Value::as_str).unwrap_or("");
-    let text = match message.get("content") {
-        Some(Value::String(s)) => s.clone(),
+    let text: std::borrow::Cow<'_, str> = match message.get("content") {
+        Some(Value::String(s)) => s.as_str().into(),
         Some(Value::Array(parts)) => parts
             .iter()
             .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect(),
-        _ => String::new(),
+            .collect::<String>()
+            .into(),
+        _ => "".into(),
     };
-    let calls: Vec<(&str, String, String)> = message
+    let calls: Vec<(&str, &str, std::borrow::Cow<'_, str>)> = message
         .get("tool_calls")
         .and_then(Value::as_array)
         .into_iter()
@@ -106,16 +127,14 @@ fn normal(message: &Value) -> String {
             let name = c
                 .pointer("/function/name")
                 .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
+                .unwrap_or("");
             let args = c
                 .pointer("/function/arguments")
                 .and_then(Value::as_str)
                 .unwrap_or("");
             // Spacing is the only change a client may make to arguments.
             let args = serde_json::from_str::<Value>(args)
-                .map(|v| v.to_string())
-                .unwrap_or_else(|_| args.to_owned());
+                .map_or_else(|_| args.into(), |v| v.to_string().into());
             (id, name, args)
         })
         .collect();
@@ -123,13 +142,15 @@ fn normal(message: &Value) -> String {
         .get("tool_call_id")
         .and_then(Value::as_str)
         .unwrap_or("");
-    serde_json::json!([role, text.trim(), calls, id]).to_string()
+    // A tuple is written as an array, exactly as before this was typed.
+    let _ = serde_json::to_writer(out, &(role, text.trim(), calls, id));
 }
 
-/// The hash of every prefix of `tenant`'s `messages` that ends with an
-/// assistant message, longest first, with its length; at most `max`.
-pub fn prefixes(tenant: &str, messages: &[Value], max: usize) -> Vec<(String, usize)> {
-    let mut chain = Chain::for_tenant(tenant);
+/// The hash of every prefix of `messages` that ends with an assistant
+/// message, longest first, with its length; at most `max`. `chain` starts
+/// as the tenant's and ends over all of `messages` (the recorder goes on
+/// from there).
+pub fn prefixes(chain: &mut Chain, messages: &[Value], max: usize) -> Vec<(String, usize)> {
     let mut out = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         chain.push(message);
@@ -146,6 +167,40 @@ pub fn prefixes(tenant: &str, messages: &[Value], max: usize) -> Vec<(String, us
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn prefixes(tenant: &str, messages: &[Value], max: usize) -> Vec<(String, usize)> {
+        super::prefixes(&mut Chain::for_tenant(tenant), messages, max)
+    }
+
+    /// Heads stored by earlier releases are found: the normal form, and so
+    /// every hash, is byte for byte what it was.
+    #[test]
+    fn the_normal_form_is_stable() {
+        let message = json!({"role": "assistant", "content": [{"type": "text", "text": " hi "}, {"text": "\u{e9}\""}],
+            "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{\"a\":  1}"}},
+                           {"id": "c2", "function": {"name": "g", "arguments": "not json"}}]});
+        let mut out = Vec::new();
+        normal(&message, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"["assistant","hi é\"",[["c1","f","{\"a\":1}"],["c2","g","not json"]],""]"#
+        );
+        let mut out = Vec::new();
+        normal(
+            &json!({"role": "tool", "tool_call_id": "c1", "content": "r"}),
+            &mut out,
+        );
+        assert_eq!(String::from_utf8(out).unwrap(), r#"["tool","r",[],"c1"]"#);
+        let mut chain = Chain::default();
+        chain.push(&json!({"role": "user", "content": "x"}));
+        let mut expected = Sha256::new();
+        expected.update([0u8; 32]);
+        expected.update(br#"["user","x",[],""]"#);
+        let expected: [u8; 32] = expected.finalize().into();
+        assert_eq!(chain.state, expected);
+        assert_eq!(chain.hex().len(), 64);
+        assert!(chain.hex().starts_with(&format!("{:02x}", expected[0])));
+    }
 
     #[test]
     fn a_state_two_chats_reached_continues_the_named_one_or_neither() {

@@ -20,7 +20,9 @@ pub struct Live {
 }
 
 struct Channel {
-    tx: broadcast::Sender<Arc<Message>>,
+    /// Made when the first viewer comes: most chats are never watched, and
+    /// a channel allocates its [`CAPACITY`] slots up front.
+    tx: Option<broadcast::Sender<Arc<Message>>>,
     /// Answers of this chat in flight.
     answers: usize,
     /// Their rows so far (the newest [`CAPACITY`]).
@@ -28,9 +30,15 @@ struct Channel {
 }
 
 impl Channel {
+    fn viewers(&self) -> usize {
+        self.tx
+            .as_ref()
+            .map_or(0, broadcast::Sender::receiver_count)
+    }
+
     fn new() -> Channel {
         Channel {
-            tx: broadcast::channel(CAPACITY).0,
+            tx: None,
             answers: 0,
             recent: VecDeque::new(),
         }
@@ -55,8 +63,10 @@ impl Live {
                 channel.recent.pop_front();
             }
             channel.recent.push_back(message.clone());
-            if channel.tx.receiver_count() > 0 {
-                let _ = channel.tx.send(message.clone());
+            if let Some(tx) = &channel.tx
+                && tx.receiver_count() > 0
+            {
+                let _ = tx.send(message.clone());
             }
         }
     }
@@ -69,7 +79,7 @@ impl Live {
             if channel.answers == 0 {
                 // Its rows are queued for the database now.
                 channel.recent.clear();
-                if channel.tx.receiver_count() == 0 {
+                if channel.viewers() == 0 {
                     chats.remove(chat);
                 }
             }
@@ -82,10 +92,10 @@ impl Live {
         let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
         sweep(&mut chats);
         let channel = chats.entry(Arc::from(chat)).or_insert_with(Channel::new);
-        (
-            channel.tx.subscribe(),
-            channel.recent.iter().cloned().collect(),
-        )
+        let tx = channel
+            .tx
+            .get_or_insert_with(|| broadcast::channel(CAPACITY).0);
+        (tx.subscribe(), channel.recent.iter().cloned().collect())
     }
 
     pub fn unsubscribe(&self, chat: &str, receiver: broadcast::Receiver<Arc<Message>>) {
@@ -93,7 +103,7 @@ impl Live {
         let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(channel) = chats.get(chat)
             && channel.answers == 0
-            && channel.tx.receiver_count() == 0
+            && channel.viewers() == 0
         {
             chats.remove(chat);
         }
@@ -102,7 +112,7 @@ impl Live {
 
 /// Drops channels nobody needs (a viewer that left without unsubscribing).
 fn sweep(chats: &mut HashMap<Arc<str>, Channel>) {
-    chats.retain(|_, c| c.answers > 0 || c.tx.receiver_count() > 0);
+    chats.retain(|_, c| c.answers > 0 || c.viewers() > 0);
 }
 
 #[cfg(test)]
@@ -130,7 +140,8 @@ mod tests {
         }
         let (rx, recent) = live.subscribe(&chat);
         assert_eq!(recent.len(), CAPACITY);
-        assert_eq!(recent[0].json["text"], "44", "the newest are kept");
+        let first: serde_json::Value = serde_json::from_str(&recent[0].json).unwrap();
+        assert_eq!(first["text"], "44", "the newest are kept");
         live.unsubscribe(&chat, rx);
         // Another chat's rows are not this one's.
         assert!(live.subscribe("other").1.is_empty());

@@ -45,25 +45,31 @@ pub struct Message {
     pub kind: Kind,
     pub created_at: i64,
     pub sequence: i64,
-    /// The seed's message DTO (`id`, `chatId`, `role`, `kind`, … and the
-    /// kind's own fields).
-    pub json: Value,
+    /// The seed's message DTO as JSON (the kind's own fields, then `id`,
+    /// `chatId`, `role`, `kind`, `timestamp`, `sequenceNumber`), written
+    /// once: the database and every live viewer take it as it is.
+    pub json: Box<str>,
 }
 
 impl Message {
-    /// A new row of chat `chat_id`: the kind's own `fields` and the DTO's
-    /// common ones (id, chat, role, kind, time, sequence).
-    pub fn new(chat_id: Arc<str>, role: &'static str, kind: Kind, mut fields: Value) -> Message {
+    /// A new row of chat `chat_id`: the kind's own `fields` (an object)
+    /// and the DTO's common ones (id, chat, role, kind, time, sequence).
+    pub fn new(chat_id: Arc<str>, role: &'static str, kind: Kind, fields: Value) -> Message {
         let (id, sequence) = next_id();
         let created_at = sequence / 1000;
-        if let Value::Object(map) = &mut fields {
-            map.insert("id".into(), Value::from(id.as_str()));
-            map.insert("chatId".into(), Value::from(&*chat_id));
-            map.insert("role".into(), Value::from(role));
-            map.insert("kind".into(), Value::from(kind.as_str()));
-            map.insert("timestamp".into(), Value::from(created_at));
-            map.insert("sequenceNumber".into(), Value::from(sequence));
-        }
+        let dto = Dto {
+            fields: fields.as_object(),
+            id: &id,
+            chat_id: &chat_id,
+            role,
+            kind: kind.as_str(),
+            timestamp: created_at,
+            sequence,
+        };
+        // Serialising maps of strings and numbers cannot fail.
+        let json = serde_json::to_string(&dto)
+            .unwrap_or_default()
+            .into_boxed_str();
         Message {
             id,
             chat_id,
@@ -71,8 +77,46 @@ impl Message {
             kind,
             created_at,
             sequence,
-            json: fields,
+            json,
         }
+    }
+}
+
+/// A message DTO as it is serialised.
+struct Dto<'a> {
+    fields: Option<&'a serde_json::Map<String, Value>>,
+    id: &'a str,
+    chat_id: &'a str,
+    role: &'a str,
+    kind: &'a str,
+    timestamp: i64,
+    sequence: i64,
+}
+
+impl Serialize for Dto<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        let common = [
+            "id",
+            "chatId",
+            "role",
+            "kind",
+            "timestamp",
+            "sequenceNumber",
+        ];
+        for (key, value) in self.fields.into_iter().flatten() {
+            if !common.contains(&key.as_str()) {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.serialize_entry("id", self.id)?;
+        map.serialize_entry("chatId", self.chat_id)?;
+        map.serialize_entry("role", self.role)?;
+        map.serialize_entry("kind", self.kind)?;
+        map.serialize_entry("timestamp", &self.timestamp)?;
+        map.serialize_entry("sequenceNumber", &self.sequence)?;
+        map.end()
     }
 }
 
@@ -193,8 +237,20 @@ pub fn next_id() -> (String, i64) {
     drop(last);
     let millis = (sequence / 1000) as u64 & 0xFFFF_FFFF_FFFF;
     let extra: u16 = rand::random();
-    let id = format!("{millis:012x}{:016x}{extra:04x}", random);
+    // 12 + 16 + 4 hex digits, written without the formatting machinery.
+    let mut id = String::with_capacity(32);
+    push_hex(&mut id, millis, 12);
+    push_hex(&mut id, random, 16);
+    push_hex(&mut id, u64::from(extra), 4);
     (id, sequence)
+}
+
+/// Appends the low `digits` hex digits of `value`, zero-padded.
+fn push_hex(out: &mut String, value: u64, digits: u32) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for i in (0..digits).rev() {
+        out.push(char::from(HEX[(value >> (4 * i)) as usize & 0xF]));
+    }
 }
 
 #[cfg(test)]
@@ -210,5 +266,30 @@ mod tests {
             assert_ne!(pair[0].0, pair[1].0);
         }
         assert_eq!(made[0].0.len(), 32);
+        let mut hex = String::new();
+        push_hex(&mut hex, 0xab_cdef, 8);
+        assert_eq!(hex, "00abcdef");
+    }
+
+    #[test]
+    fn a_message_is_its_fields_then_the_common_ones() {
+        let m = Message::new(
+            Arc::from("c1"),
+            "user",
+            Kind::Text,
+            serde_json::json!({"text": "hi \"there\"", "id": "not kept"}),
+        );
+        let dto: Value = serde_json::from_str(&m.json).unwrap();
+        assert_eq!(dto["text"], "hi \"there\"");
+        assert_eq!(dto["id"], m.id.as_str());
+        assert_eq!(dto["chatId"], "c1");
+        assert_eq!(
+            (&dto["role"], &dto["kind"]),
+            (&"user".into(), &"text".into())
+        );
+        assert_eq!(dto["timestamp"], m.created_at);
+        assert_eq!(dto["sequenceNumber"], m.sequence);
+        assert!(m.json.starts_with(r#"{"text":"#), "{}", m.json);
+        assert_eq!(m.json.matches(r#""id":"#).count(), 1);
     }
 }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::exchange::{Call, Event, GatewayCall, GatewayStatus};
 use crate::store::link::Chain;
 use crate::store::record::{ChatUpdate, Head, Kind, Message, Write, now_ms};
-use crate::store::{Shared, redact};
+use crate::store::{Begin, Shared, redact};
 
 /// Rows an answer keeps before queueing them (a long gateway-tools answer
 /// is queued in parts of this size).
@@ -51,20 +51,16 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts a transcript and records `messages[known..]`.
+    /// Starts a transcript of `request` and records `messages[known..]`
+    /// (its messages); `chain` is the tenant's hash chain over all of them.
     pub(super) fn start(
         shared: Arc<Shared>,
         chat_id: Arc<str>,
-        tenant: Arc<str>,
-        provider: &str,
-        model: &str,
+        request: &Begin<'_>,
+        chain: Chain,
         messages: &[Value],
         known: usize,
     ) -> Recorder {
-        let mut chain = Chain::for_tenant(&tenant);
-        for m in messages {
-            chain.push(m);
-        }
         let title = messages
             .iter()
             .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
@@ -73,9 +69,9 @@ impl Recorder {
         let mut recorder = Recorder {
             shared,
             chat_id,
-            tenant,
-            provider: provider.to_owned(),
-            model: model.to_owned(),
+            tenant: request.tenant.clone(),
+            provider: request.provider.to_owned(),
+            model: request.model.to_owned(),
             title,
             chain,
             index: messages.len(),
@@ -103,8 +99,15 @@ impl Recorder {
     }
 
     fn request_message(&mut self, index: usize, message: &Value) {
-        let mut message = message.clone();
-        redact::apply(&self.shared.config.redact, index, &mut message);
+        let redacted;
+        let message = if redact::reaches(&self.shared.config.redact, index) {
+            let mut copy = message.clone();
+            redact::apply(&self.shared.config.redact, index, &mut copy);
+            redacted = copy;
+            &redacted
+        } else {
+            message
+        };
         let role = match message.get("role").and_then(Value::as_str) {
             Some("assistant") => "assistant",
             Some("tool") => "tool",
@@ -152,10 +155,12 @@ impl Recorder {
             self.row("assistant", Kind::Reasoning, json!({"text": text}));
         }
         if !self.text.is_empty() {
-            let mut message =
-                json!({"role": "assistant", "content": std::mem::take(&mut self.text)});
-            redact::apply(&self.shared.config.redact, self.index, &mut message);
-            let text = text_of(message.get("content"));
+            let mut text = std::mem::take(&mut self.text);
+            if redact::reaches(&self.shared.config.redact, self.index) {
+                let mut message = json!({"role": "assistant", "content": text});
+                redact::apply(&self.shared.config.redact, self.index, &mut message);
+                text = text_of(message.get("content"));
+            }
             self.row("assistant", Kind::Text, json!({"text": text}));
         }
     }

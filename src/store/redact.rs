@@ -8,6 +8,11 @@ use crate::config::store::{RedactPath, Step};
 
 pub const REDACTED: &str = "[redacted]";
 
+/// Whether any path reaches the conversation's message number `index`.
+pub fn reaches(paths: &[RedactPath], index: usize) -> bool {
+    paths.iter().any(|p| p.message.is_none_or(|i| i == index))
+}
+
 /// Redacts `message`, the conversation's message number `index`.
 pub fn apply(paths: &[RedactPath], index: usize, message: &mut Value) {
     for path in paths {
