@@ -21,7 +21,7 @@ use crate::body::Body;
 use crate::config::{Api, Mode, Provider, ShowGatewayTools, Tenant};
 use crate::error::GatewayError;
 use crate::exchange::{Event, Sink};
-use crate::gateway::Runtime;
+use crate::runtime::Runtime;
 use crate::sse::transform::TransformBody;
 use crate::store::{Begin, CHAT_HEADER, Recorder};
 use crate::to_natural::{self, RenderOptions};

@@ -14,6 +14,7 @@ mod redact;
 pub mod store;
 pub mod telemetry;
 pub mod upstream;
+pub mod vocabulary;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,12 +36,13 @@ pub use auth::{Auth, Caller, Tenant};
 pub use gateway_tools::{
     GatewaySettings, HttpToolConfig, McpServerConfig, McpTransport, ToolSource,
 };
-pub use raw::{Api, Mode, OnInvalid, RawConfig, Readiness, Record, ResultRole, ShowGatewayTools};
+pub use raw::{Api, Mode, OnInvalid, RawConfig, Readiness, Record, ShowGatewayTools};
 pub use store::StoreConfig;
 pub use telemetry::TelemetryConfig;
 pub use upstream::{HealthPolicy, RetryPolicy, UpstreamTarget};
-
-use crate::natural::syntax::Syntax;
+pub use vocabulary::{
+    Builtin, DEFAULT_MAX_REPAIRS, DEFAULT_MAX_TOOL_RESULT_CHARS, ResultRole, Syntax,
+};
 
 /// The config compiled into the binary, served when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../config/toolgate.toml");
@@ -273,11 +275,7 @@ impl Config {
                 .iter()
                 .map(|s| s.name.clone())
                 .chain(http_tools.iter().map(|t| t.name.clone()))
-                .chain(
-                    crate::tools::builtin::Builtin::ALL
-                        .iter()
-                        .map(|b| format!("builtin:{}", b.name())),
-                )
+                .chain(Builtin::ALL.iter().map(|b| format!("builtin:{}", b.name())))
                 .collect();
             server.auth = Some(Arc::new(auth::auth(raw_auth, &entries)?));
         }

@@ -25,20 +25,19 @@ use serde_json::json;
 use tokio::sync::{Semaphore, watch};
 
 use crate::body::drain::DrainGuard;
-use crate::body::observed::{Observed, RequestLog};
+use crate::body::observed::{Guard, Observed, RequestLog};
 use crate::body::stall::StallGuard;
 use crate::body::{self, Body, BoxError};
 use crate::config::{Api, Config, Mode, Provider, ServerConfig, Tenant};
 use crate::error::GatewayError;
 use crate::inbound;
-use crate::metrics::request::{ProviderMetrics, route_of};
-use crate::natural;
+use crate::metrics::request::route_of;
 use crate::router;
-use crate::server::InFlight;
+use crate::runtime::Runtime;
 use crate::store::Store;
 use crate::tools::Tools;
 use crate::tools::steps::StepStore;
-use crate::upstream::{HealthBook, Upstreams};
+use crate::upstream::HealthBook;
 
 /// Bounds of the gateway's steps kept for clients' follow-ups.
 const STEPS_MAX_ENTRIES: usize = 10_000;
@@ -151,52 +150,6 @@ fn concurrency_size(server: &ServerConfig) -> usize {
         .max_concurrent_requests
         .unwrap_or(Semaphore::MAX_PERMITS)
         .min(Semaphore::MAX_PERMITS)
-}
-
-/// Everything built from one config; replaced whole on reload.
-pub struct Runtime {
-    pub config: Arc<Config>,
-    pub(crate) upstreams: Upstreams,
-    pub(crate) natural: natural::Engine,
-    pub(crate) tools: Arc<Tools>,
-    pub(crate) steps: Arc<StepStore>,
-    pub(crate) store: Option<Arc<Store>>,
-    /// Per provider, in `config.providers` order.
-    provider_metrics: Vec<Arc<ProviderMetrics>>,
-}
-
-impl Runtime {
-    fn new(
-        config: Arc<Config>,
-        tools: Arc<Tools>,
-        steps: Arc<StepStore>,
-        store: Option<Arc<Store>>,
-        health: &HealthBook,
-    ) -> Self {
-        crate::metrics::declare_tools(&config);
-        Runtime {
-            upstreams: Upstreams::new(&config, health),
-            natural: natural::Engine::new(&config),
-            tools,
-            steps,
-            store,
-            provider_metrics: config
-                .providers
-                .iter()
-                .map(|p| Arc::new(ProviderMetrics::new(&p.name)))
-                .collect(),
-            config,
-        }
-    }
-
-    fn metrics_of(&self, provider: &Arc<Provider>) -> Option<&Arc<ProviderMetrics>> {
-        let i = self
-            .config
-            .providers
-            .iter()
-            .position(|p| Arc::ptr_eq(p, provider))?;
-        self.provider_metrics.get(i)
-    }
 }
 
 impl Gateway {
@@ -360,7 +313,7 @@ impl Gateway {
 
     /// [`Gateway::handle`] for a request on a connection: `busy` is held
     /// until the response body is done.
-    pub(crate) async fn serve<B>(&self, req: Request<B>, busy: Option<InFlight>) -> Response<Body>
+    pub(crate) async fn serve<B>(&self, req: Request<B>, busy: Option<Guard>) -> Response<Body>
     where
         B: HttpBody<Data = Bytes> + Send,
         B::Error: Into<BoxError>,
@@ -514,17 +467,16 @@ where
         parts.headers.remove("x-api-key");
     }
     let server = &runtime.config.server;
-    let held = log
-        .held
-        .insert(inbound::Reservation::new(limits.buffered.clone()));
+    let mut held = inbound::Reservation::new(limits.buffered.clone());
     let bytes = inbound::read_body(
         &parts.headers,
         incoming,
         server.max_body_bytes,
         server.body_read_timeout,
-        held,
+        &mut held,
     )
     .await?;
+    log.held = Some(Guard::new(held));
     log.bytes_in = bytes.len() as u64;
     // Taken only now: a client slow to send its body holds no permit meanwhile.
     let permit = limits

@@ -29,6 +29,7 @@ pub mod memory;
 pub mod metrics;
 pub mod natural;
 pub mod router;
+pub mod runtime;
 pub mod server;
 pub mod sse;
 pub mod store;

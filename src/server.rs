@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::body::observed::Guard;
 use crate::gateway::Gateway;
 use crate::workers::Dealer;
 
@@ -77,7 +78,7 @@ impl Engines {
             let gateway = gateway.clone();
             // Held until hyper drops the response body: the connection is busy until then.
             let in_flight = tracked.begin();
-            async move { Ok::<_, Infallible>(gateway.serve(req, Some(in_flight)).await) }
+            async move { Ok::<_, Infallible>(gateway.serve(req, Some(Guard::new(in_flight))).await) }
         });
         let io = TokioIo::new(sniff::Rewound::new(prefix, io));
         match protocol {

@@ -3,8 +3,9 @@
 //! results.
 
 use serde_json::{Value, json};
+use toolgate::config::ResultRole;
 use toolgate::natural::history::ANSWER_NOW;
-use toolgate::natural::request::{ContractCache, NaturalOptions, ResultRole, Rewrite, rewrite};
+use toolgate::natural::request::{ContractCache, NaturalOptions, Rewrite, rewrite};
 
 /// A results message the model answers next: it ends by asking for the answer.
 fn answer_now(results: &str) -> String {

@@ -15,7 +15,7 @@ use crate::api::chat_message::ChatMessage;
 use crate::body::Body;
 use crate::config::{Provider, Tenant};
 use crate::error::GatewayError;
-use crate::gateway::Runtime;
+use crate::runtime::Runtime;
 
 pub async fn handle(
     runtime: Arc<Runtime>,

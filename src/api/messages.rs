@@ -12,38 +12,17 @@ use http::{Response, header};
 use serde_json::{Value, json};
 
 use crate::answer::{self, Ask, Started};
-use crate::api::messages_events::MessagesEvents;
+use crate::api::messages_events::{MessagesEvents, error_body};
 use crate::api::messages_request;
 use crate::body::{self, Body};
 use crate::config::{Provider, Tenant};
 use crate::error::GatewayError;
-use crate::gateway::Runtime;
+use crate::runtime::Runtime;
 
 /// Whether `path` is one of this door's.
 pub fn is_messages_path(path: &str) -> bool {
     let path = path.trim_end_matches('/');
     path == "/v1/messages" || path == "/v1/messages/count_tokens"
-}
-
-/// Anthropic's error type for a gateway error.
-fn error_type(error: &GatewayError) -> &'static str {
-    match error.status().as_u16() {
-        400 | 405 | 408 | 413 => "invalid_request_error",
-        401 => "authentication_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        429 | 503 => "overloaded_error",
-        _ => "api_error",
-    }
-}
-
-/// `{"type": "error", "error": {"type", "message"}}`.
-pub fn error_body(error: &GatewayError) -> Value {
-    let mut message = error.to_string();
-    if let Some(param) = error.to_json()["error"]["param"].as_str() {
-        message = format!("{param}: {message}");
-    }
-    json!({"type": "error", "error": {"type": error_type(error), "message": message}})
 }
 
 /// A gateway error as this door answers it: the usual status and headers,
@@ -127,27 +106,4 @@ fn estimate_tokens(request: &serde_json::Map<String, Value>) -> usize {
         + messages.map_or(0, |m| m.iter().map(text_bytes).sum())
         + request.get("tools").map_or(0, |t| t.to_string().len());
     bytes.div_ceil(BYTES_PER_TOKEN) + messages.map_or(0, Vec::len)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn errors_take_anthropic_shape() {
-        let e = GatewayError::bad_request("nope", Some("tools.0.type"));
-        assert_eq!(
-            error_body(&e),
-            json!({"type": "error", "error": {"type": "invalid_request_error", "message": "tools.0.type: nope"}})
-        );
-        assert_eq!(
-            error_type(&GatewayError::Unauthorized),
-            "authentication_error"
-        );
-        assert_eq!(
-            error_type(&GatewayError::UnknownModel("x".into())),
-            "not_found_error"
-        );
-        assert_eq!(error_type(&GatewayError::Overloaded), "overloaded_error");
-    }
 }

@@ -309,7 +309,7 @@ impl Sink for MessagesEvents {
             return;
         }
         if self.stream {
-            let body = super::messages::error_body(&error);
+            let body = error_body(&error);
             self.write("error", json!({"error": body["error"]}));
             self.ended = true;
         }
@@ -340,9 +340,48 @@ impl Sink for MessagesEvents {
     }
 }
 
+/// Anthropic's error type for a gateway error.
+fn error_type(error: &GatewayError) -> &'static str {
+    match error.status().as_u16() {
+        400 | 405 | 408 | 413 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 | 503 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+/// `{"type": "error", "error": {"type", "message"}}`.
+pub fn error_body(error: &GatewayError) -> Value {
+    let mut message = error.to_string();
+    if let Some(param) = error.to_json()["error"]["param"].as_str() {
+        message = format!("{param}: {message}");
+    }
+    json!({"type": "error", "error": {"type": error_type(error), "message": message}})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_take_anthropic_shape() {
+        let e = GatewayError::bad_request("nope", Some("tools.0.type"));
+        assert_eq!(
+            error_body(&e),
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": "tools.0.type: nope"}})
+        );
+        assert_eq!(
+            error_type(&GatewayError::Unauthorized),
+            "authentication_error"
+        );
+        assert_eq!(
+            error_type(&GatewayError::UnknownModel("x".into())),
+            "not_found_error"
+        );
+        assert_eq!(error_type(&GatewayError::Overloaded), "overloaded_error");
+    }
 
     /// The `(event, data)` pairs written so far.
     fn events(m: &mut MessagesEvents) -> Vec<(String, Value)> {

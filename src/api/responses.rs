@@ -16,7 +16,7 @@ use crate::api::responses_request;
 use crate::body::Body;
 use crate::config::{Provider, Tenant};
 use crate::error::GatewayError;
-use crate::gateway::Runtime;
+use crate::runtime::Runtime;
 
 pub async fn handle(
     runtime: Arc<Runtime>,

@@ -36,15 +36,39 @@ pub struct RequestLog {
     pub failed: Option<String>,
     /// The request's place under `max_concurrent_requests`, held until the body ends.
     pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    /// The request body's bytes counted under `max_buffered_request_bytes`.
-    pub held: Option<crate::inbound::Reservation>,
-    /// Keeps the client's connection busy (not idle) until the body ends.
-    pub busy: Option<crate::server::InFlight>,
+    /// The request body's bytes counted under `max_buffered_request_bytes`
+    /// (the gateway's reservation: this layer only drops it when the body
+    /// ends).
+    pub held: Option<Guard>,
+    /// Keeps the client's connection busy (not idle) until the body ends
+    /// (the server's guard, dropped likewise).
+    pub busy: Option<Guard>,
     /// Set when shutdown's grace period ended the stream (see `drain`).
     pub drained: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// The request's server span, when traces are on.
     pub trace: Option<crate::telemetry::Context>,
     finished: bool,
+}
+
+/// Something held until a response body ends and then dropped (a
+/// reservation, a connection's busy mark); this layer knows nothing else
+/// of it.
+pub struct Guard {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl Guard {
+    pub fn new(held: impl Send + Sync + 'static) -> Guard {
+        Guard {
+            _held: Box::new(held),
+        }
+    }
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Guard")
+    }
 }
 
 impl RequestLog {

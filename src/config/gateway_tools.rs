@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use super::raw::{RawHttpTool, RawMcpServer, RawTools, ShowGatewayTools};
 use super::{ConfigError, secs};
-use crate::tools::builtin::Builtin;
-use crate::tools::names;
+use crate::config::Builtin;
+use crate::config::vocabulary::tool_names as names;
 
 /// One `[[mcp_servers]]` entry.
 #[derive(Debug, Clone, PartialEq)]

@@ -18,8 +18,7 @@ pub use store::{RawStore, Record};
 pub use telemetry::RawTelemetry;
 pub use upstream::{RawHealth, RawRetry, RawTarget};
 
-pub use crate::natural::request::ResultRole;
-use crate::natural::syntax::Syntax;
+pub use crate::config::vocabulary::{ResultRole, Syntax};
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -305,9 +304,9 @@ impl Default for RawTools {
             fallback: None,
             fallback_attempts: 1,
             fallback_timeout_secs: 30.0,
-            fallback_max_calls: crate::natural::reply::DEFAULT_MAX_REPAIRS,
+            fallback_max_calls: crate::config::DEFAULT_MAX_REPAIRS,
             instructions: None,
-            max_tool_result_chars: crate::natural::request::DEFAULT_MAX_TOOL_RESULT_CHARS,
+            max_tool_result_chars: crate::config::DEFAULT_MAX_TOOL_RESULT_CHARS,
             result_role: ResultRole::User,
             skip_think: true,
             max_block_bytes: 256 * 1024,

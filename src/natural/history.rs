@@ -13,9 +13,9 @@ use std::collections::{HashMap, VecDeque};
 
 use serde_json::{Map, Value};
 
+use crate::config::ResultRole;
 use crate::natural::content::{Content, part_text, pretty};
 use crate::natural::error::RequestError;
-use crate::natural::request::ResultRole;
 use crate::natural::syntax::Syntax;
 
 /// Keys only native tool calling understands; an upstream in natural mode may

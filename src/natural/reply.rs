@@ -12,6 +12,8 @@ use std::time::Instant;
 use rand::RngExt;
 use rand::distr::Alphanumeric;
 
+#[cfg(test)]
+use crate::config::DEFAULT_MAX_REPAIRS;
 use crate::config::OnInvalid;
 use crate::metrics as m;
 use crate::natural::parser::{Event, InvalidReason, Parser, ParserOptions};
@@ -50,9 +52,6 @@ pub struct ReplySettings {
     /// blocks become its events.
     pub trace: Option<crate::telemetry::Context>,
 }
-
-/// Default for `fallback_max_calls`: repairs per response.
-pub const DEFAULT_MAX_REPAIRS: usize = 3;
 
 /// A count of repairs left, taken one at a time by any choice of a response.
 #[derive(Debug)]

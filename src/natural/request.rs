@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::config::{DEFAULT_MAX_TOOL_RESULT_CHARS, ResultRole};
 pub use crate::natural::cache::ContractCache;
 use crate::natural::cache::{KeyRef, Prepared};
 pub use crate::natural::error::RequestError;
@@ -26,10 +26,6 @@ const TOOL_FIELDS: [&str; 5] = [
     "functions",
     "function_call",
 ];
-
-/// Default for [`NaturalOptions::max_tool_result_chars`]: large enough for
-/// real results, small enough that one runaway result cannot fill the context.
-pub const DEFAULT_MAX_TOOL_RESULT_CHARS: usize = 20_000;
 
 /// How natural mode rewrites requests for one provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,18 +63,6 @@ impl NaturalOptions {
             _ => Ok(()),
         }
     }
-}
-
-/// Which role rewritten tool results get.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ResultRole {
-    /// A user message after the calls (seed 001 req. 4): what most chat
-    /// templates expect, since the model did not write the results.
-    #[default]
-    User,
-    /// Merged into the assistant message that made the calls.
-    Assistant,
 }
 
 /// What the response side needs to parse the model's reply.

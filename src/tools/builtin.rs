@@ -4,13 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Builtin {
-    /// The current date and time in UTC.
-    Clock,
-    /// Arithmetic on decimal numbers: `+ - * / %`, parentheses, unary minus.
-    Calculator,
-}
+pub use crate::config::Builtin;
 
 /// Longest expression the calculator reads.
 const MAX_EXPRESSION: usize = 1024;
@@ -18,20 +12,6 @@ const MAX_EXPRESSION: usize = 1024;
 const MAX_DEPTH: usize = 64;
 
 impl Builtin {
-    pub const ALL: [Builtin; 2] = [Builtin::Clock, Builtin::Calculator];
-
-    pub fn from_name(name: &str) -> Option<Builtin> {
-        Self::ALL.into_iter().find(|b| b.name() == name)
-    }
-
-    /// The name the tool is offered under (and written after `builtin:`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Builtin::Clock => "clock",
-            Builtin::Calculator => "calculator",
-        }
-    }
-
     pub fn description(self) -> &'static str {
         match self {
             Builtin::Clock => "The current date and time in UTC (ISO 8601).",

@@ -2,22 +2,7 @@
 //! function name (`^[A-Za-z0-9_-]{1,64}$`, OpenAI's rule), made from an MCP
 //! server's own tool names and the server's `prefix`. Pure.
 
-/// Longest function name models accept.
-pub const MAX_LEN: usize = 64;
-
-fn allowed(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
-}
-
-/// Whether `name` can be offered to a model as it is.
-pub fn is_valid(name: &str) -> bool {
-    !name.is_empty() && name.len() <= MAX_LEN && name.bytes().all(allowed)
-}
-
-/// Whether `s` may be part of a name (a `prefix`; empty is fine).
-pub fn is_valid_fragment(s: &str) -> bool {
-    s.len() < MAX_LEN && s.bytes().all(allowed)
-}
+pub use crate::config::vocabulary::tool_names::{MAX_LEN, allowed, is_valid, is_valid_fragment};
 
 /// The name an MCP tool is offered under: `prefix` + the tool's name with
 /// every other character replaced by `_`. A result over 64 bytes keeps its
