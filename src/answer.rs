@@ -15,8 +15,6 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, header};
 use http_body_util::Full;
 use serde_json::{Map, Value, json};
 
-use crate::api::from_responses::FromResponses;
-use crate::api::to_responses;
 use crate::body::Body;
 use crate::config::{Api, Mode, Provider, ShowGatewayTools, Tenant};
 use crate::error::GatewayError;
@@ -28,7 +26,9 @@ use crate::to_natural::{self, RenderOptions};
 use crate::tools::drive::{self, Flushed, Output, Plan, Upstream};
 use crate::tools::rounds::Rounds;
 use crate::tools::{Offer, Unavailable};
+use crate::upstream::from_responses::FromResponses;
 use crate::upstream::reply::{self, Shape};
+use crate::upstream::to_responses;
 
 /// Sends one round through the provider's tool mode: natural mode rewrites
 /// it and turns the model's text calls into native ones; the other modes

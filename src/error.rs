@@ -62,15 +62,6 @@ pub enum GatewayError {
 
 /// A request the tool transforms cannot read (malformed `tools`, invalid
 /// JSON, ...) is the client's error: 400, naming the offending parameter.
-impl From<crate::natural::error::RequestError> for GatewayError {
-    fn from(e: crate::natural::error::RequestError) -> Self {
-        GatewayError::BadRequest {
-            param: e.param().map(str::to_owned),
-            message: e.to_string(),
-        }
-    }
-}
-
 impl GatewayError {
     pub fn bad_request(message: impl Into<String>, param: Option<&str>) -> Self {
         GatewayError::BadRequest {

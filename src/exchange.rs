@@ -1,9 +1,11 @@
 //! What a model round says, independent of any wire format: pure data.
 //!
-//! Upstream answers are decoded into [`Event`]s (`api::chat_decode`); the
+//! Upstream answers are decoded into [`Event`]s (`upstream::chat_decode`); the
 //! gateway's tool loop (`tools::rounds`) reads and writes them; a door's
 //! encoder ([`Sink`]) turns them into what its client speaks.
 
+use rand::RngExt;
+use rand::distr::Alphanumeric;
 use serde::{Deserialize, Serialize};
 
 /// The fields a Chat Completions answer repeats in every chunk, from the
@@ -95,4 +97,17 @@ pub trait Sink {
     fn end(&mut self);
     /// Nothing was written for a while (streams send a comment).
     fn keep_alive(&mut self) {}
+}
+
+/// `call_` plus 24 random alphanumerics, as OpenAI's ids look.
+pub fn call_id() -> String {
+    let mut id = String::with_capacity(29);
+    id.push_str("call_");
+    id.extend(
+        rand::rng()
+            .sample_iter(Alphanumeric)
+            .take(24)
+            .map(char::from),
+    );
+    id
 }

@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod natural;
 pub mod router;
 pub mod runtime;
+pub mod schema_example;
 pub mod server;
 pub mod sse;
 pub mod store;

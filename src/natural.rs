@@ -12,7 +12,6 @@ pub mod contract;
 pub mod emit;
 pub(crate) mod engine;
 pub mod error;
-pub mod example;
 pub mod fields;
 pub mod history;
 pub mod parser;

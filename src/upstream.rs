@@ -9,9 +9,12 @@
 
 mod answered;
 pub mod balance;
+pub mod chat_decode;
+pub mod from_responses;
 pub mod pool;
 pub mod reply;
 pub mod retry;
+pub mod to_responses;
 pub mod usage;
 
 use std::cell::RefCell;
@@ -160,12 +163,7 @@ impl HealthBook {
 #[derive(Debug, Clone, Copy)]
 pub struct Exhausted;
 
-/// The target and attempt count of a request's upstream sends, for its log line.
-#[derive(Debug, Clone, Default)]
-pub struct Attempted {
-    pub target: Option<Arc<str>>,
-    pub attempts: u32,
-}
+pub use crate::body::observed::Attempted;
 
 tokio::task_local! {
     static ATTEMPTED: RefCell<Attempted>;

@@ -3,9 +3,9 @@
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use toolgate::natural::example::{self, MAX_EXAMPLE_BYTES};
 use toolgate::natural::parser::{Event, Parser, ParserOptions};
 use toolgate::natural::request::{ContractCache, NaturalOptions, rewrite};
+use toolgate::schema_example::{self as example, MAX_EXAMPLE_BYTES};
 use toolgate::sse::Decoder;
 use toolgate::to_natural::history::{self as to_natural, HistoryOptions};
 use toolgate::to_natural::pretty::{MAX_BYTES_PER_INPUT_BYTE, PrettyPrinter};

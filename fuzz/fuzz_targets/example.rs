@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use toolgate::natural::example::{self, MAX_EXAMPLE_BYTES};
+use toolgate::schema_example::{self as example, MAX_EXAMPLE_BYTES};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(schema) = serde_json::from_slice::<serde_json::Value>(data) else {

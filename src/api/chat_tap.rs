@@ -10,12 +10,12 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
-use crate::api::chat_decode::{self, ChatDecoder};
 use crate::body::{Body, BoxError};
 use crate::error::GatewayError;
 use crate::exchange::Event;
 use crate::sse;
 use crate::store::Recorder;
+use crate::upstream::chat_decode::{self, ChatDecoder};
 
 /// A whole (non-streamed) answer is decoded only up to this size.
 const MAX_WHOLE: usize = 8 * 1024 * 1024;

@@ -24,7 +24,7 @@ enum Open {
 
 /// A fresh id with `prefix` (`msg`, `toolu`, …).
 pub fn new_id(prefix: &str) -> String {
-    let call = crate::natural::reply::call_id();
+    let call = crate::exchange::call_id();
     format!("{prefix}_{}", call.trim_start_matches("call_"))
 }
 

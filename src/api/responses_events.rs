@@ -50,7 +50,7 @@ pub struct ResponsesEvents {
 
 /// A fresh id with `prefix` (`resp`, `msg`, `fc`, …).
 fn new_id(prefix: &str) -> String {
-    let call = crate::natural::reply::call_id();
+    let call = crate::exchange::call_id();
     format!("{prefix}_{}", call.trim_start_matches("call_"))
 }
 

@@ -485,6 +485,30 @@ fn text(value: &Value, chat: &mut Map<String, Value>) -> Result<(), GatewayError
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_round_trip_through_both_translations_keeps_the_conversation() {
+        let responses = json!({"model": "m", "instructions": "Rules.", "input": [
+            {"role": "user", "content": "Weather?"},
+            {"type": "function_call", "call_id": "c0", "name": "W", "arguments": "{\"city\":\"Rome\"}"},
+            {"type": "function_call_output", "call_id": "c0", "output": "hot"},
+        ], "tools": [{"type": "function", "name": "W", "parameters": {"type": "object"}, "strict": false}]});
+        let Value::Object(request) = responses.clone() else {
+            unreachable!()
+        };
+        let chat = translate(request).unwrap().chat;
+        let back = crate::upstream::to_responses::translate(&chat).unwrap();
+        assert_eq!(back["tools"], responses["tools"]);
+        assert_eq!(
+            back["input"],
+            json!([
+                {"type": "message", "role": "system", "content": "Rules."},
+                {"type": "message", "role": "user", "content": "Weather?"},
+                {"type": "function_call", "call_id": "c0", "name": "W", "arguments": "{\"city\":\"Rome\"}"},
+                {"type": "function_call_output", "call_id": "c0", "output": "hot"},
+            ])
+        );
+    }
+
     fn chat(request: Value) -> Value {
         let Value::Object(map) = request else {
             unreachable!()

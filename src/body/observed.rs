@@ -23,8 +23,8 @@ pub struct RequestLog {
     /// The key's identity, once the key was checked.
     pub tenant: Option<Arc<str>>,
     pub model: String,
-    /// The upstream target and attempts (see [`crate::upstream::Attempted`]).
-    pub attempted: crate::upstream::Attempted,
+    /// The upstream target and attempts.
+    pub attempted: Attempted,
     /// Index into [`ROUTES`].
     pub route: usize,
     pub status: u16,
@@ -48,6 +48,14 @@ pub struct RequestLog {
     /// The request's server span, when traces are on.
     pub trace: Option<crate::telemetry::Context>,
     finished: bool,
+}
+
+/// The target and attempt count of a request's upstream sends, for its log
+/// line (the upstream layer fills it in).
+#[derive(Debug, Clone, Default)]
+pub struct Attempted {
+    pub target: Option<Arc<str>>,
+    pub attempts: u32,
 }
 
 /// Something held until a response body ends and then dropped (a
@@ -78,7 +86,7 @@ impl RequestLog {
             provider: None,
             tenant: None,
             model: String::new(),
-            attempted: crate::upstream::Attempted::default(),
+            attempted: Attempted::default(),
             route,
             status: 0,
             start: Instant::now(),

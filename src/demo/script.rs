@@ -55,7 +55,7 @@ pub fn answer(request: &Value) -> Result<Answer, String> {
         .find(|t| !name_of(t).is_empty() && user.contains(&name_of(t).to_lowercase()))
         .unwrap_or(&tools[0]);
     let name = name_of(tool);
-    let mut arguments = crate::natural::example::arguments(tool.pointer("/function/parameters"));
+    let mut arguments = crate::schema_example::arguments(tool.pointer("/function/parameters"));
     if let Some(span) = code_span(&user) {
         fill_first_string(&mut arguments, span);
     }

@@ -11,9 +11,9 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
-use crate::natural::example;
 use crate::natural::syntax::Syntax;
 use crate::natural::tools::Tool;
+use crate::schema_example as example;
 
 /// A JSON Schema object, or one of its `properties` maps.
 type Schema = Map<String, Value>;

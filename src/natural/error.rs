@@ -135,6 +135,16 @@ impl fmt::Display for RequestError {
 
 impl std::error::Error for RequestError {}
 
+/// A request natural mode refused is the client's error.
+impl From<RequestError> for crate::error::GatewayError {
+    fn from(e: RequestError) -> Self {
+        crate::error::GatewayError::BadRequest {
+            param: e.param().map(str::to_owned),
+            message: e.to_string(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use rand::RngExt;
-use rand::distr::Alphanumeric;
+use crate::exchange::call_id;
 
 #[cfg(test)]
 use crate::config::DEFAULT_MAX_REPAIRS;
@@ -447,19 +446,6 @@ fn reason_label(reason: &InvalidReason) -> &'static str {
         InvalidReason::Unclosed => "unclosed",
         InvalidReason::TooLarge => "too_large",
     }
-}
-
-/// `call_` plus 24 random alphanumerics, as OpenAI's ids look.
-pub fn call_id() -> String {
-    let mut id = String::with_capacity(29);
-    id.push_str("call_");
-    id.extend(
-        rand::rng()
-            .sample_iter(Alphanumeric)
-            .take(24)
-            .map(char::from),
-    );
-    id
 }
 
 #[cfg(test)]

@@ -476,7 +476,7 @@ impl StreamRewriter {
         }
         let finished = !self.choices.is_empty() && self.choices.iter().all(|c| c.finished);
         if !self.upstream_done && !finished && !self.done_requested {
-            return self.fail(out, &crate::api::chat_decode::cut());
+            return self.fail(out, &crate::upstream::chat_decode::cut());
         }
         self.done_requested = true;
         for pos in 0..self.choices.len() {

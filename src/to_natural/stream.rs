@@ -401,7 +401,7 @@ impl StreamRenderer {
         }
         let finished = !self.choices.is_empty() && self.choices.values().all(|c| c.finished);
         if !self.upstream_done && !finished {
-            return self.fail(out, &crate::api::chat_decode::cut());
+            return self.fail(out, &crate::upstream::chat_decode::cut());
         }
         let header = self.header.clone().unwrap_or_else(ChunkHeader::fallback);
         for (&index, state) in &mut self.choices {

@@ -16,7 +16,6 @@ use http_body_util::BodyExt;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
-use crate::api::chat_decode::{self, ChatDecoder};
 use crate::body::Body;
 use crate::error::GatewayError;
 use crate::exchange::{Event, Sink};
@@ -25,6 +24,7 @@ use crate::sse;
 use crate::tools::Tools;
 use crate::tools::executor::{self, Outcome};
 use crate::tools::rounds::{Action, Next, Rounds};
+use crate::upstream::chat_decode::{self, ChatDecoder};
 use crate::upstream::reply::{self, Shape};
 
 /// A comment goes to a streaming client after this long without output.

@@ -28,8 +28,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use crate::exchange::call_id;
 use crate::exchange::{Call, Event, GatewayCall, GatewayStatus, Usage};
-use crate::natural::reply::call_id;
 use crate::to_natural::RenderOptions;
 use crate::tools::executor::Outcome;
 use crate::tools::steps::Steps;

@@ -1,3 +1,7 @@
+//! Example arguments made from a JSON Schema (bounded in depth, nodes and
+//! bytes): what natural mode's contracts show a model and what the demo
+//! model answers with. Pure.
+
 use std::collections::HashSet;
 
 use serde_json::{Map, Value, json};

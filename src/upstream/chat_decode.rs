@@ -334,7 +334,7 @@ impl ChatDecoder {
             call.arguments
         };
         out.push(Event::Call(Call {
-            id: call.id.unwrap_or_else(crate::natural::reply::call_id),
+            id: call.id.unwrap_or_else(crate::exchange::call_id),
             name: call.name,
             arguments,
         }));
