@@ -1,0 +1,122 @@
+//! Everything outside `/v1`: health, readiness, metrics, the transcript
+//! API and its page.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+
+use super::{Gateway, auth};
+use crate::body::{self, Body};
+use crate::error::GatewayError;
+
+impl Gateway {
+    /// Everything outside `/v1`: health, readiness, metrics, transcripts.
+    pub(super) async fn operational<B>(&self, req: Request<B>) -> Response<Body> {
+        match (req.method(), req.uri().path()) {
+            (&Method::GET, "/healthz") => plain(StatusCode::OK, "ok\n"),
+            (&Method::GET, "/readyz") => self.readiness(),
+            (&Method::GET, "/metrics") => {
+                let mut r = plain(StatusCode::OK, "");
+                *r.body_mut() = body::full(self.metrics.render());
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                r
+            }
+            (&Method::GET, path) if path.starts_with("/toolgate/ui") => {
+                crate::api::transcripts::page(path).unwrap_or_else(|| {
+                    GatewayError::UnknownRoute {
+                        method: "GET".into(),
+                        path: path.to_owned(),
+                    }
+                    .into_response()
+                })
+            }
+            (_, path) if path.starts_with("/toolgate/api/") => {
+                let runtime = self.runtime.load_full();
+                let viewer = match auth::viewer(&runtime.config, &req) {
+                    Ok(viewer) => viewer,
+                    Err(e) => return crate::api::transcripts::private(e.into_response()),
+                };
+                let query = req.uri().query();
+                crate::api::transcripts::private(
+                    match crate::api::transcripts::handle(
+                        self.store.as_ref(),
+                        &viewer,
+                        req.method(),
+                        path,
+                        query,
+                    )
+                    .await
+                    {
+                        Ok(r) => r,
+                        Err(e) => e.into_response(),
+                    },
+                )
+            }
+            (method, path) => GatewayError::UnknownRoute {
+                method: method.to_string(),
+                path: path.to_owned(),
+            }
+            .into_response(),
+        }
+    }
+
+    /// `/readyz`: 503 while draining, or while a tool server that a provider
+    /// offers is not connected; one line per tool server says where it stands.
+    fn readiness(&self) -> Response<Body> {
+        if self.draining.load(Ordering::SeqCst) {
+            return plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
+        }
+        let config = self.config();
+        let mut ready = true;
+        let mut detail = String::new();
+        for (name, state) in self.tools.servers(&config) {
+            let offered = config.providers.iter().any(|p| {
+                p.tools.gateway.as_ref().is_some_and(|g| {
+                    g.sources
+                        .iter()
+                        .any(|s| matches!(s, crate::config::ToolSource::Mcp(m) if m.name == name))
+                })
+            });
+            let line = match &*state {
+                crate::tools::mcp::State::Up { tools, .. } => format!("up, {} tools", tools.len()),
+                crate::tools::mcp::State::Starting => "starting".to_owned(),
+                crate::tools::mcp::State::Down { error } => format!("down: {error}"),
+            };
+            // By default a tool server that is down takes out only the
+            // providers that offer it (they answer 503 on their own).
+            if config.server.readiness == crate::config::Readiness::Strict {
+                ready &= !offered || state.is_up();
+            }
+            detail.push_str(&format!("tool server {name}: {line}\n"));
+        }
+        if let Some(store) = &self.store {
+            match store.health() {
+                None => detail.push_str("store: up\n"),
+                // Traffic does not need the store: it is reported, not waited for.
+                Some(error) => detail.push_str(&format!("store: down: {error}\n")),
+            }
+        }
+        let (status, head) = if ready {
+            (StatusCode::OK, "ready\n")
+        } else {
+            (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+        };
+        let mut r = plain(status, "");
+        *r.body_mut() = body::full(format!("{head}{detail}"));
+        r
+    }
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut r = Response::new(body::full(Bytes::from_static(text.as_bytes())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}

@@ -1,0 +1,266 @@
+//! A routed `/v1` request on its way: the body read within the limits, the
+//! model found and allowed, the provider (and its failovers) tried in turn,
+//! each attempt sent the way its [`plan`] says.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response, header};
+use http_body::Body as HttpBody;
+use http_body_util::Full;
+
+use super::limits::Limits;
+use super::plan::{Door, Route, Shape, plan};
+use crate::body::observed::{Guard, RequestLog};
+use crate::body::{Body, BoxError};
+use crate::config::{Provider, Tenant};
+use crate::error::GatewayError;
+use crate::inbound;
+use crate::router;
+use crate::runtime::Runtime;
+
+pub(super) async fn proxy<B>(
+    runtime: &Arc<Runtime>,
+    limits: &Limits,
+    req: Request<B>,
+    tenant: &Arc<Tenant>,
+    log: &mut RequestLog,
+) -> Result<Response<Body>, GatewayError>
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let (mut parts, incoming) = req.into_parts();
+    if runtime.config.server.auth.is_some() {
+        // The client's key is toolgate's own; it never goes upstream.
+        parts.headers.remove(header::AUTHORIZATION);
+        parts.headers.remove("x-api-key");
+    }
+    let server = &runtime.config.server;
+    let mut held = inbound::Reservation::new(limits.buffered.clone());
+    let bytes = inbound::read_body(
+        &parts.headers,
+        incoming,
+        server.max_body_bytes,
+        server.body_read_timeout,
+        &mut held,
+    )
+    .await?;
+    log.held = Some(Guard::new(held));
+    log.bytes_in = bytes.len() as u64;
+    // Taken only now: a client slow to send its body holds no permit meanwhile.
+    let permit = limits
+        .concurrency
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| GatewayError::Overloaded)?;
+    log.permit = Some(permit);
+    let field = inbound::find_model(&parts.headers, &bytes)?.ok_or_else(|| {
+        GatewayError::bad_request(
+            "toolgate routes /v1 requests by their `model`, and this request has none",
+            Some("model"),
+        )
+    })?;
+    // The key's policy, before anything is sent anywhere.
+    if !tenant.allows_model(&field.name) {
+        return Err(GatewayError::ModelNotAllowed(field.name.clone()));
+    }
+    let route = router::route(&runtime.config.providers, &field.name)
+        .ok_or_else(|| GatewayError::UnknownModel(field.name.clone()))?;
+    // Owned: a borrowed route held across an await trips hyper's `Send`
+    // bounds. Without failover providers nothing is collected.
+    let owned = |r: &router::Route<'_>| (r.provider.clone(), r.model.clone().into_owned());
+    let primary = owned(&route);
+    let failovers: Vec<(Arc<Provider>, String)> =
+        router::failovers(&runtime.config.providers, &route)
+            .iter()
+            .map(owned)
+            .collect();
+    drop(route);
+    let mut kept = Some((parts, bytes));
+    let mut chain = std::iter::once(primary).chain(failovers).peekable();
+    while let Some((provider, model)) = chain.next() {
+        let next = chain.peek().map(|(p, _)| p.name.clone());
+        // Every provider but the last gets a copy: the request stays whole
+        // until one of them answers.
+        let (parts, bytes) = match next {
+            None => kept.take().expect("kept until the last provider"),
+            Some(_) => {
+                let (parts, bytes) = kept.as_ref().expect("kept until the last provider");
+                (copy_parts(parts), bytes.clone())
+            }
+        };
+        let bytes = if *model != *field.name {
+            inbound::replace_model(&bytes, &field, &model)
+        } else {
+            bytes
+        };
+        log.model = model;
+        let result = dispatch(runtime, tenant, parts, bytes, &provider, log).await;
+        let Some(to) = next else {
+            return result;
+        };
+        if !failed_before_answering(&result) {
+            return result;
+        }
+        let from = provider.name.clone();
+        tracing::warn!(from = %from, to = %to, "every attempt failed before an answer; failing over");
+        metrics::counter!(crate::metrics::FAILOVERS, "from" => from, "to" => to).increment(1);
+    }
+    unreachable!("the last provider's result is returned")
+}
+
+/// Whether a provider failed before any byte of an answer: its targets
+/// could not be reached, did not answer in time, or answered with a status
+/// `retry.on` names once its attempts ran out.
+fn failed_before_answering(result: &Result<Response<Body>, GatewayError>) -> bool {
+    match result {
+        Err(GatewayError::UpstreamUnreachable { .. } | GatewayError::UpstreamTimeout { .. }) => {
+            true
+        }
+        Err(_) => false,
+        Ok(response) => response
+            .extensions()
+            .get::<crate::upstream::Exhausted>()
+            .is_some(),
+    }
+}
+
+fn copy_parts(parts: &http::request::Parts) -> http::request::Parts {
+    let mut copy = Request::new(()).into_parts().0;
+    copy.method = parts.method.clone();
+    copy.uri = parts.uri.clone();
+    copy.version = parts.version;
+    copy.headers = parts.headers.clone();
+    copy
+}
+
+/// Sends a routed request the way its [`plan`] says.
+async fn dispatch(
+    runtime: &Arc<Runtime>,
+    tenant: &Arc<Tenant>,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    provider: &Arc<Provider>,
+    log: &mut RequestLog,
+) -> Result<Response<Body>, GatewayError> {
+    if let Some(handles) = runtime.metrics_of(provider) {
+        log.provider = Some(handles.clone());
+    }
+    let door = Door::of(&parts.method, parts.uri.path());
+    let plan = plan(door, &Shape::of(provider), runtime.store.is_some());
+    if plan.scan {
+        // Every path that parses the body takes it only within the
+        // container limits; a body passed on untouched is never scanned.
+        crate::api::bounded(&bytes)?;
+    }
+    // Boxed: the doors' and transforms' futures are large, and hyper keeps
+    // the handler's future allocation for the life of each connection.
+    let (runtime, provider, tenant) = match plan.route {
+        Route::ChatAnswer => {
+            return Box::pin(crate::api::chat::handle(
+                runtime.clone(),
+                provider.clone(),
+                tenant.clone(),
+                parts,
+                bytes,
+            ))
+            .await;
+        }
+        Route::ResponsesAnswer => {
+            return Box::pin(crate::api::responses::handle(
+                runtime.clone(),
+                provider.clone(),
+                tenant.clone(),
+                parts,
+                bytes,
+            ))
+            .await;
+        }
+        Route::MessagesAnswer => {
+            return Box::pin(crate::api::messages::handle(
+                runtime.clone(),
+                provider.clone(),
+                tenant.clone(),
+                parts,
+                bytes,
+            ))
+            .await;
+        }
+        Route::AnthropicOnly => {
+            return Err(GatewayError::bad_request(
+                format!(
+                    "provider `{}` speaks Anthropic's Messages API only (`api = \"anthropic\"`): send POST /v1/messages",
+                    provider.name
+                ),
+                Some("model"),
+            ));
+        }
+        Route::MessagesNeedsChat => {
+            return Err(GatewayError::bad_request(
+                format!(
+                    "toolgate translates /v1/messages only for providers with `api = \"chat\"`, and `{}` has another",
+                    provider.name
+                ),
+                Some("model"),
+            ));
+        }
+        Route::Forward | Route::Natural | Route::ToNatural => (runtime, provider, tenant),
+    };
+    // With a store, a chat exchange may be recorded: its answer is read on
+    // the way to the client (and passed on unchanged).
+    let recorder = match plan.tap {
+        true => match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(serde_json::Value::Object(request)) => {
+                Box::pin(crate::answer::recorder(
+                    runtime,
+                    provider,
+                    tenant,
+                    &request,
+                    &parts.headers,
+                ))
+                .await
+            }
+            _ => None,
+        },
+        false => None,
+    };
+    let response = match plan.route {
+        Route::Natural => {
+            Box::pin(runtime.natural.handle(
+                &runtime.upstreams,
+                &runtime.config,
+                provider,
+                parts,
+                bytes,
+                false,
+            ))
+            .await
+        }
+        Route::ToNatural => {
+            Box::pin(crate::to_natural::handle(
+                &runtime.upstreams,
+                provider,
+                parts,
+                bytes,
+            ))
+            .await
+        }
+        _ => {
+            let request = Request::from_parts(parts, Full::new(bytes));
+            runtime.upstreams.send(provider, request).await
+        }
+    }?;
+    Ok(match recorder {
+        Some(recorder) if response.status().is_success() => {
+            let chat = recorder.chat_id().to_owned();
+            let streamed = super::is_event_stream(&response);
+            let (parts, body) = response.into_parts();
+            let tapped = crate::api::chat_tap::Tap::new(body, recorder, streamed);
+            let mut response = Response::from_parts(parts, crate::body::boxed(tapped));
+            crate::answer::tag_chat(&mut response, Some(&chat));
+            response
+        }
+        _ => response,
+    })
+}

@@ -1,0 +1,36 @@
+//! What a reload may not change: the keys that need a restart.
+
+use crate::config::Config;
+
+/// A reload that would change what only a restart may change; names the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0} changes need a restart")]
+pub struct ReloadRefused(pub &'static str);
+
+/// Listening elsewhere, or turning TLS or inbound auth on or off, would
+/// silently weaken (or break) a running deployment: those need a restart.
+pub(super) fn refuse_reload(old: &Config, new: &Config) -> Option<ReloadRefused> {
+    if old.server.listen != new.server.listen {
+        return Some(ReloadRefused("server.listen"));
+    }
+    if old.server.tls.is_some() != new.server.tls.is_some() {
+        return Some(ReloadRefused("server.tls"));
+    }
+    // Keys and their policies change on reload; turning auth on or off does not.
+    if old.server.auth.is_some() != new.server.auth.is_some() {
+        return Some(ReloadRefused("server.auth"));
+    }
+    let admin = |c: &Config| c.server.auth.as_ref().is_some_and(|a| a.has_admin_keys());
+    if admin(old) != admin(new) {
+        return Some(ReloadRefused("server.auth.admin_keys_env"));
+    }
+    if old.raw.telemetry != new.raw.telemetry {
+        // The exporter is started once, at boot.
+        return Some(ReloadRefused("telemetry"));
+    }
+    if old.raw.store != new.raw.store {
+        // The store's connection and writer are started once, at boot.
+        return Some(ReloadRefused("store"));
+    }
+    None
+}
