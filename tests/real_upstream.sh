@@ -2,7 +2,7 @@
 # toolgate in front of real model servers: llama.cpp's llama-server with
 # SmolLM2-135M-Instruct (Q4_1 GGUF) and Qwen2.5-Coder-0.5B-Instruct (Q4_K_M
 # GGUF). Builds and caches everything outside the source tree, starts one
-# server per model on a loopback port, runs tests/real_upstream.rs against
+# server per model on a loopback port, runs tests/it/real_upstream.rs against
 # each, prints what `toolgate probe` measures for each (first calls, closed
 # loops, gateway tools), and stops the servers. Not part of tests/run.sh:
 # the first run builds llama.cpp (about 10 minutes on 2 cores).
@@ -158,9 +158,9 @@ for name in $MODELS; do
   done
   curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "llama-server did not start" >&2; tail -20 "$log"; exit 1; }
 
-  echo "== cargo test --test real_upstream ($name)"
+  echo "== cargo test --test it real_upstream:: ($name)"
   TOOLGATE_REAL_UPSTREAM_URL="http://127.0.0.1:$port" TOOLGATE_REAL_SERVER_LOG="$log" TOOLGATE_REAL_MODEL="$name" \
-    cargo test --locked --test real_upstream -- --test-threads=1 --nocapture
+    cargo test --locked --test it real_upstream:: -- --test-threads=1 --nocapture
 
   if [ "${PROBE_RUNS:-3}" -gt 0 ]; then
     echo "== toolgate probe ($name, ${PROBE_RUNS:-3} runs of the built-in cases and tests/probe/loops.jsonl)"

@@ -12,8 +12,8 @@ command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&
 export CARGO_INCREMENTAL=0
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 
-# The real-client tests (tests/clients.rs) drive the official `openai` SDKs, and
-# tests/mcp_servers.rs the real MCP servers mcp-server-time and server-everything:
+# The real-client tests (tests/it/clients.rs) drive the official `openai` SDKs, and
+# tests/it/mcp_servers.rs the real MCP servers mcp-server-time and server-everything:
 # Python's from PyPI in a venv, Node's from npm. Installed once, then only
 # checked (a few milliseconds) until a pin changes.
 clients=tests/clients
@@ -46,7 +46,7 @@ echo "   openai (node) $(node -p 'require("./'"$modules"'/openai/package.json").
 export CLIENT_TESTS_PYTHON="$PWD/$venv/bin/python"
 export CLIENT_TESTS_NODE_DIR="$PWD/$clients/node"
 
-# The transcript tests run a throwaway PostgreSQL cluster (tests/common/postgres.rs)
+# The transcript tests run a throwaway PostgreSQL cluster (tests/it/common/postgres.rs)
 # and drive the transcript page in headless Chromium: both from the
 # distribution's packages, installed once when missing.
 echo "== system packages (PostgreSQL server, Chromium)"

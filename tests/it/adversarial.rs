@@ -5,7 +5,7 @@
 //! requests keep being served meanwhile. Timeouts below are guards against a
 //! hang, never the assertion itself.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Child, Command, Stdio};

@@ -10,8 +10,8 @@
 //! locations under tests/clients are used if they are installed; otherwise the
 //! tests fail and say to run `bash tests/run.sh`. They never pass silently.
 
-mod common;
-mod conformance;
+use crate::common;
+use crate::conformance;
 
 use std::path::Path;
 use std::pin::Pin;

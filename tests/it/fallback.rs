@@ -2,8 +2,8 @@
 //! a scripted model writes a broken call, a scripted fallback answers well,
 //! badly, slowly or with a 500, streaming and not.
 
-mod common;
-mod conformance;
+use crate::common;
+use crate::conformance;
 
 use std::time::Duration;
 

@@ -8,8 +8,8 @@
 //! finish, or, for a stream that failed, an error in the door's own shape.
 //! The official SDKs read the same cells (tests/clients/python/fidelity.py).
 
-mod common;
-mod conformance;
+use crate::common;
+use crate::conformance;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -1,7 +1,7 @@
 //! The core gateway with no transform: transparency, routing, errors,
 //! header hygiene, key injection, cancellation, drain and metrics.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

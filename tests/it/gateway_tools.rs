@@ -4,8 +4,8 @@
 //! tool servers are loopback mocks; every stream goes through the
 //! conformance checker.
 
-mod common;
-mod conformance;
+use crate::common;
+use crate::conformance;
 
 use std::time::Duration;
 

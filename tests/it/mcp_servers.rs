@@ -4,8 +4,8 @@
 //! `common::installed`). The model is a loopback mock making native calls;
 //! every stream goes through the conformance checker.
 
-mod common;
-mod conformance;
+use crate::common;
+use crate::conformance;
 
 use std::net::TcpListener as StdListener;
 use std::path::Path;

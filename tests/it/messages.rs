@@ -4,8 +4,8 @@
 //! event stream or message. Every stream passes the conformance checker's
 //! Messages rules.
 
-mod common;
-mod conformance;
+use crate::common;
+use crate::conformance;
 
 use bytes::Bytes;
 use common::{Mock, Reply, TestGateway, post, provider_toml, send};

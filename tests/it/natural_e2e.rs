@@ -1,9 +1,9 @@
 //! Natural mode end to end: a scripted upstream model writes natural-text
 //! calls, the real gateway turns them into native `tool_calls`, and every
-//! streamed body goes through the conformance checker (tests/conformance).
+//! streamed body goes through the conformance checker (tests/it/conformance).
 
-mod common;
-mod conformance;
+use crate::common;
+use crate::conformance;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,7 +13,7 @@ use toolgate::natural::syntax::Syntax;
 
 const GOLDEN_DIR: &str = "tests/golden/natural";
 
-/// The two example tools of seed 000, with the schemas exactly as given there.
+/// Two example tools with the schemas of the natural-mode specification.
 fn seed_tools() -> Value {
     json!([
         {

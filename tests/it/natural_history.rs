@@ -1,5 +1,5 @@
 //! Tool history rewriting through the gateway's entry point: every content
-//! shape of conformance.md rules 17-18 and every odd pairing of calls and
+//! shape of conformance rules 17-18 (`tests/it/conformance`) and every odd pairing of calls and
 //! results.
 
 use serde_json::{Value, json};

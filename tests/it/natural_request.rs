@@ -1,6 +1,6 @@
 //! End-to-end tests of the natural-mode request rewrite, through the same
-//! entry point the gateway calls: every request shape of conformance.md rules
-//! 17-20, the tool policies, errors and caching.
+//! entry point the gateway calls: every request shape of conformance rules
+//! 17-20 (`tests/it/conformance`), the tool policies, errors and caching.
 
 use std::sync::Arc;
 

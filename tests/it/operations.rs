@@ -2,7 +2,7 @@
 //! streams, ending streams at the grace deadline, SIGHUP reload, TLS on the
 //! listener and towards upstreams, and the tool-block size cap.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! that answers each syntax in its own way, and the real binary against the
 //! embedded demo model.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;
@@ -116,7 +116,7 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
     let config = Config::from_toml(&toml).unwrap();
     let mut seen = Vec::new();
     let report = probe::run(config, &options(Arm::ALL.to_vec(), 2), &mut |p| {
-        seen.push(p.done)
+        seen.push(p.done);
     })
     .await
     .unwrap();

@@ -10,8 +10,8 @@
 //! Qwen, which follows tool instructions, is also held to the whole loop:
 //! a call, its result, an answer that uses it (temperature 0).
 
-mod common;
-mod conformance;
+use crate::common;
+use crate::conformance;
 
 use std::time::{Duration, Instant};
 

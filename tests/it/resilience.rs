@@ -3,7 +3,7 @@
 //! the demo model, killed, paused and restarted) and scripted mocks (a 503,
 //! a 429 with `Retry-After`, a stall before the response head).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -401,7 +401,12 @@ async fn under_load_a_killed_and_restarted_target_costs_only_its_open_streams() 
                     eprintln!("failed before its first byte: {status} {body:?}");
                     continue;
                 }
-                match response.into_body().collect().await.map(|b| b.to_bytes()) {
+                match response
+                    .into_body()
+                    .collect()
+                    .await
+                    .map(http_body_util::Collected::to_bytes)
+                {
                     Ok(body) if body.ends_with(b"data: [DONE]\n\n") => {
                         done.fetch_add(1, Ordering::Relaxed);
                     }

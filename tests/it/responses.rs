@@ -3,8 +3,8 @@
 //! written back as a Responses stream or response object. Every stream goes
 //! through the conformance checker's Responses rules (23-24).
 
-mod common;
-mod conformance;
+use crate::common;
+use crate::conformance;
 
 use std::time::Duration;
 

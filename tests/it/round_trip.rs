@@ -5,8 +5,8 @@
 //! in one transcript chat, and a gateway tool's step, which the client
 //! never saw as a call of its own, is back in the history the model reads.
 
-mod common;
-mod conformance;
+use crate::common;
+use crate::conformance;
 
 use std::sync::{Arc, Mutex};
 

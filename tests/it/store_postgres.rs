@@ -2,7 +2,7 @@
 //! `common::postgres`): two toolgate processes writing one chat, and the
 //! database stopped while requests stream.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! trace context its call arrived with. The gateway is the real binary: its
 //! tracer is process-wide.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -5,7 +5,7 @@
 //! property: random interleavings of several keys' requests never show one
 //! key a marker only another key sent.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Once};

@@ -2,8 +2,8 @@
 //! natural-text history parsed back into native messages, and round trips
 //! between the two, property-tested.
 
-mod common;
-mod conformance;
+use crate::common;
+use crate::conformance;
 
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 use toolgate::natural::parser::{Event, Parser, ParserOptions};
 use toolgate::natural::syntax::Syntax;
+use toolgate::sse::transform::Transform;
 use toolgate::to_natural::RenderOptions;
 use toolgate::to_natural::history::{self, HistoryOptions};
 use toolgate::to_natural::stream::StreamRenderer;

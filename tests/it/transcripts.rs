@@ -3,8 +3,8 @@
 //! a header, redaction, `record`, the events endpoint live and replayed,
 //! and the API without a store.
 
-mod common;
-mod conformance;
+use crate::common;
+use crate::conformance;
 
 use std::time::Duration;
 

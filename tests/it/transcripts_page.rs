@@ -3,7 +3,7 @@
 //! gateway tool call, and a tool result holding markup is shown as text. A
 //! screenshot is kept in `target/tmp/transcripts-page.png`.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -125,7 +125,7 @@ impl Mock {
                             let body = body
                                 .collect()
                                 .await
-                                .map(|c| c.to_bytes())
+                                .map(http_body_util::Collected::to_bytes)
                                 .unwrap_or_default();
                             let rec = Recorded {
                                 method: parts.method,

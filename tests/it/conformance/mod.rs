@@ -1,5 +1,5 @@
-//! A checker for what real OpenAI clients accept, following
-//! /work/shared/conformance.md: [`check_stream`] validates a whole SSE
+//! A checker for what real OpenAI clients accept, rule by rule (the numbers
+//! the rest of the code cites): [`check_stream`] validates a whole SSE
 //! response body (rules 1-15), [`check_completion`] a non-streaming
 //! `chat.completion` (rule 16).
 #![allow(dead_code)]
@@ -273,7 +273,7 @@ fn check_error(error: &Value) -> Result<(), String> {
         return Err("rule 15: error.type is not a string".into());
     }
     match e.get("code") {
-        Some(Value::String(_)) | Some(Value::Null) => Ok(()),
+        Some(Value::String(_) | Value::Null) => Ok(()),
         _ => Err("rule 15: error.code must be a string or null".into()),
     }
 }
@@ -712,7 +712,7 @@ pub fn check_completion(v: &Value) -> Result<(), String> {
         }
         match message.get("tool_calls") {
             None | Some(Value::Null) => {
-                if !matches!(content, Some(Value::String(_)) | Some(Value::Null)) {
+                if !matches!(content, Some(Value::String(_) | Value::Null)) {
                     return Err(at("content is neither a string nor null"));
                 }
                 if finish == Some(&Value::from("tool_calls")) {

@@ -1,4 +1,4 @@
-//! Rules 23-24 of /work/shared/conformance.md: what the SDKs' Responses
+//! Conformance rules 23-24: what the SDKs' Responses
 //! stream helpers require of a `/v1/responses` stream. [`check_responses`]
 //! validates a whole SSE body and returns what a client assembles from it.
 

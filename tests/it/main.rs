@@ -1,0 +1,39 @@
+//! The integration tests, one binary: a module per feature, sharing the
+//! mocks, the gateway harness (`common`) and the conformance checker.
+//!
+//! Run one feature with `cargo test --test it <module>::`.
+
+// `std::env::set_var` is `unsafe` in edition 2024: the tests set the
+// variables a config names (keys, credentials) before the gateway reads them.
+#![allow(unsafe_code)]
+
+mod common;
+mod conformance;
+
+mod adversarial;
+mod bounds_props;
+mod cli;
+mod clients;
+mod fallback;
+mod fidelity;
+mod gateway;
+mod gateway_tools;
+mod mcp_servers;
+mod messages;
+mod natural_e2e;
+mod natural_golden;
+mod natural_history;
+mod natural_props;
+mod natural_request;
+mod operations;
+mod probe;
+mod real_upstream;
+mod resilience;
+mod responses;
+mod round_trip;
+mod store_postgres;
+mod telemetry;
+mod tenancy;
+mod to_natural;
+mod transcripts;
+mod transcripts_page;
