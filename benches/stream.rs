@@ -29,6 +29,7 @@ use toolgate::natural::request::{ContractCache, NaturalOptions, ResponsePlan, Re
 use toolgate::natural::stream::StreamRewriter;
 use toolgate::natural::syntax::Syntax;
 use toolgate::natural::validate::SchemaCache;
+use toolgate::sse::transform::Transform;
 use toolgate::sse::{Decoder, Event};
 use toolgate::to_natural::RenderOptions;
 use toolgate::to_natural::stream::StreamRenderer;
@@ -204,10 +205,10 @@ fn bench_stream(c: &mut Criterion) {
         .expect("an SSE frame");
     group.throughput(Throughput::Elements(1));
     group.bench_function("read", |b| {
-        b.iter(|| black_box(toolgate::natural::plain::read(black_box(data)).is_some()))
+        b.iter(|| black_box(toolgate::natural::plain::read(black_box(data)).is_some()));
     });
     group.bench_function("serde", |b| {
-        b.iter(|| black_box(toolgate::natural::plain::reference(black_box(data)).is_some()))
+        b.iter(|| black_box(toolgate::natural::plain::reference(black_box(data)).is_some()));
     });
     // The next chunk of the same stream, read through the stencil of this one.
     let read = toolgate::natural::plain::read(data).expect("a plain chunk");
@@ -223,7 +224,7 @@ fn bench_stream(c: &mut Criterion) {
         .and_then(|d| d.strip_suffix(b"\n\n"))
         .expect("an SSE frame");
     group.bench_function("stencil", |b| {
-        b.iter(|| black_box(stencil.fit(black_box(next)).is_some()))
+        b.iter(|| black_box(stencil.fit(black_box(next)).is_some()));
     });
     group.finish();
 }

@@ -56,7 +56,7 @@ impl Upstream for Provided {
         let (parts, body) = request.into_parts();
         let bytes = http_body_util::BodyExt::collect(body)
             .await
-            .map(|c| c.to_bytes())
+            .map(http_body_util::Collected::to_bytes)
             .unwrap_or_default();
         Box::pin(rt.natural.handle(
             &rt.upstreams,
@@ -81,14 +81,11 @@ impl Provided {
     ) -> Result<Response<Body>, GatewayError> {
         let (mut parts, body) = request.into_parts();
         let body = body.into_inner().unwrap_or_default();
-        let chat = match serde_json::from_slice::<Value>(&body) {
-            Ok(Value::Object(chat)) => chat,
-            _ => {
-                return Err(GatewayError::bad_request(
-                    "The request body must be a JSON object",
-                    None,
-                ));
-            }
+        let Ok(Value::Object(chat)) = serde_json::from_slice::<Value>(&body) else {
+            return Err(GatewayError::bad_request(
+                "The request body must be a JSON object",
+                None,
+            ));
         };
         let translated = to_responses::translate(&chat)?;
         let bytes = serde_json::to_vec(&translated).unwrap_or_default();

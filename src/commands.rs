@@ -69,7 +69,7 @@ pub fn parse(tools_json: &[u8], syntax: Syntax, text: &str) -> Result<String, St
                 }
             }
             Event::Invalid(b) => {
-                invalid.push(json!({"tool": b.name, "reason": b.reason.to_string(), "raw": b.raw}))
+                invalid.push(json!({"tool": b.name, "reason": b.reason.to_string(), "raw": b.raw}));
             }
         }
     }

@@ -491,7 +491,7 @@ fn server(raw: &raw::RawServer) -> Result<ServerConfig, ConfigError> {
 
 fn certs(path: &str, file: &str) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
     let certs: Vec<_> = CertificateDer::pem_file_iter(file)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .and_then(std::iter::Iterator::collect::<Result<Vec<_>, _>>)
         .map_err(|e| {
             ConfigError::new(
                 path,

@@ -28,6 +28,7 @@ const FINGERPRINT: &str = "fp_toolgate_demo";
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Answers a request the way the scripted model does.
 pub async fn respond(config: &DemoConfig, req: Request<Full<Bytes>>) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let bytes = match http_body_util::BodyExt::collect(req.into_body()).await {

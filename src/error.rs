@@ -11,30 +11,65 @@ use serde_json::json;
 
 use crate::body::{self, Body};
 
+/// Something the gateway refused or failed at, by who is at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     /// The client sent something we cannot act on.
     #[error("{message}")]
     BadRequest {
+        /// What is wrong, for the client to read.
         message: String,
+        /// The request field at fault, if one is.
         param: Option<String>,
     },
+    /// No provider serves the model.
     #[error("The model `{0}` does not exist or is not served by this gateway")]
     UnknownModel(String),
+    /// No such endpoint.
     #[error("Unknown route: {method} {path}")]
-    UnknownRoute { method: String, path: String },
+    UnknownRoute {
+        /// The request's method.
+        method: String,
+        /// The request's path.
+        path: String,
+    },
+    /// The body is over `max_body_bytes` (or a container limit).
     #[error("Request body exceeds the limit of {limit} bytes")]
-    PayloadTooLarge { limit: usize },
+    PayloadTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// No target of the provider could be reached.
     #[error("Upstream {provider} is unreachable: {reason}")]
-    UpstreamUnreachable { provider: String, reason: String },
+    UpstreamUnreachable {
+        /// The provider's name.
+        provider: String,
+        /// Why, from the last attempt.
+        reason: String,
+    },
+    /// The upstream did not answer in time.
     #[error("Upstream {provider} did not answer within {secs:.1}s")]
-    UpstreamTimeout { provider: String, secs: f64 },
+    UpstreamTimeout {
+        /// The provider's name.
+        provider: String,
+        /// The timeout that ran out.
+        secs: f64,
+    },
     /// The upstream answered, but with something toolgate could not use.
     #[error("{message}")]
-    UpstreamInvalid { message: String, code: &'static str },
+    UpstreamInvalid {
+        /// What was wrong with it.
+        message: String,
+        /// The error's `code`.
+        code: &'static str,
+    },
     /// A model's tool call that could not be turned into a valid call.
     #[error("{message}")]
-    InvalidToolCall { message: String },
+    InvalidToolCall {
+        /// What was wrong with the call.
+        message: String,
+    },
+    /// No key, or a key `[server.auth]` does not know.
     #[error("Missing or invalid API key: send `Authorization: Bearer <key>`")]
     Unauthorized,
     /// The key's policy (`[[server.auth.keys]] models`) does not allow the model.
@@ -43,6 +78,7 @@ pub enum GatewayError {
     /// The key may not do this.
     #[error("{0}")]
     Forbidden(String),
+    /// `max_concurrent_requests` requests are being served.
     #[error("The gateway is at its limit of concurrent requests; retry shortly")]
     Overloaded,
     /// A stored thing (a chat, a response) that does not exist.
@@ -51,18 +87,29 @@ pub enum GatewayError {
     /// The transcript store cannot answer.
     #[error("{0}")]
     StoreUnavailable(String),
+    /// The body did not arrive within `body_read_timeout_secs`.
     #[error("The request body was not received within {secs:.0}s")]
-    BodyTimeout { secs: f64 },
+    BodyTimeout {
+        /// The timeout that ran out.
+        secs: f64,
+    },
+    /// `max_buffered_request_bytes` are held by requests being read.
     #[error("The gateway is holding too many request bytes at once; retry shortly")]
     BufferFull,
     /// A tool server this provider's gateway tools need is not available.
     #[error("The tool server `{server}` {reason}; this provider's requests wait until it is back")]
-    ToolServerUnavailable { server: String, reason: String },
+    ToolServerUnavailable {
+        /// The tool server's name.
+        server: String,
+        /// Where it stands (`is down: …`, `is starting`).
+        reason: String,
+    },
 }
 
 /// A request the tool transforms cannot read (malformed `tools`, invalid
 /// JSON, ...) is the client's error: 400, naming the offending parameter.
 impl GatewayError {
+    /// A [`GatewayError::BadRequest`].
     pub fn bad_request(message: impl Into<String>, param: Option<&str>) -> Self {
         GatewayError::BadRequest {
             message: message.into(),
@@ -70,6 +117,7 @@ impl GatewayError {
         }
     }
 
+    /// The HTTP status it is answered with.
     pub fn status(&self) -> StatusCode {
         match self {
             GatewayError::BadRequest { .. } => StatusCode::BAD_REQUEST,
@@ -110,6 +158,7 @@ impl GatewayError {
         }
     }
 
+    /// The error body's `code`.
     pub fn code(&self) -> &'static str {
         match self {
             GatewayError::BadRequest { .. } => "invalid_request",
@@ -152,6 +201,7 @@ impl GatewayError {
         })
     }
 
+    /// The answer: status, headers and the OpenAI-shaped body.
     pub fn into_response(self) -> Response<Body> {
         let status = self.status();
         let mut response = Response::new(body::json(&self.to_json()));

@@ -12,32 +12,43 @@ use serde::{Deserialize, Serialize};
 /// upstream's first chunk.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Meta {
+    /// The answer's id (`chatcmpl-…`).
     pub id: Option<String>,
+    /// Unix seconds.
     pub created: Option<u64>,
+    /// The model the upstream says answered.
     pub model: Option<String>,
+    /// The upstream's backend configuration, when it sends one.
     pub system_fingerprint: Option<String>,
 }
 
 /// A complete call: arguments are the JSON object text the model wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
+    /// The call's id, which its result cites (`call_…`).
     pub id: String,
+    /// The tool's name.
     pub name: String,
+    /// The arguments, a JSON object's text.
     pub arguments: String,
 }
 
 /// Token counts, summed over rounds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Tokens read.
     #[serde(default)]
     pub prompt_tokens: u64,
+    /// Tokens written.
     #[serde(default)]
     pub completion_tokens: u64,
+    /// Both.
     #[serde(default)]
     pub total_tokens: u64,
 }
 
 impl Usage {
+    /// Adds another round's counts.
     pub fn add(&mut self, other: &Usage) {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
@@ -49,8 +60,11 @@ impl Usage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GatewayStatus {
+    /// Started, no result yet.
     InProgress,
+    /// Ended with a result.
     Completed,
+    /// Ended with an error.
     Failed,
 }
 
@@ -59,14 +73,20 @@ pub enum GatewayStatus {
 pub struct GatewayCall {
     /// 0, 1, 2 … over the whole answer.
     pub index: usize,
+    /// The call's id.
     pub id: String,
+    /// The tool's name as the model sees it.
     pub name: String,
     /// Its MCP server's name, `http` or `builtin`.
     pub server: String,
+    /// The arguments, a JSON object's text.
     pub arguments: String,
+    /// Where it stands.
     pub status: GatewayStatus,
+    /// The result, once completed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// What went wrong, once failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -76,6 +96,7 @@ pub struct GatewayCall {
 pub enum Event {
     /// The answer's header fields (first event of a round).
     Start(Meta),
+    /// Answer text, as it comes.
     Text(String),
     /// Reasoning text (`reasoning_content`), kept apart from the answer.
     Reasoning(String),
@@ -85,11 +106,13 @@ pub enum Event {
     Gateway(GatewayCall),
     /// The answer ended, for this reason (`stop`, `tool_calls`, `length` …).
     Finish(String),
+    /// The round's token counts.
     Usage(Usage),
 }
 
 /// Where an answer's events go: a door's encoder.
 pub trait Sink {
+    /// The answer's next step.
     fn event(&mut self, event: Event);
     /// The answer cannot go on; nothing follows but [`Sink::end`].
     fn fail(&mut self, error: crate::error::GatewayError);

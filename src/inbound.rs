@@ -64,6 +64,7 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// Nothing held yet from `budget`.
     pub fn new(budget: Arc<BufferBudget>) -> Self {
         Reservation { budget, bytes: 0 }
     }
@@ -136,6 +137,7 @@ where
 /// Where the model name sits in the body, so it can be replaced in place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelField {
+    /// The model the request names.
     pub name: String,
     /// Byte range of the value to replace (JSON: the quoted string; multipart: the raw text).
     span: Range<usize>,

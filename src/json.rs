@@ -130,9 +130,7 @@ impl<'a> Reader<'a> {
     }
 
     fn literal_continues(&self, at: usize) -> bool {
-        self.bytes()
-            .get(at)
-            .is_some_and(|b| b.is_ascii_alphanumeric())
+        self.bytes().get(at).is_some_and(u8::is_ascii_alphanumeric)
     }
 
     /// An object: `field` is called with each key (escapes refused) and must

@@ -9,13 +9,23 @@
 //!
 //! Invariants: parsers and stream rewriters do no IO; the router is pure;
 //! every error the gateway makes is a [`error::GatewayError`].
+//!
+//! The documented surface (every public item carries docs, `missing_docs`)
+//! is what a program embedding the gateway uses: [`gateway`], [`server`],
+//! [`runtime`], [`router`], [`exchange`], [`error`], [`inbound`], [`demo`].
+//! The other modules are public so that the integration tests, benchmarks
+//! and fuzz targets can reach the sans-IO parts; their items are documented
+//! where it helps, not item by item.
 
-#![deny(unsafe_code)]
-
+#[allow(missing_docs)]
 pub mod answer;
+#[allow(missing_docs)]
 pub mod api;
+#[allow(missing_docs)]
 pub mod body;
+#[allow(missing_docs)]
 pub mod commands;
+#[allow(missing_docs)]
 pub mod config;
 pub mod demo;
 pub mod error;
@@ -24,18 +34,27 @@ pub mod gateway;
 pub mod headers;
 pub mod inbound;
 pub mod json;
+#[allow(missing_docs)]
 pub mod log_writer;
 pub mod memory;
+#[allow(missing_docs)]
 pub mod metrics;
+#[allow(missing_docs)]
 pub mod natural;
 pub mod router;
 pub mod runtime;
 pub mod schema_example;
 pub mod server;
+#[allow(missing_docs)]
 pub mod sse;
+#[allow(missing_docs)]
 pub mod store;
+#[allow(missing_docs)]
 pub mod telemetry;
+#[allow(missing_docs)]
 pub mod to_natural;
+#[allow(missing_docs)]
 pub mod tools;
+#[allow(missing_docs)]
 pub mod upstream;
 pub mod workers;

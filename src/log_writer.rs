@@ -227,7 +227,7 @@ fn lock() -> MutexGuard<'static, Vec<u8>> {
     // A panic while holding the lock leaves only log bytes behind; keep going.
     BUFFER
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Takes the buffered lines and writes them to `sink` (stderr, locked by the

@@ -294,7 +294,9 @@ impl ToolLabels {
 /// and registers the counters a config can name at 0, so a dashboard's
 /// `rate()` has a series before the first event.
 pub fn declare_tools(config: &crate::config::Config) {
-    *TOOL_LABELS.write().unwrap_or_else(|e| e.into_inner()) = Some(ToolLabels::of(config));
+    *TOOL_LABELS
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(ToolLabels::of(config));
     metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     for outcome in ["success", "invalid", "refused"] {
         metrics::counter!(CONFIG_RELOADS, "outcome" => outcome).increment(0);
@@ -323,7 +325,9 @@ pub fn declare_tools(config: &crate::config::Config) {
 
 /// The bounded `tool` label of a called tool's name.
 pub fn tool_label(name: &str) -> String {
-    let labels = TOOL_LABELS.read().unwrap_or_else(|e| e.into_inner());
+    let labels = TOOL_LABELS
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     labels
         .as_ref()
         .map_or_else(|| "other".to_owned(), |l| l.label(name))

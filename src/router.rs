@@ -8,6 +8,7 @@ use crate::config::Provider;
 /// A routing decision: the provider and the model name to send it.
 #[derive(Debug)]
 pub struct Route<'a> {
+    /// The provider that serves it.
     pub provider: &'a Arc<Provider>,
     /// The model name upstream, after prefix stripping and `model_rewrite`.
     pub model: Cow<'a, str>,

@@ -16,6 +16,7 @@ use crate::upstream::{HealthBook, Upstreams};
 
 /// Everything built from one config; replaced whole on reload.
 pub struct Runtime {
+    /// The config it was built from.
     pub config: Arc<Config>,
     pub(crate) upstreams: Upstreams,
     pub(crate) natural: natural::Engine,

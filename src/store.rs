@@ -1,4 +1,4 @@
-//! Transcripts (seed 004): every recorded exchange's messages, tool calls
+//! Transcripts: every recorded exchange's messages, tool calls
 //! and results, in SQLite or PostgreSQL, written off the request path.
 //!
 //! A request gets a [`Recorder`] from [`Store::begin`] (which links it to
@@ -113,7 +113,10 @@ impl Shared {
             return;
         }
         if unit.iter().any(|w| matches!(w, Write::Response(_))) {
-            let mut queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+            let mut queued = self
+                .queued
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             for write in &unit {
                 if let Write::Response(r) = write {
                     queued.insert(r.id.clone(), r.clone());
@@ -125,7 +128,10 @@ impl Shared {
                 mpsc::error::TrySendError::Full(u) | mpsc::error::TrySendError::Closed(u) => u,
             };
             self.dropped(&unit);
-            let mut last = self.last_drop_log.lock().unwrap_or_else(|e| e.into_inner());
+            let mut last = self
+                .last_drop_log
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                 *last = Some(Instant::now());
                 tracing::warn!(
@@ -140,7 +146,10 @@ impl Shared {
     /// their chats remembered as incomplete.
     pub(crate) fn dropped(&self, rows: &[Write]) {
         metrics::counter!(m::STORE_DROPPED).increment(rows.len() as u64);
-        let mut missed = self.missed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut missed = self
+            .missed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for write in rows {
             match write {
                 Write::Response(r) => self.settled(&r.id),
@@ -160,13 +169,19 @@ impl Shared {
 
     /// The chats that lost exchanges since the last call.
     pub(crate) fn take_missed(&self) -> Vec<(ChatUpdate, u64)> {
-        let mut missed = self.missed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut missed = self
+            .missed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         missed.drain().map(|(_, v)| v).collect()
     }
 
     /// Puts back chats whose marking failed.
     pub(crate) fn missed_again(&self, chats: Vec<(ChatUpdate, u64)>) {
-        let mut missed = self.missed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut missed = self
+            .missed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for (row, n) in chats {
             if missed.len() < MISSED_CHATS || missed.contains_key(&row.id) {
                 missed.entry(row.id.clone()).or_insert((row, 0)).1 += n;
@@ -178,13 +193,16 @@ impl Shared {
     pub(crate) fn settled(&self, id: &str) {
         self.queued
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(id);
     }
 
     /// A response of `tenant`'s still queued here.
     fn queued_response(&self, tenant: &str, id: &str) -> Option<Kept> {
-        let queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        let queued = self
+            .queued
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         queued
             .get(id)
             .filter(|r| &*r.tenant == tenant)
@@ -198,7 +216,7 @@ impl Shared {
     fn is_queued(&self, id: &str) -> bool {
         self.queued
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .contains_key(id)
     }
 
@@ -211,7 +229,10 @@ impl Shared {
 
     fn set_health(&self, error: Option<String>) {
         metrics::gauge!(m::STORE_UP).set(if error.is_none() { 1.0 } else { 0.0 });
-        *self.health.lock().unwrap_or_else(|e| e.into_inner()) = error;
+        *self
+            .health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = error;
     }
 }
 
@@ -234,7 +255,10 @@ impl Heads {
     /// Keeps a state `chat` reached (two chats at most per state: a
     /// second makes it ambiguous for a request that names no chat).
     fn remember(&self, hash: String, chat: Arc<str>, len: i64) {
-        let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
+        let mut maps = self
+            .maps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if maps[0].len() >= HEADS_PER_GENERATION {
             maps[1] = std::mem::take(&mut maps[0]);
         }
@@ -252,7 +276,10 @@ impl Heads {
 
     /// The chats that reached state `hash`.
     fn find(&self, hash: &str) -> Vec<(Arc<str>, i64)> {
-        let maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
+        let maps = self
+            .maps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         maps[0]
             .get(hash)
             .or_else(|| maps[1].get(hash))
@@ -261,7 +288,10 @@ impl Heads {
     }
 
     fn own(&self, chat: Arc<str>, tenant: Arc<str>) {
-        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        let mut owners = self
+            .owners
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if owners[0].len() >= HEADS_PER_GENERATION {
             owners[1] = std::mem::take(&mut owners[0]);
         }
@@ -269,7 +299,10 @@ impl Heads {
     }
 
     fn owner(&self, chat: &str) -> Option<Arc<str>> {
-        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        let owners = self
+            .owners
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         owners[0].get(chat).or_else(|| owners[1].get(chat)).cloned()
     }
 }
@@ -352,7 +385,7 @@ impl Store {
         self.shared
             .health
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
@@ -697,7 +730,12 @@ impl Store {
     /// waiting at most `deadline`. Blocking: call it off the runtimes.
     pub fn close(&self, deadline: Duration) {
         self.stop.cancel();
-        let Some(thread) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        let Some(thread) = self
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        else {
             return;
         };
         let started = Instant::now();

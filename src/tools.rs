@@ -174,7 +174,10 @@ impl Tools {
             );
             fixed.insert(format!("builtin:{}", b.name()), Arc::new(tool));
         }
-        *self.fixed.write().unwrap_or_else(|p| p.into_inner()) = fixed;
+        *self
+            .fixed
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = fixed;
     }
 
     pub fn mcp(&self) -> &McpHost {
@@ -230,7 +233,7 @@ impl Tools {
                     let found = self
                         .fixed
                         .read()
-                        .unwrap_or_else(|p| p.into_inner())
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .get(&label)
                         .cloned();
                     match found {

@@ -141,7 +141,10 @@ pub struct HealthBook(Mutex<HashMap<(String, String), Arc<Health>>>);
 
 impl HealthBook {
     fn get(&self, provider: &str, identity: &str) -> Arc<Health> {
-        let mut book = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut book = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         book.entry((provider.to_owned(), identity.to_owned()))
             .or_default()
             .clone()
@@ -149,7 +152,10 @@ impl HealthBook {
 
     /// Forgets targets the config no longer has.
     pub fn keep_only(&self, config: &Config) {
-        let mut book = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut book = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         book.retain(|(provider, identity), _| {
             config
                 .provider(provider)
@@ -174,7 +180,7 @@ pub async fn noting_attempts<F: Future>(f: F) -> (F::Output, Attempted) {
     ATTEMPTED
         .scope(RefCell::new(Attempted::default()), async {
             let out = f.await;
-            (out, ATTEMPTED.with(|a| a.take()))
+            (out, ATTEMPTED.with(std::cell::RefCell::take))
         })
         .await
 }
@@ -287,7 +293,7 @@ impl Upstreams {
         let (parts, body) = req.into_parts();
         let body = http_body_util::BodyExt::collect(body)
             .await
-            .map(|c| c.to_bytes())
+            .map(http_body_util::Collected::to_bytes)
             .unwrap_or_default();
         let mut tried = 0u64;
         let mut attempt = 0u32;
@@ -393,7 +399,7 @@ impl Upstreams {
                 // One frame, ready at once.
                 let bytes = http_body_util::BodyExt::collect(body)
                     .await
-                    .map(|c| c.to_bytes())
+                    .map(http_body_util::Collected::to_bytes)
                     .unwrap_or_default();
                 let mut req = Request::from_parts(parts, Full::new(bytes.clone()));
                 let span = answered::start(provider, &provider.targets[i], n, &mut req, &bytes);

@@ -1,5 +1,5 @@
 //! [`Event`]s written as a Chat Completions stream, chunk by chunk, by the
-//! rules of ../shared/conformance.md: one `id`, the role in the first delta
+//! rules real clients hold a stream to (checked by `tests/it/conformance`): one `id`, the role in the first delta
 //! only, text before calls, calls one delta each with indexes 0, 1, 2, one
 //! finish reason at the very end, usage (if asked) last, then `[DONE]`.
 //! Gateway tool calls travel as `gateway_tool_calls` on deltas (rules 21-22),
@@ -50,10 +50,6 @@ impl ChatEvents {
             ended: false,
             out: BytesMut::new(),
         }
-    }
-
-    pub fn is_ended(&self) -> bool {
-        self.ended
     }
 
     fn header(&mut self) -> &ChunkHeader {

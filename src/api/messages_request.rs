@@ -156,14 +156,11 @@ fn tool_result_content(block: &Value, at: &str) -> Result<Value, GatewayError> {
 /// becomes tool messages, then a user message with the rest).
 fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), GatewayError> {
     let at = format!("messages.{i}");
-    let role = match m["role"].as_str() {
-        Some(r @ ("user" | "assistant")) => r,
-        _ => {
-            return Err(bad(
-                "A message's `role` must be `user` or `assistant`",
-                &format!("{at}.role"),
-            ));
-        }
+    let Some(role @ ("user" | "assistant")) = m["role"].as_str() else {
+        return Err(bad(
+            "A message's `role` must be `user` or `assistant`",
+            &format!("{at}.role"),
+        ));
     };
     let blocks = match &m["content"] {
         Value::String(text) => {

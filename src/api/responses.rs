@@ -73,7 +73,7 @@ pub async fn handle(
         }
         match request.get("input") {
             Some(Value::String(text)) => {
-                conversation.push(serde_json::json!({"role": "user", "content": text}))
+                conversation.push(serde_json::json!({"role": "user", "content": text}));
             }
             Some(Value::Array(items)) => conversation.extend(items.iter().cloned()),
             _ => {}

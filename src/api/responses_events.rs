@@ -167,7 +167,7 @@ impl ResponsesEvents {
     /// One `mcp_list_tools` item per server the offered tools come from.
     fn list_tools(&mut self, offer: &Offer) {
         let mut servers: Vec<(&str, Vec<&GatewayTool>)> = Vec::new();
-        for tool in offer.tools.iter() {
+        for tool in &offer.tools {
             match servers.iter_mut().find(|(s, _)| *s == tool.server()) {
                 Some((_, tools)) => tools.push(tool),
                 None => servers.push((tool.server(), vec![tool])),

@@ -146,7 +146,7 @@ pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayE
             // and the answer says `store: false`.
             "store" | "include" => {}
             "truncation" => {
-                if !matches!(value.as_str(), None | Some("disabled") | Some("auto")) {
+                if !matches!(value.as_str(), None | Some("disabled" | "auto")) {
                     return Err(bad(
                         "`truncation` must be \"disabled\" or \"auto\"",
                         "truncation",
@@ -344,10 +344,10 @@ fn parts_text(parts: &[Value], at: &str) -> Result<String, GatewayError> {
     for (j, part) in parts.iter().enumerate() {
         match part.get("type").and_then(Value::as_str) {
             Some("input_text" | "output_text" | "text") => {
-                text.push_str(part.get("text").and_then(Value::as_str).unwrap_or(""))
+                text.push_str(part.get("text").and_then(Value::as_str).unwrap_or(""));
             }
             Some("refusal") => {
-                text.push_str(part.get("refusal").and_then(Value::as_str).unwrap_or(""))
+                text.push_str(part.get("refusal").and_then(Value::as_str).unwrap_or(""));
             }
             other => {
                 return Err(bad(

@@ -1,4 +1,4 @@
-//! The transcript API and page (seed 004): `/toolgate/api/chats` (newest
+//! The transcript API and page: `/toolgate/api/chats` (newest
 //! first), `/toolgate/api/chats/{id}` (every message in order),
 //! `/toolgate/api/chats/{id}/events` (SSE: stored messages replayed, then
 //! live ones while the chat is answered) and `/toolgate/ui/`, one page

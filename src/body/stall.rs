@@ -66,7 +66,11 @@ async fn watch(shared: Weak<Shared>, timeout: Duration) {
         };
         let handed = shared.handed_at.load(Ordering::Acquire);
         if handed != 0 && shared.now().saturating_sub(handed) > limit {
-            let body = shared.body.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let body = shared
+                .body
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
             if body.is_some() {
                 metrics::counter!(crate::metrics::STREAMS_STALLED).increment(1);
                 tracing::debug!("a stream's client granted no window for too long; released");
@@ -78,7 +82,7 @@ async fn watch(shared: Weak<Shared>, timeout: Duration) {
         if shared
             .body
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .is_none()
         {
             return;
@@ -96,7 +100,10 @@ impl http_body::Body for StallGuard {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let shared = &self.shared;
         shared.handed_at.store(0, Ordering::Release);
-        let mut slot = shared.body.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = shared
+            .body
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(body) = slot.as_mut() else {
             return Poll::Ready(Some(Err(
                 "the client granted the stream no window for too long".into(),
@@ -105,7 +112,7 @@ impl http_body::Body for StallGuard {
         let polled = Pin::new(body).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(_))) => shared.handed_at.store(shared.now(), Ordering::Release),
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
+            Poll::Ready(None | Some(Err(_))) => {
                 let done = slot.take();
                 drop(slot);
                 drop(done);
@@ -119,7 +126,7 @@ impl http_body::Body for StallGuard {
         self.shared
             .body
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .as_ref()
             .is_none_or(http_body::Body::is_end_stream)
     }
@@ -128,7 +135,7 @@ impl http_body::Body for StallGuard {
         self.shared
             .body
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .as_ref()
             .map_or_else(SizeHint::default, http_body::Body::size_hint)
     }

@@ -409,7 +409,7 @@ mod tests {
         )
         .unwrap();
         let g = c.providers[0].tools.gateway.as_ref().unwrap();
-        let labels: Vec<String> = g.sources.iter().map(|s| s.label()).collect();
+        let labels: Vec<String> = g.sources.iter().map(super::ToolSource::label).collect();
         assert_eq!(labels, ["time", "GetWeather", "builtin:calculator"]);
         assert_eq!((g.max_rounds, g.max_parallel_tools), (8, 8));
         assert_eq!(c.mcp_servers[0].timeout.as_secs(), 30);

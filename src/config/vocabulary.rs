@@ -44,7 +44,7 @@ impl Syntax {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResultRole {
-    /// A user message after the calls (seed 001 req. 4): what most chat
+    /// A user message after the calls: what most chat
     /// templates expect, since the model did not write the results.
     #[default]
     User,

@@ -1,5 +1,5 @@
-//! Renders one tool as a Markdown contract (seed 000, "Markdown Schema for
-//! Function Contracts").
+//! Renders one tool as a Markdown contract: its name, purpose, parameters
+//! and an example call.
 //!
 //! Layout rules that other code depends on (a built-in demo model reads them):
 //! a section starts with the line `## ToolName`; the example call starts on the

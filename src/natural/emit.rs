@@ -1,4 +1,5 @@
-//! The chunks toolgate writes itself, shaped by ../shared/conformance.md:
+//! The chunks toolgate writes itself, shaped as real clients require (the
+//! rules `tests/it/conformance` checks):
 //! every chunk carries the stream's `id`, `object`, `created`, `model` (and
 //! `system_fingerprint` when the upstream sent one); a call is one delta with
 //! `id`, `type`, `name` and `arguments: ""` followed by one delta with the

@@ -1,4 +1,4 @@
-//! Rewrites a conversation's tool history into text (seed 001, seed 002).
+//! Rewrites a conversation's tool history into text.
 //!
 //! An assistant message with `tool_calls` becomes its text followed by the
 //! calls written in the configured syntax, exactly as the model is asked to
@@ -22,7 +22,7 @@ use crate::natural::syntax::Syntax;
 /// reject them, so they are dropped from every message.
 const TOOL_KEYS: [&str; 3] = ["tool_calls", "function_call", "tool_call_id"];
 
-/// Separates the `<tool_response>` blocks of one turn (seed 001 req. 3).
+/// Separates the `<tool_response>` blocks of one turn.
 const RESULT_SEPARATOR: &str = "\n---\n";
 
 /// Closes the user turn that hands the model its results when the model
@@ -375,7 +375,7 @@ fn results_message(
 }
 
 /// The text of a result and its non-text parts. JSON objects and arrays are
-/// pretty-printed (seed 001 req. 3.4); anything else is shown as it is.
+/// pretty-printed; anything else is shown as it is.
 fn result_text(content: Option<&Value>) -> (String, Vec<Value>) {
     match Content::from_value(content) {
         Content::Text(text) => (prettify(text), Vec::new()),

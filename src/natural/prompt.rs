@@ -141,7 +141,7 @@ fn policy_rules(syntax: Syntax, policy: &Policy, all: bool) -> Vec<String> {
     }
     match &policy.choice {
         Choice::Required => {
-            rules.push("- You MUST call at least one tool in this reply.".to_string())
+            rules.push("- You MUST call at least one tool in this reply.".to_string());
         }
         Choice::Named(name) => rules.push(format!(
             "- You MUST call the tool {name} in this reply, and no other tool."

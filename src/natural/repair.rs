@@ -1,5 +1,4 @@
-//! Repairing a broken call with a fallback model (seed 000, "Special Cases &
-//! Fallback"): a second, usually small model is shown the tool's contract,
+//! Repairing a broken call with a fallback model: a second, usually small model is shown the tool's contract,
 //! what the first model wrote and what was wrong, and asked for the call's
 //! arguments as JSON only. Its answer goes through the same validator; after
 //! `fallback_attempts` failures the reply fails with a message that says so.

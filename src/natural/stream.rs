@@ -80,10 +80,6 @@ impl StreamRewriter {
         }
     }
 
-    pub fn is_ended(&self) -> bool {
-        self.ended
-    }
-
     /// The upstream is over and a choice's calls still wait for a repair:
     /// `[DONE]` waits. Until the upstream is over, the other choices' text
     /// keeps flowing while a repair runs; only the repaired choice's calls
@@ -554,7 +550,7 @@ impl crate::sse::transform::Transform for StreamRewriter {
         StreamRewriter::fail(self, out, error);
     }
     fn is_ended(&self) -> bool {
-        StreamRewriter::is_ended(self)
+        self.ended
     }
 }
 
@@ -566,6 +562,7 @@ mod tests {
     use crate::natural::parser::ParserOptions;
     use crate::natural::request::{self, NaturalOptions, Rewrite};
     use crate::natural::validate::SchemaCache;
+    use crate::sse::transform::Transform;
     use std::sync::Arc;
 
     fn rewriter() -> StreamRewriter {

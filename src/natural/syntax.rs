@@ -79,7 +79,7 @@ impl Syntax {
         }
     }
 
-    /// Appends one tool result as a `<tool_response>` block (seed 001 req. 3).
+    /// Appends one tool result as a `<tool_response>` block.
     /// The block is the same in every syntax: results are never parsed back.
     pub fn render_tool_response(name: &str, result: &str, out: &mut String) {
         out.push_str("<tool_response name=\"");

@@ -31,7 +31,8 @@ impl Sweep {
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Vec<Weak<Activity>>> {
         let slot = &self.slots[workers::current() % self.slots.len()];
-        slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        slot.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Watches `activity`'s deadlines from now on (call on its worker).

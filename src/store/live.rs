@@ -48,7 +48,10 @@ impl Channel {
 impl Live {
     /// An answer of `chat` starts.
     pub fn start(&self, chat: &Arc<str>) {
-        let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
+        let mut chats = self
+            .chats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         sweep(&mut chats);
         chats
             .entry(chat.clone())
@@ -57,7 +60,10 @@ impl Live {
     }
 
     pub fn publish(&self, chat: &str, message: &Arc<Message>) {
-        let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
+        let mut chats = self
+            .chats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(channel) = chats.get_mut(chat) {
             if channel.recent.len() == CAPACITY {
                 channel.recent.pop_front();
@@ -73,7 +79,10 @@ impl Live {
 
     /// An answer of `chat` ended.
     pub fn finish(&self, chat: &str) {
-        let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
+        let mut chats = self
+            .chats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(channel) = chats.get_mut(chat) {
             channel.answers = channel.answers.saturating_sub(1);
             if channel.answers == 0 {
@@ -89,7 +98,10 @@ impl Live {
     /// A viewer of `chat`, and the rows of its answers in flight so far;
     /// [`Live::unsubscribe`] when it leaves.
     pub fn subscribe(&self, chat: &str) -> (broadcast::Receiver<Arc<Message>>, Vec<Arc<Message>>) {
-        let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
+        let mut chats = self
+            .chats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         sweep(&mut chats);
         let channel = chats.entry(Arc::from(chat)).or_insert_with(Channel::new);
         let tx = channel
@@ -100,7 +112,10 @@ impl Live {
 
     pub fn unsubscribe(&self, chat: &str, receiver: broadcast::Receiver<Arc<Message>>) {
         drop(receiver);
-        let mut chats = self.chats.lock().unwrap_or_else(|e| e.into_inner());
+        let mut chats = self
+            .chats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(channel) = chats.get(chat)
             && channel.answers == 0
             && channel.viewers() == 0

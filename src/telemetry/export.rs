@@ -109,7 +109,7 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
         let was_failing = self.failing.swap(result.is_err(), Ordering::Relaxed);
         match &result {
             Err(e) if !was_failing => {
-                tracing::warn!(error = %e, "cannot export traces; spans are dropped until the collector answers")
+                tracing::warn!(error = %e, "cannot export traces; spans are dropped until the collector answers");
             }
             Ok(()) if was_failing => tracing::info!("traces are exported again"),
             _ => {}

@@ -3,7 +3,7 @@
 //!
 //! Assistant messages holding call blocks (in the configured syntax) become
 //! assistant messages with `tool_calls`; `<tool_response name="...">` blocks,
-//! in user messages or in seed 002's consolidated form where text, calls,
+//! in user messages or in the consolidated form where text, calls,
 //! responses and more text share one assistant message, become `tool`
 //! messages. Each response is paired with the earliest unanswered call of the
 //! same name through a synthesized id. Text that looks like a call but names
@@ -335,7 +335,7 @@ fn text_content(message: &Value) -> Option<String> {
             for part in parts {
                 match part.get("type").and_then(Value::as_str) {
                     Some("text") => {
-                        text.push_str(part.get("text").and_then(Value::as_str).unwrap_or(""))
+                        text.push_str(part.get("text").and_then(Value::as_str).unwrap_or(""));
                     }
                     _ => return None,
                 }
@@ -346,7 +346,7 @@ fn text_content(message: &Value) -> Option<String> {
     }
 }
 
-/// Whitespace and `---` lines between blocks (seed 001's separator).
+/// Whitespace and `---` lines between blocks (the results' separator).
 fn is_separator(text: &str) -> bool {
     text.lines().all(|l| {
         let l = l.trim();

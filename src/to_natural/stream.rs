@@ -144,10 +144,6 @@ impl StreamRenderer {
         }
     }
 
-    pub fn is_ended(&self) -> bool {
-        self.ended
-    }
-
     pub fn on_event(&mut self, data: &[u8], out: &mut BytesMut) {
         self.on_event_unchecked(data, out);
         self.check_overflow(out);

@@ -170,7 +170,10 @@ impl McpHost {
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the MCP tools thread");
-                let mut servers = host.servers.lock().unwrap_or_else(|p| p.into_inner());
+                let mut servers = host
+                    .servers
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 for config in configs {
                     let state = State::Down {
                         error: format!("the tools thread did not start: {e}"),
@@ -204,7 +207,10 @@ impl McpHost {
             }
             return;
         };
-        let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut servers = self
+            .servers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         servers.retain(|name, server| {
             let keep = configs
                 .iter()
@@ -239,7 +245,7 @@ impl McpHost {
     fn server(&self, name: &str) -> Option<Arc<Server>> {
         self.servers
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(name)
             .cloned()
     }
@@ -259,7 +265,7 @@ impl McpHost {
         let servers: Vec<Arc<Server>> = self
             .servers
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .values()
             .cloned()
             .collect();
@@ -529,7 +535,10 @@ async fn connect(config: &McpServerConfig, changed: Arc<Notify>) -> Result<Runni
                     if let Some(reader) = reader {
                         let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
                     }
-                    let tail = tail.lock().unwrap_or_else(|e| e.into_inner()).joined();
+                    let tail = tail
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .joined();
                     Err(if tail.is_empty() {
                         format!("initialization failed: {}", init_cause(&e))
                     } else {
@@ -704,7 +713,7 @@ async fn log_stderr(
     let ended = |line: &[u8], cut: bool| {
         log_line(&server, line, cut);
         tail.lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(&String::from_utf8_lossy(line));
     };
     loop {

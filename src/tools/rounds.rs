@@ -1,5 +1,6 @@
 //! The gateway's tool loop, sans-IO: one client request, several model
-//! rounds (seed 003's two-phase answer, seed 004's call lifecycle).
+//! rounds (a two-phase answer: the gateway's calls and their results, then
+//! the model's answer; every call reported through its lifecycle).
 //!
 //! Each round's [`Event`]s go in. Text is passed on at once; a call to a
 //! gateway tool is reported (`in_progress`) and handed out to be executed;
@@ -384,7 +385,7 @@ impl Rounds {
         }
     }
 
-    fn emit_client_calls(&mut self, calls: Vec<Call>, out: &mut Vec<Action>) {
+    fn emit_client_calls(&self, calls: Vec<Call>, out: &mut Vec<Action>) {
         match &self.as_text {
             None => {
                 for call in calls {

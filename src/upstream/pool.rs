@@ -113,7 +113,8 @@ struct Inner {
 impl Inner {
     fn idle(&self) -> std::sync::MutexGuard<'_, IdleLists> {
         let slot = &self.idle[workers::current() % self.idle.len()];
-        slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        slot.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
