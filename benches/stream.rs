@@ -205,14 +205,14 @@ fn bench_stream(c: &mut Criterion) {
         .expect("an SSE frame");
     group.throughput(Throughput::Elements(1));
     group.bench_function("read", |b| {
-        b.iter(|| black_box(toolgate::natural::plain::read(black_box(data)).is_some()));
+        b.iter(|| black_box(toolgate::upstream::plain::read(black_box(data)).is_some()));
     });
     group.bench_function("serde", |b| {
-        b.iter(|| black_box(toolgate::natural::plain::reference(black_box(data)).is_some()));
+        b.iter(|| black_box(toolgate::upstream::plain::reference(black_box(data)).is_some()));
     });
     // The next chunk of the same stream, read through the stencil of this one.
-    let read = toolgate::natural::plain::read(data).expect("a plain chunk");
-    let mut stencil = toolgate::natural::stencil::Stencil::default();
+    let read = toolgate::upstream::plain::read(data).expect("a plain chunk");
+    let mut stencil = toolgate::upstream::stencil::Stencil::default();
     stencil.learn(
         data,
         read.holes.content.clone().expect("content"),

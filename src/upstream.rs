@@ -11,9 +11,11 @@ mod answered;
 pub mod balance;
 pub mod chat_decode;
 pub mod from_responses;
+pub mod plain;
 pub mod pool;
 pub mod reply;
 pub mod retry;
+pub mod stencil;
 pub mod to_responses;
 pub mod usage;
 

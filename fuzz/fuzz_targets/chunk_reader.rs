@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use toolgate::natural::plain;
+use toolgate::upstream::plain;
 
 fuzz_target!(|data: &[u8]| {
     let Some(fast) = plain::read(data) else {

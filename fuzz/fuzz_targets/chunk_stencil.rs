@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use toolgate::natural::plain;
-use toolgate::natural::stencil::Stencil;
+use toolgate::upstream::plain;
+use toolgate::upstream::stencil::Stencil;
 
 fuzz_target!(|data: &[u8]| {
     let Some(split) = data.iter().position(|&b| b == b'\n') else {

@@ -10,9 +10,9 @@ use bytes::{BufMut, BytesMut};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::natural::plain::HeaderFields;
 use crate::natural::reply::ReadyCall;
 use crate::sse::encoder;
+use crate::upstream::plain::HeaderFields;
 
 /// The fields every chunk of one stream repeats, taken from the upstream's
 /// first chunk, serialized once: each chunk toolgate writes is this opening,
@@ -348,7 +348,7 @@ mod tests {
             r#"{"id":"c","system_fingerprint":null,"choices":[{"index":0,"delta":{}}]}"#,
             r#"{"id":"c","model":null,"choices":[{"index":0,"delta":{}}]}"#,
         ] {
-            let fields = crate::natural::plain::read(chunk.as_bytes())
+            let fields = crate::upstream::plain::read(chunk.as_bytes())
                 .unwrap()
                 .header;
             let Some(fast) = ChunkHeader::from_fields(&fields) else {

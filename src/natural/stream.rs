@@ -15,11 +15,11 @@ use serde_json::{Map, Value, json};
 
 use crate::error::GatewayError;
 use crate::natural::emit::{self, ChunkHeader};
-use crate::natural::plain::{self, PlainChunk};
 use crate::natural::reply::{InvalidCall, RepairRequest, ReplyParser, ReplySettings};
-use crate::natural::stencil::Stencil;
 use crate::sse::encoder;
 use crate::sse::transform::{self, Incoming};
+use crate::upstream::plain::{self, PlainChunk};
+use crate::upstream::stencil::Stencil;
 
 /// Distinct choice `index`es one stream may use; each holds a parser.
 pub const MAX_CHOICES: usize = 128;

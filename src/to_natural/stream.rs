@@ -24,12 +24,12 @@ use serde_json::{Map, Value, json};
 
 use crate::error::GatewayError;
 use crate::natural::emit::{self, ChunkHeader};
-use crate::natural::plain;
-use crate::natural::stencil::Stencil;
 use crate::sse::encoder;
 use crate::sse::transform::{self, Incoming, Transform};
 use crate::to_natural::RenderOptions;
 use crate::to_natural::pretty::PrettyPrinter;
+use crate::upstream::plain;
+use crate::upstream::stencil::Stencil;
 
 /// Distinct choice `index`es one stream may use; each holds state.
 pub const MAX_CHOICES: usize = 128;

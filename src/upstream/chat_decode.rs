@@ -16,6 +16,8 @@ use serde_json::Value;
 
 use crate::error::GatewayError;
 use crate::exchange::{Call, Event, Meta, Usage};
+use crate::upstream::plain;
+use crate::upstream::stencil::Stencil;
 
 /// Most calls one answer may hold.
 pub const MAX_CALLS: usize = 128;
@@ -34,6 +36,9 @@ pub struct ChatDecoder {
     whole: Vec<u64>,
     finished: bool,
     done: bool,
+    /// The last text-only chunk, cut around its content: the next one that
+    /// fits it is read without parsing.
+    stencil: Stencil,
 }
 
 #[derive(Debug)]
@@ -128,6 +133,14 @@ impl ChatDecoder {
             self.done = true;
             return self.finish(out);
         }
+        if self.started && self.feed_plain(data, out) {
+            return Ok(());
+        }
+        self.feed_general(data, out)
+    }
+
+    /// Any chunk, through serde.
+    fn feed_general(&mut self, data: &[u8], out: &mut Vec<Event>) -> Result<(), GatewayError> {
         let chunk: Chunk<'_> =
             serde_json::from_slice(data).map_err(|_| GatewayError::UpstreamInvalid {
                 message: "The upstream sent a stream event that is not a chat completion chunk"
@@ -157,6 +170,47 @@ impl ChatDecoder {
             out.push(Event::Usage(usage));
         }
         Ok(())
+    }
+
+    /// The fast path: a chunk of the common shape ([`plain::read`], no JSON
+    /// tree) that carries only text. Anything else (the first chunk, a
+    /// finish, usage, calls, reasoning, a refusal, an `error` key, another
+    /// choice) returns `false` and takes the general path, which decodes it
+    /// the same way (a test holds both to the same events).
+    fn feed_plain(&mut self, data: &[u8], out: &mut Vec<Event>) -> bool {
+        if let Some(fit) = self.stencil.fit(data) {
+            // A string the reader accepted decodes; should it not, the
+            // general path decides.
+            let Some(text) = fit.text.decode() else {
+                return false;
+            };
+            if !text.is_empty() {
+                out.push(Event::Text(text.into_owned()));
+            }
+            return true;
+        }
+        let Some(read) = plain::read(data) else {
+            return false;
+        };
+        let [choice] = &read.chunk.choices;
+        let text_only = !read.error_key
+            && read.chunk.usage.is_none()
+            && choice.index == 0
+            && choice.finish_reason.is_none()
+            && choice.delta.is_plain()
+            && choice.delta.tool_calls.is_none();
+        if !text_only {
+            return false;
+        }
+        if let Some(text) = &choice.delta.content
+            && !text.is_empty()
+        {
+            out.push(Event::Text(text.clone().into_owned()));
+        }
+        if let Some(hole) = read.holes.content.clone() {
+            self.stencil.learn(data, hole, read.choices_span());
+        }
+        true
     }
 
     /// The body ended. After `[DONE]` (or a finish reason) the calls still
@@ -382,6 +436,116 @@ fn upstream_error(error: &Value) -> GatewayError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fast path gives the events the general path gives, on every
+    /// chunk it takes, and declines the rest.
+    #[test]
+    fn the_fast_path_agrees_with_the_general_path() {
+        let first = r#"{"id":"c","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#;
+        let chunks = [
+            (
+                r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hello"}}]}"#,
+                true,
+            ),
+            (
+                r#"{"id":"c","choices":[{"index":0,"delta":{"content":"a \"quoted\" \u00e9\n"},"logprobs":null}]}"#,
+                true,
+            ),
+            (
+                r#"{"id":"c","choices":[{"index":0,"delta":{"content":""}}]}"#,
+                true,
+            ),
+            (
+                r#"{"id":"c","choices":[{"index":0,"delta":{}}],"obfuscation":"x"}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"content":null}}]}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"reasoning_content":"hm"}}]}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"reasoning":"hm"}}]}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"refusal":"no"}}]}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[{"index":1,"delta":{"content":"other"}}]}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"{}"}}]}}]}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"content":"x"}}],"error":null}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"content":"x"}}],"error":{"message":"boom"}}"#,
+                false,
+            ),
+            (r#"{"choices":[{"index":0,"delta":{"content":5}}]}"#, false),
+        ];
+        for (chunk, fast) in chunks {
+            let mut a = ChatDecoder::new();
+            let mut b = ChatDecoder::new();
+            let (mut fast_out, mut general_out) = (Vec::new(), Vec::new());
+            a.feed(first.as_bytes(), &mut fast_out).unwrap();
+            b.feed(first.as_bytes(), &mut general_out).unwrap();
+            assert_eq!(
+                a.feed_plain(chunk.as_bytes(), &mut fast_out),
+                fast,
+                "{chunk}"
+            );
+            if !fast {
+                continue;
+            }
+            b.feed_general(chunk.as_bytes(), &mut general_out).unwrap();
+            assert_eq!(fast_out, general_out, "{chunk}");
+        }
+        // A whole stream: text chunks that fit the stencil of the one
+        // before, one that does not (another id), escapes, a finish, usage.
+        let stream = [
+            first,
+            r#"{"id":"c","choices":[{"index":0,"delta":{"content":"One"}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{"content":" two \"2\""}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{"content":""}}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"delta":{"content":"\u00e9\n"}}]}"#,
+            r#"{"id":"d","choices":[{"index":0,"delta":{"content":" three"}}]}"#,
+            r#"{"id":"d","choices":[{"index":0,"delta":{"content":5}}]}"#,
+            r#"{"id":"d","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}"#,
+            r#"{"id":"d","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}"#,
+        ];
+        let (mut a, mut b) = (ChatDecoder::new(), ChatDecoder::new());
+        let (mut fast_out, mut general_out) = (Vec::new(), Vec::new());
+        for chunk in stream {
+            let fast = a.feed(chunk.as_bytes(), &mut fast_out);
+            let general = b.feed_general(chunk.as_bytes(), &mut general_out);
+            assert_eq!(fast.is_ok(), general.is_ok(), "{chunk}");
+        }
+        assert_eq!(fast_out, general_out);
+        assert!(fast_out.len() > 6, "{fast_out:?}");
+        // Before the first chunk the general path reads the header.
+        let mut d = ChatDecoder::new();
+        let mut out = Vec::new();
+        d.feed(chunks[0].0.as_bytes(), &mut out).unwrap();
+        assert!(matches!(out[0], Event::Start(_)), "{out:?}");
+    }
 
     fn decode(events: &[&str]) -> Result<Vec<Event>, GatewayError> {
         let mut d = ChatDecoder::new();

@@ -110,7 +110,7 @@ pub struct ReadChunk<'a> {
     choices: Range<usize>,
 }
 
-/// The top-level fields [`crate::natural::emit::ChunkHeader`] is made of:
+/// The top-level fields a rewritten chunk's header is made of:
 /// each value's JSON text (the last one when a key repeats, as in a parsed
 /// object).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -123,7 +123,7 @@ pub struct HeaderFields<'a> {
 
 /// Where the string values that change from chunk to chunk of one stream
 /// sit in a chunk's text: each string token, quotes included. A
-/// [`crate::natural::stencil::Stencil`] is cut around one of them.
+/// stencil (natural mode's `stencil`) is cut around one of them.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Holes {
     /// The delta's `content`, when it is a string.

@@ -43,7 +43,7 @@ pub struct Fit<'a> {
 }
 
 impl Stencil {
-    /// Cuts a stencil from `data` (a chunk [`crate::natural::plain::read`]
+    /// Cuts a stencil from `data` (a chunk [`crate::upstream::plain::read`]
     /// accepted) around `hole`, a string token inside `choices`. A chunk
     /// over [`MAX_STENCIL_BYTES`] leaves the stencil empty.
     pub fn learn(&mut self, data: &[u8], hole: Range<usize>, choices: Range<usize>) {
@@ -96,7 +96,7 @@ impl Fit<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::natural::plain;
+    use crate::upstream::plain;
 
     const FIRST: &str = r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Let "},"logprobs":null,"finish_reason":null}]}"#;
 
