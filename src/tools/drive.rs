@@ -81,7 +81,10 @@ pub async fn drive<U: Upstream, O: Output>(
             Err(e) => return fail(rounds, out, e).await,
         };
         let mut running: JoinSet<(String, Outcome)> = JoinSet::new();
+        // The keep-alive timer is moved only when it fires: output in the
+        // meantime is noted in `last_sent`, not by touching the timer.
         let mut idle = Box::pin(tokio::time::sleep(KEEP_ALIVE_EVERY));
+        let mut last_sent = tokio::time::Instant::now();
         while !(reply.is_done() && running.is_empty()) {
             tokio::select! {
                 Some(joined) = running.join_next(), if !running.is_empty() => match joined {
@@ -92,22 +95,34 @@ pub async fn drive<U: Upstream, O: Output>(
                     }).await,
                 },
                 event = reply.next(), if !reply.is_done() => match event {
-                    Ok(Some(event)) => rounds.on_event(event, &mut actions),
+                    Ok(Some(event)) => {
+                        rounds.on_event(event, &mut actions);
+                        // The rest of what one upstream frame brought goes
+                        // out with it: one write to the client per frame,
+                        // not per event.
+                        while let Some(event) = reply.ready() {
+                            rounds.on_event(event, &mut actions);
+                        }
+                    }
                     Ok(None) => {}
                     Err(e) => return fail(rounds, out, e).await,
                 },
                 () = &mut idle => {
-                    out.keep_alive();
-                    idle.as_mut().reset(tokio::time::Instant::now() + KEEP_ALIVE_EVERY);
+                    let now = tokio::time::Instant::now();
+                    let due = last_sent + KEEP_ALIVE_EVERY;
+                    if now >= due {
+                        out.keep_alive();
+                        idle.as_mut().reset(now + KEEP_ALIVE_EVERY);
+                    } else {
+                        idle.as_mut().reset(due);
+                    }
                 }
             }
             apply(plan, &mut actions, &mut running, &limit, out);
             match out.flush().await {
                 Flushed::Gone => return rounds,
                 // Keep-alives are for silence the client sees, not the upstream's.
-                Flushed::Sent => idle
-                    .as_mut()
-                    .reset(tokio::time::Instant::now() + KEEP_ALIVE_EVERY),
+                Flushed::Sent => last_sent = tokio::time::Instant::now(),
                 Flushed::Nothing => {}
             }
         }
@@ -229,6 +244,11 @@ impl RoundReply {
 
     fn is_done(&self) -> bool {
         self.done && self.events.is_empty()
+    }
+
+    /// An event already decoded, without reading the upstream.
+    fn ready(&mut self) -> Option<Event> {
+        self.events.pop_front()
     }
 
     /// The next event; `None` when a frame brought none (call again).
