@@ -44,6 +44,8 @@ pub struct MessagesEvents {
     show: ShowGatewayTools,
     blocks: Vec<Value>,
     open: Option<Open>,
+    /// The open block's text so far (written into its block when it closes).
+    open_text: String,
     finish: Option<String>,
     usage: Usage,
     error: Option<GatewayError>,
@@ -77,6 +79,7 @@ impl MessagesEvents {
             show,
             blocks: Vec::new(),
             open: None,
+            open_text: String::new(),
             finish: None,
             usage: Usage::default(),
             error: None,
@@ -137,8 +140,10 @@ impl MessagesEvents {
 
     /// Stops the block receiving deltas, if any.
     fn close(&mut self) {
-        if self.open.take().is_some() {
-            self.stop_block(self.blocks.len() - 1);
+        if let Some(kind) = self.open.take() {
+            let index = self.blocks.len() - 1;
+            self.blocks[index][kind.field()] = Value::String(std::mem::take(&mut self.open_text));
+            self.stop_block(index);
         }
     }
 
@@ -154,17 +159,10 @@ impl MessagesEvents {
             self.start_block(block);
             self.open = Some(kind);
         }
-        let index = self.blocks.len() - 1;
-        let (field, delta) = match kind {
-            Open::Text => ("text", json!({"type": "text_delta", "text": text})),
-            Open::Thinking => (
-                "thinking",
-                json!({"type": "thinking_delta", "thinking": text}),
-            ),
-        };
-        let so_far = self.blocks[index][field].as_str().unwrap_or_default();
-        self.blocks[index][field] = json!(format!("{so_far}{text}"));
-        self.delta(index, delta);
+        self.open_text.push_str(text);
+        if self.stream {
+            write_delta(&mut self.out, self.blocks.len() - 1, kind, text);
+        }
     }
 
     /// A whole tool call block: started empty, its input as one delta.
@@ -273,6 +271,31 @@ impl MessagesEvents {
     }
 }
 
+impl Open {
+    /// The block's text field, and its delta's type.
+    fn field(self) -> &'static str {
+        match self {
+            Open::Text => "text",
+            Open::Thinking => "thinking",
+        }
+    }
+}
+
+/// A `content_block_delta` of text or thinking, written as `write` would
+/// write it (same keys, same order) without building it as a tree: most of
+/// a streamed answer is these.
+fn write_delta(out: &mut BytesMut, index: usize, kind: Open, text: &str) {
+    out.put_slice(b"event: content_block_delta\ndata: {\"index\":");
+    // Serializing plain data into memory cannot fail.
+    let _ = serde_json::to_writer(out.writer(), &index);
+    out.put_slice(match kind {
+        Open::Text => b",\"delta\":{\"type\":\"text_delta\",\"text\":".as_slice(),
+        Open::Thinking => b",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":",
+    });
+    let _ = serde_json::to_writer(out.writer(), text);
+    out.put_slice(b"},\"type\":\"content_block_delta\"}\n\n");
+}
+
 impl crate::tools::drive::Output for MessagesEvents {
     async fn flush(&mut self) -> crate::tools::drive::Flushed {
         crate::tools::drive::Flushed::Nothing
@@ -364,6 +387,33 @@ pub fn error_body(error: &GatewayError) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the hand-written deltas write is what the tree would: same keys,
+    /// same order, same escapes.
+    #[test]
+    fn hand_written_deltas_match_the_tree_byte_for_byte() {
+        for text in [
+            "plain",
+            "\"quoted\" \\ back",
+            "line\nbreak\u{1}",
+            "é 日本 🎉",
+        ] {
+            for (kind, delta) in [
+                (Open::Text, json!({"type": "text_delta", "text": text})),
+                (
+                    Open::Thinking,
+                    json!({"type": "thinking_delta", "thinking": text}),
+                ),
+            ] {
+                let mut fast = BytesMut::new();
+                write_delta(&mut fast, 7, kind, text);
+                let mut tree = MessagesEvents::new("m", true, ShowGatewayTools::Fields);
+                tree.take();
+                tree.delta(7, delta);
+                assert_eq!(fast, tree.take(), "{text:?}");
+            }
+        }
+    }
 
     #[test]
     fn errors_take_anthropic_shape() {

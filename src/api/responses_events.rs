@@ -109,10 +109,8 @@ impl ResponsesEvents {
             ended: false,
             out: BytesMut::new(),
         };
-        let snapshot = this.response.clone();
-        this.write("response.created", json!({"response": snapshot}));
-        let snapshot = this.response.clone();
-        this.write("response.in_progress", json!({"response": snapshot}));
+        this.write_response("response.created");
+        this.write_response("response.in_progress");
         if show != ShowGatewayTools::None {
             this.list_tools(offer);
         }
@@ -144,6 +142,24 @@ impl ResponsesEvents {
         self.out.put_slice(kind.as_bytes());
         self.out.put_slice(b"\n");
         encoder::write_json(&mut self.out, &event);
+    }
+
+    /// `{"response": <the object as it stands>}`, written without copying
+    /// the object (its key order is what `write` would give).
+    fn write_response(&mut self, kind: &str) {
+        if !self.stream {
+            return;
+        }
+        self.out.put_slice(b"event: ");
+        self.out.put_slice(kind.as_bytes());
+        self.out.put_slice(b"\ndata: {\"response\":");
+        put_json(&mut self.out, &self.response);
+        self.out.put_slice(b",\"type\":");
+        put_json(&mut self.out, kind);
+        self.out.put_slice(b",\"sequence_number\":");
+        put_json(&mut self.out, &self.seq);
+        self.out.put_slice(b"}\n\n");
+        self.seq += 1;
     }
 
     fn add_item(&mut self, item: Value) -> usize {
@@ -217,11 +233,13 @@ impl ResponsesEvents {
             return;
         };
         open.text.push_str(text);
-        let (id, index) = (open.id.clone(), open.index);
-        self.write(
-            "response.output_text.delta",
-            json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text, "logprobs": []}),
-        );
+        if !self.stream {
+            return;
+        }
+        let index = open.index;
+        let id = &open.id;
+        write_text_delta(&mut self.out, id, index, text, self.seq);
+        self.seq += 1;
     }
 
     fn close_message(&mut self) {
@@ -376,6 +394,26 @@ impl ResponsesEvents {
     }
 }
 
+fn put_json<T: serde::Serialize + ?Sized>(out: &mut BytesMut, value: &T) {
+    // Serializing plain data into memory cannot fail.
+    let _ = serde_json::to_writer(out.writer(), value);
+}
+
+/// A `response.output_text.delta` event, written as `write` would write
+/// it (same keys, same order) without building it as a tree: most of a
+/// streamed answer is these.
+fn write_text_delta(out: &mut BytesMut, id: &str, index: usize, text: &str, seq: u64) {
+    out.put_slice(b"event: response.output_text.delta\ndata: {\"item_id\":");
+    put_json(out, id);
+    out.put_slice(b",\"output_index\":");
+    put_json(out, &index);
+    out.put_slice(b",\"content_index\":0,\"delta\":");
+    put_json(out, text);
+    out.put_slice(b",\"logprobs\":[],\"type\":\"response.output_text.delta\",\"sequence_number\":");
+    put_json(out, &seq);
+    out.put_slice(b"}\n\n");
+}
+
 impl crate::tools::drive::Output for ResponsesEvents {
     async fn flush(&mut self) -> crate::tools::drive::Flushed {
         crate::tools::drive::Flushed::Nothing
@@ -413,8 +451,7 @@ impl Sink for ResponsesEvents {
             self.response["status"] = json!("failed");
             self.response["error"] =
                 json!({"code": body["error"]["code"], "message": body["error"]["message"]});
-            let snapshot = self.response.clone();
-            self.write("response.failed", json!({"response": snapshot}));
+            self.write_response("response.failed");
             self.ended = true;
         }
         self.error = Some(error);
@@ -434,13 +471,129 @@ impl Sink for ResponsesEvents {
         } else {
             "response.completed"
         };
-        let snapshot = self.response.clone();
-        self.write(kind, json!({"response": snapshot}));
+        self.write_response(kind);
     }
 
     fn keep_alive(&mut self) {
         if !self.ended && self.stream {
             self.out.extend_from_slice(encoder::KEEP_ALIVE);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exchange::Meta;
+
+    fn encoder(stream: bool) -> ResponsesEvents {
+        let echo = Echo {
+            tools: json!([{"type": "function", "name": "f"}]),
+            ..Echo::default()
+        };
+        let offer = Offer {
+            tools: Vec::new(),
+            withheld: Vec::new(),
+        };
+        ResponsesEvents::new("m", &echo, &offer, stream, ShowGatewayTools::Fields)
+    }
+
+    /// Each event of a stream, as (event name, payload).
+    fn events(bytes: &[u8]) -> Vec<(String, Value)> {
+        let text = std::str::from_utf8(bytes).unwrap();
+        text.split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                let (head, data) = e.split_once('\n').unwrap();
+                let name = head.strip_prefix("event: ").unwrap().to_owned();
+                let data = data.strip_prefix("data: ").unwrap();
+                (name, serde_json::from_str(data).unwrap())
+            })
+            .collect()
+    }
+
+    /// What the hand-written events write is what the tree would: same
+    /// keys, same order, same escapes.
+    #[test]
+    fn hand_written_events_match_the_tree_byte_for_byte() {
+        for text in [
+            "plain",
+            "\"quoted\" \\ back",
+            "line\nbreak\ttab\u{1}",
+            "é 日本 🎉",
+            "",
+        ] {
+            let mut fast = BytesMut::new();
+            write_text_delta(&mut fast, "msg_a\"b", 3, text, 41);
+            let mut tree = encoder(true);
+            tree.out.clear();
+            tree.seq = 41;
+            tree.write(
+                "response.output_text.delta",
+                json!({"item_id": "msg_a\"b", "output_index": 3, "content_index": 0, "delta": text, "logprobs": []}),
+            );
+            assert_eq!(fast, tree.out, "{text:?}");
+        }
+        let mut e = encoder(true);
+        e.out.clear();
+        let seq = e.seq;
+        e.write_response("response.in_progress");
+        let fast = e.out.split();
+        e.seq = seq;
+        let snapshot = e.response.clone();
+        e.write("response.in_progress", json!({"response": snapshot}));
+        assert_eq!(fast, e.out.split());
+    }
+
+    /// A whole answer at every split: the events are numbered from 0 with
+    /// no gap, the deltas add up to the text, and the completed response
+    /// holds it.
+    #[test]
+    fn a_streamed_answer_is_numbered_and_adds_up() {
+        let text = ["Hel", "lo, \"wor", "ld\" 🎉", "!"];
+        for split in 0..=text.len() {
+            let mut e = encoder(true);
+            let mut out = e.take();
+            e.event(Event::Start(Meta::default()));
+            for (i, t) in text.iter().enumerate() {
+                e.event(Event::Text((*t).to_owned()));
+                if i + 1 == split {
+                    out.extend_from_slice(&e.take());
+                }
+            }
+            e.event(Event::Finish("stop".into()));
+            e.end();
+            out.extend_from_slice(&e.take());
+            let events = events(&out);
+            for (i, (name, data)) in events.iter().enumerate() {
+                assert_eq!(data["sequence_number"], i, "{name}");
+                assert_eq!(data["type"], *name);
+            }
+            let deltas: String = events
+                .iter()
+                .filter(|(n, _)| n == "response.output_text.delta")
+                .map(|(_, d)| d["delta"].as_str().unwrap())
+                .collect();
+            assert_eq!(deltas, text.concat());
+            let (last, done) = events.last().unwrap();
+            assert_eq!(last, "response.completed");
+            assert_eq!(
+                done["response"]["output"][0]["content"][0]["text"],
+                text.concat()
+            );
+            assert_eq!(done["response"]["status"], "completed");
+        }
+    }
+
+    #[test]
+    fn a_whole_answer_writes_no_events() {
+        let mut e = encoder(false);
+        e.event(Event::Text("hi".into()));
+        e.event(Event::Finish("length".into()));
+        e.end();
+        assert!(e.take().is_empty());
+        let response = e.into_response().unwrap();
+        assert_eq!(response["status"], "incomplete");
+        assert_eq!(response["output"][0]["content"][0]["text"], "hi");
     }
 }
