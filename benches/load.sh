@@ -34,7 +34,11 @@
 #     same prose and arguments in its own trigger + <function_calls> format;
 #     nginx: the same upstream stream passed through, the reference hop);
 #   - to_natural stream: a native call, arguments in 4-byte fragments, written
-#     out as text.
+#     out as text;
+#   - front doors: the passthrough stream with a tool declared, asked through
+#     the chat door of a natural-mode provider (the reference: a rewrite of
+#     every chunk) and through the Responses and Messages doors of the
+#     passthrough provider (translated to Chat Completions and back).
 #
 # It also reads each process's CPU time (utime + stime, /proc/PID/stat) around
 # its runs, toolgate's RSS after the load and with $STREAMS open streams, and
@@ -318,6 +322,11 @@ echo "{\"model\":\"bench-toolify\",\"stream\":true,$MSG,$TOOLS}" >"$TMP/toolify.
 echo "{\"model\":\"bench-toolify\",\"stream\":true,\"messages\":[{\"role\":\"system\",\"content\":\"<Function_abcd_Start/>\"},{\"role\":\"user\",\"content\":\"hi\"}]}" >"$TMP/toolify-direct.json"
 echo "{\"model\":\"bench-slow\",\"stream\":true,$MSG}" >"$TMP/slow.json"
 echo "{\"model\":\"bench-slow-natural\",\"stream\":true,$MSG,$TOOLS}" >"$TMP/slow-natural.json"
+# The front doors' row: one upstream stream (bench-sse), one tool declared.
+SCHEMA='{"type":"object","properties":{"location":{"type":"string","description":"City and country"}},"required":["location"]}'
+echo "{\"model\":\"nat/bench-sse\",\"stream\":true,$MSG,$TOOLS}" >"$TMP/door-chat.json"
+echo "{\"model\":\"bench-sse\",\"stream\":true,\"input\":\"What is the weather in Paris today?\",\"instructions\":\"You are a helpful assistant.\",\"tools\":[{\"type\":\"function\",\"name\":\"GetWeather\",\"description\":\"Current weather for a place.\",\"parameters\":$SCHEMA}]}" >"$TMP/door-responses.json"
+echo "{\"model\":\"bench-sse\",\"stream\":true,\"max_tokens\":256,\"system\":\"You are a helpful assistant.\",\"messages\":[{\"role\":\"user\",\"content\":\"What is the weather in Paris today?\"}],\"tools\":[{\"name\":\"GetWeather\",\"description\":\"Current weather for a place.\",\"input_schema\":$SCHEMA}]}" >"$TMP/door-messages.json"
 
 post() { curl -fsN "http://$1/v1/chat/completions" -H 'content-type: application/json' -H 'authorization: Bearer sk-bench' --data-binary @"$TMP/$2.json"; }
 # Sanity: each hop does the job its row claims.
@@ -349,6 +358,8 @@ ADDR[toolgate]="127.0.0.1:$GW_PORT";  PID[toolgate]=$GW_PID
 ADDR[full]="127.0.0.1:$FULL_PORT";    PID[full]=$FULL_PID
 ADDR[two]="127.0.0.1:$TWO_PORT";      PID[two]=$TWO_PID
 ADDR[traced]="127.0.0.1:$TRACED_PORT"; PID[traced]=$TRACED_PID
+# The same gateway under three names, one per front door (cells are keyed by hop).
+for door in chatdoor respdoor msgdoor; do ADDR[$door]="127.0.0.1:$GW_PORT"; PID[$door]=$GW_PID; done
 if [ -n "$BASE_PORT" ]; then ADDR[base]="127.0.0.1:$BASE_PORT"; PID[base]=$BASE_PID; fi
 if [ -n "$NGINX_PORT" ]; then ADDR[nginx]="127.0.0.1:$NGINX_PORT"; PID[nginx]=$NGINX_PID; fi
 if [ -n "$TOOLIFY_PORT" ]; then
@@ -359,7 +370,12 @@ fi
 # wrk_run ADDR BODY CONNS SECONDS -> the RESULT line
 wrk_run() {
     local out line
-    out=$(BODY="$TMP/$2.json" wrk -t1 -c"$3" -d"$4s" --timeout 10s -s benches/post.lua "http://$1" 2>&1)
+    local path=/v1/chat/completions
+    case $2 in
+        door-responses) path=/v1/responses ;;
+        door-messages) path=/v1/messages ;;
+    esac
+    out=$(BODY="$TMP/$2.json" URL_PATH=$path wrk -t1 -c"$3" -d"$4s" --timeout 10s -s benches/post.lua "http://$1" 2>&1)
     line=$(grep '^RESULT' <<<"$out") || { log "wrk failed: $out"; exit 1; }
     if [ "$(field errors "$line")" != 0 ] || [ "$(field non2xx "$line")" != 0 ]; then
         log "errors during wrk run against $1 with $2: $line"
@@ -405,6 +421,7 @@ RSS_IDLE=$(status_kb "$GW_PID" VmRSS)
 for b in json sse natural tools; do
     for hop in direct toolgate full two traced ${BASE_PORT:+base}; do wrk_run "${ADDR[$hop]}" "$b" 8 1 >/dev/null; done
 done
+for b in door-chat door-responses door-messages; do wrk_run "${ADDR[toolgate]}" "$b" 8 1 >/dev/null; done
 [ -z "$NGINX_PORT" ] || wrk_run "${ADDR[nginx]}" json 8 1 >/dev/null
 [ -z "$TOOLIFY_PORT" ] || { wrk_run "${ADDR[toolify]}" json 8 1 >/dev/null; wrk_run "${ADDR[toolify]}" toolify 8 1 >/dev/null; }
 
@@ -413,6 +430,7 @@ for conns in 1 32; do
     cell sse "$conns" direct:sse toolgate:sse nginx:sse toolify:sse full:sse two:sse traced:sse base:sse
     cell natural "$conns" direct:natural toolgate:natural nginx:natural tdirect:toolify-direct toolify:toolify
     cell tools "$conns" direct:tools toolgate:tools
+    cell doors "$conns" direct:sse chatdoor:door-chat respdoor:door-responses msgdoor:door-messages
 done
 
 RSS_AFTER=$(status_kb "$GW_PID" VmRSS)
@@ -501,6 +519,13 @@ done)
 | $(field open "$HOLD_NAT") open natural-mode streams | $(mb "$(field rss_kb "$HOLD_NAT")") MB | $(mb "$(field hwm_kb "$HOLD_NAT")") MB |
 | after the streams closed | $(mb "$RSS_END") MB | |
 
+| front doors, same upstream stream, one tool declared: req/s share · added p50 | c | chat door, natural-mode provider (the reference) | Responses door | Messages door |
+|---|---|---|---|---|
+$(for c in 1 32; do
+    printf '| %s events | %s | %s | %s | %s |\n' "$SSE_EVENTS" "$c" "$(hopcell doors "$c" chatdoor)" "$(hopcell doors "$c" respdoor)" "$(hopcell doors "$c" msgdoor)"
+done)
+| CPU per request | | $(cpu doors chatdoor 1) µs | $(cpu doors respdoor 1) µs | $(cpu doors msgdoor 1) µs |
+
 | passthrough, same run | c | toolgate | toolgate +store (record = all) +gateway tools on another provider | req/s with the store ÷ without |
 |---|---|---|---|---|
 $(for row in json sse; do for c in 1 32; do
@@ -536,6 +561,13 @@ if have json/1/nginx; then
 fi
 for row in json sse; do
     echo "| $row c=32: req/s recording every exchange ÷ without a store | $(ratio "$row" 32) | 0.80 | $(verdict "$(ratio "$row" 32)" ">=" 0.8) |"
+done
+for door in respdoor msgdoor; do
+    name=$([ "$door" = respdoor ] && echo Responses || echo Messages)
+    lim=$(awk -v a="$(added doors 1 chatdoor)" 'BEGIN {printf "%.0f", 1.5 * a}')
+    echo "| $name door c=1: added p50 vs 1.5 × the natural chat door's | $(added doors 1 $door) µs | $lim µs | $(verdict "$(added doors 1 $door)" "<=" "$lim") |"
+    r=$(awk -v a="${M[doors/32/$door.rps]}" -v b="${M[doors/32/chatdoor.rps]}" 'BEGIN {printf "%.2f", a / b}')
+    echo "| $name door c=32: req/s ÷ the natural chat door's | $r | 0.80 | $(verdict "$r" ">=" 0.8) |"
 done
 echo "| natural stream: CPU per upstream chunk | $(cpu natural toolgate "$NATURAL_EVENTS") µs | 1.5 µs | $(verdict "$(cpu natural toolgate "$NATURAL_EVENTS")" "<=" 1.5) |"
 echo "| to_natural stream: CPU per upstream chunk | $(cpu tools toolgate "$TOOLS_EVENTS") µs | 3 µs | $(verdict "$(cpu tools toolgate "$TOOLS_EVENTS")" "<=" 3) |"

@@ -9,7 +9,8 @@
 //! load_client hold <host:port> <body.json> <n> <pid>
 //! ```
 //!
-//! `ttfb` sends the streaming request `n` times (after 20 warm-up requests)
+//! `ttfb` sends the streaming request (to `$LOAD_PATH`, by default
+//! `/v1/chat/completions`) `n` times (after 20 warm-up requests)
 //! on one keep-alive HTTP/1.1 connection and prints the p50/p99 of the time
 //! from writing the request to the first byte of the first `data:` event, and
 //! to the end of the stream, in microseconds.
@@ -24,9 +25,11 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// The request's path: `LOAD_PATH`, else the chat door.
 fn request(addr: &str, body: &[u8]) -> Vec<u8> {
+    let path = std::env::var("LOAD_PATH").unwrap_or_else(|_| "/v1/chat/completions".into());
     let mut req = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
 accept: text/event-stream\r\ncontent-length: {}\r\n\r\n",
         body.len()
     )

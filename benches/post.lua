@@ -1,10 +1,10 @@
 -- wrk script for benches/load.sh: POSTs the JSON file named by $BODY to
--- /v1/chat/completions and prints one machine-readable RESULT line. The
+-- $URL_PATH (default /v1/chat/completions) and prints one machine-readable RESULT line. The
 -- bearer key is the one the peer gateway's benchmark config accepts; the
 -- mock, nginx and toolgate ignore it.
 local f = assert(io.open(os.getenv("BODY"), "rb"))
 wrk.method = "POST"
-wrk.path = "/v1/chat/completions"
+wrk.path = os.getenv("URL_PATH") or "/v1/chat/completions"
 wrk.body = f:read("*a")
 f:close()
 wrk.headers["Content-Type"] = "application/json"
