@@ -650,4 +650,133 @@ mod tests {
         );
         assert_eq!(ran.len(), 1, "only results are reused, not failures");
     }
+
+    /// Results may come back at any point of the round (a fast tool ends
+    /// before the model's next words): wherever they arrive, the next
+    /// round's request is the same, and so is what the client is told.
+    #[test]
+    fn results_at_every_point_of_a_round_give_the_same_next_round() {
+        let events = || {
+            vec![
+                Event::Text("Working it out.".into()),
+                Event::Call(Call {
+                    id: "a".into(),
+                    name: "calculator".into(),
+                    arguments: r#"{"expression": "1+1"}"#.into(),
+                }),
+                Event::Text(" And:".into()),
+                Event::Call(Call {
+                    id: "b".into(),
+                    name: "calculator".into(),
+                    arguments: r#"{"expression": "2*3"}"#.into(),
+                }),
+                Event::Finish("tool_calls".into()),
+            ]
+        };
+        let outcomes = ["2", "6"];
+        let mut seen: Option<(Vec<u8>, Vec<Event>)> = None;
+        let n = events().len();
+        // Each result is given back after event `at[i]` (once it was handed out).
+        for first in 0..=n {
+            for second in 0..=n {
+                let Value::Object(request) =
+                    json!({"messages": [{"role": "user", "content": "sums"}]})
+                else {
+                    unreachable!()
+                };
+                let mut rounds = Rounds::new(request, calculator(), 8, None);
+                let mut out = Vec::new();
+                let mut ids: Vec<String> = Vec::new();
+                let mut given = [false, false];
+                for (i, event) in events().into_iter().enumerate() {
+                    rounds.on_event(event, &mut out);
+                    for action in &out {
+                        if let Action::Execute { id, .. } = action
+                            && !ids.contains(id)
+                        {
+                            ids.push(id.clone());
+                        }
+                    }
+                    for (k, at) in [first, second].into_iter().enumerate() {
+                        if at <= i && ids.len() > k && !given[k] {
+                            given[k] = true;
+                            rounds.on_result(
+                                &ids[k].clone(),
+                                Outcome::Completed(outcomes[k].into()),
+                                &mut out,
+                            );
+                        }
+                    }
+                }
+                for k in 0..2 {
+                    if !given[k] {
+                        rounds.on_result(
+                            &ids[k].clone(),
+                            Outcome::Completed(outcomes[k].into()),
+                            &mut out,
+                        );
+                    }
+                }
+                assert_eq!(rounds.end_round(&mut out), Next::Continue);
+                // Call ids are random: each is named by its order.
+                let name = |text: &str| {
+                    ids.iter().enumerate().fold(text.to_owned(), |t, (k, id)| {
+                        t.replace(id.as_str(), &format!("id{k}"))
+                    })
+                };
+                let body = name(&String::from_utf8(rounds.body()).unwrap()).into_bytes();
+                for action in &mut out {
+                    if let Action::Emit(Event::Gateway(g)) = action {
+                        g.id = name(&g.id);
+                    }
+                }
+                // What the client is told, in order, but for when each
+                // call's completion is reported.
+                let mut told: Vec<Event> = out
+                    .into_iter()
+                    .filter_map(|a| match a {
+                        Action::Emit(e) => Some(e),
+                        Action::Execute { .. } => None,
+                    })
+                    .collect();
+                let completed: Vec<Event> = told
+                    .iter()
+                    .filter(
+                        |e| matches!(e, Event::Gateway(g) if g.status == GatewayStatus::Completed),
+                    )
+                    .cloned()
+                    .collect();
+                told.retain(
+                    |e| !matches!(e, Event::Gateway(g) if g.status == GatewayStatus::Completed),
+                );
+                let mut completed = completed;
+                completed.sort_by_key(|e| match e {
+                    Event::Gateway(g) => g.index,
+                    _ => 0,
+                });
+                told.extend(completed);
+                match &seen {
+                    None => seen = Some((body, told)),
+                    Some((b, t)) => {
+                        assert_eq!(
+                            String::from_utf8_lossy(b),
+                            String::from_utf8_lossy(&body),
+                            "results after events {first} and {second}"
+                        );
+                        assert_eq!(t, &told, "results after events {first} and {second}");
+                    }
+                }
+            }
+        }
+        let (body, _) = seen.unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        let results: Vec<&str> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(results, ["2", "6"], "results in the calls' order");
+    }
 }
