@@ -470,6 +470,14 @@ mod tests {
         }
     }
 
+    /// A loop over `request` (a JSON object) offering the calculator.
+    fn rounds_for(request: Value, max_rounds: u32) -> Rounds {
+        let Value::Object(request) = request else {
+            panic!("a request is an object")
+        };
+        Rounds::new(request, calculator(), max_rounds, None)
+    }
+
     fn call(arguments: &str) -> Event {
         Event::Call(Call {
             id: "up".into(),
@@ -496,10 +504,7 @@ mod tests {
     #[test]
     fn an_identical_call_gets_the_first_result_without_running_again() {
         let request = json!({"messages": [{"role": "user", "content": "17 * 23 + 4?"}]});
-        let Value::Object(request) = request else {
-            unreachable!()
-        };
-        let mut rounds = Rounds::new(request, calculator(), 8, None);
+        let mut rounds = rounds_for(request, 8);
         let mut out = Vec::new();
         let ran = round(
             &mut rounds,
@@ -569,10 +574,7 @@ mod tests {
 
     #[test]
     fn a_call_to_a_withheld_tool_is_refused_and_the_model_told() {
-        let Value::Object(request) = json!({"messages": []}) else {
-            unreachable!()
-        };
-        let mut rounds = Rounds::new(request, calculator(), 8, None);
+        let mut rounds = rounds_for(json!({"messages": []}), 8);
         let mut out = Vec::new();
         let clock = Event::Call(Call {
             id: "up".into(),
@@ -604,10 +606,7 @@ mod tests {
     /// the answer ends `stop`, not `tool_calls` with no calls.
     #[test]
     fn the_last_round_ends_in_stop_whatever_the_model_wrote() {
-        let Value::Object(request) = json!({"messages": []}) else {
-            unreachable!()
-        };
-        let mut rounds = Rounds::new(request, calculator(), 1, None);
+        let mut rounds = rounds_for(json!({"messages": []}), 1);
         let mut out = Vec::new();
         let ran = round(
             &mut rounds,
@@ -631,10 +630,7 @@ mod tests {
 
     #[test]
     fn a_failed_call_may_be_tried_again() {
-        let Value::Object(request) = json!({"messages": []}) else {
-            unreachable!()
-        };
-        let mut rounds = Rounds::new(request, calculator(), 8, None);
+        let mut rounds = rounds_for(json!({"messages": []}), 8);
         let mut out = Vec::new();
         let ran = round(
             &mut rounds,
@@ -679,12 +675,10 @@ mod tests {
         // Each result is given back after event `at[i]` (once it was handed out).
         for first in 0..=n {
             for second in 0..=n {
-                let Value::Object(request) =
-                    json!({"messages": [{"role": "user", "content": "sums"}]})
-                else {
-                    unreachable!()
-                };
-                let mut rounds = Rounds::new(request, calculator(), 8, None);
+                let mut rounds = rounds_for(
+                    json!({"messages": [{"role": "user", "content": "sums"}]}),
+                    8,
+                );
                 let mut out = Vec::new();
                 let mut ids: Vec<String> = Vec::new();
                 let mut given = [false, false];
