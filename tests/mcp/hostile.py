@@ -1,4 +1,4 @@
-"""A stdio MCP server that misbehaves on purpose, for tests/mcp_servers.rs.
+"""A stdio MCP server that misbehaves on purpose, for tests/it/mcp_servers.rs.
 
     python hostile.py MODE STARTS_FILE
 

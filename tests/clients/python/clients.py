@@ -1,6 +1,6 @@
 """The official `openai` Python package driven against a running toolgate.
 
-Run by tests/clients.rs as `python clients.py SCENARIO` with:
+Run by tests/it/clients.rs as `python clients.py SCENARIO` with:
   CLIENT_TESTS_BASE_URL  the gateway's `/v1` URL (loopback only)
   CLIENT_TESTS_MODEL     the model to ask for
 

@@ -1,4 +1,4 @@
-"""The official SDKs read every cell of tests/fidelity.rs's matrix.
+"""The official SDKs read every cell of tests/it/fidelity.rs's matrix.
 
 Run as `python fidelity.py CELLS.json` with CLIENT_TESTS_BASE_URL set to the
 gateway's `/v1` URL (loopback only). CELLS.json lists the requests; for each,
