@@ -28,10 +28,12 @@ impl Door {
         if method != Method::POST {
             return Door::Other;
         }
+        if crate::api::messages::is_messages_path(path) {
+            return Door::Messages;
+        }
         match path.strip_suffix('/').unwrap_or(path) {
             "/v1/chat/completions" => Door::Chat,
             "/v1/responses" => Door::Responses,
-            "/v1/messages" | "/v1/messages/count_tokens" => Door::Messages,
             _ => Door::Other,
         }
     }

@@ -158,34 +158,16 @@ async fn dispatch(
     // the handler's future allocation for the life of each connection.
     let (runtime, provider, tenant) = match plan.route {
         Route::ChatAnswer => {
-            return Box::pin(crate::api::chat::handle(
-                runtime.clone(),
-                provider.clone(),
-                tenant.clone(),
-                parts,
-                bytes,
-            ))
-            .await;
+            let handle = crate::api::chat::handle;
+            return answer(handle, runtime, provider, tenant, parts, bytes).await;
         }
         Route::ResponsesAnswer => {
-            return Box::pin(crate::api::responses::handle(
-                runtime.clone(),
-                provider.clone(),
-                tenant.clone(),
-                parts,
-                bytes,
-            ))
-            .await;
+            let handle = crate::api::responses::handle;
+            return answer(handle, runtime, provider, tenant, parts, bytes).await;
         }
         Route::MessagesAnswer => {
-            return Box::pin(crate::api::messages::handle(
-                runtime.clone(),
-                provider.clone(),
-                tenant.clone(),
-                parts,
-                bytes,
-            ))
-            .await;
+            let handle = crate::api::messages::handle;
+            return answer(handle, runtime, provider, tenant, parts, bytes).await;
         }
         Route::AnthropicOnly => {
             return Err(GatewayError::bad_request(
@@ -209,8 +191,8 @@ async fn dispatch(
     };
     // With a store, a chat exchange may be recorded: its answer is read on
     // the way to the client (and passed on unchanged).
-    let recorder = match plan.tap {
-        true => match serde_json::from_slice::<serde_json::Value>(&bytes) {
+    let recorder = if plan.tap {
+        match serde_json::from_slice::<serde_json::Value>(&bytes) {
             Ok(serde_json::Value::Object(request)) => {
                 Box::pin(crate::answer::recorder(
                     runtime,
@@ -222,8 +204,9 @@ async fn dispatch(
                 .await
             }
             _ => None,
-        },
-        false => None,
+        }
+    } else {
+        None
     };
     let response = match plan.route {
         Route::Natural => {
@@ -263,4 +246,31 @@ async fn dispatch(
         }
         _ => response,
     })
+}
+
+/// A door's answer path: what `api::{chat, responses, messages}::handle` are.
+type DoorHandler<F> =
+    fn(Arc<Runtime>, Arc<Provider>, Arc<Tenant>, http::request::Parts, Bytes) -> F;
+
+/// A request answered by one of the doors' answer paths (`handle` is the
+/// door's handler), its future boxed.
+async fn answer<F>(
+    handle: DoorHandler<F>,
+    runtime: &Arc<Runtime>,
+    provider: &Arc<Provider>,
+    tenant: &Arc<Tenant>,
+    parts: http::request::Parts,
+    bytes: Bytes,
+) -> Result<Response<Body>, GatewayError>
+where
+    F: Future<Output = Result<Response<Body>, GatewayError>>,
+{
+    Box::pin(handle(
+        runtime.clone(),
+        provider.clone(),
+        tenant.clone(),
+        parts,
+        bytes,
+    ))
+    .await
 }
