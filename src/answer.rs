@@ -11,13 +11,14 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, header};
+use http::{HeaderMap, HeaderValue, Method, Request as Request_, Response, Uri, header};
 use http_body_util::Full;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::body::Body;
 use crate::config::{Api, Mode, Provider, ShowGatewayTools, Tenant};
 use crate::error::GatewayError;
+use crate::exchange::request::{Request, Tool};
 use crate::exchange::{Event, Sink};
 use crate::runtime::Runtime;
 use crate::sse::transform::TransformBody;
@@ -41,56 +42,57 @@ pub struct Provided {
 }
 
 impl Upstream for Provided {
-    async fn send(&self, body: Vec<u8>) -> Result<Response<Body>, GatewayError> {
-        let mut request = Request::new(Full::new(Bytes::from(body)));
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = self.uri.clone();
-        *request.headers_mut() = self.headers.clone();
-        let rt = &self.runtime;
-        if self.provider.api == Api::Responses {
-            return self.send_responses(request).await;
-        }
-        if !self.provider.tools.reads_text_calls() {
-            return rt.upstreams.send(&self.provider, request).await;
-        }
-        let (parts, body) = request.into_parts();
-        let bytes = http_body_util::BodyExt::collect(body)
+    fn send<'a>(
+        &'a self,
+        request: &Request,
+    ) -> impl Future<Output = Result<Response<Body>, GatewayError>> + Send + use<'a> {
+        // Written out now, in the provider's dialect: the future owns it.
+        let body = match self.provider.api {
+            Api::Responses => to_responses::translate(request).map(|r| {
+                let body = serde_json::to_vec(&r).unwrap_or_default();
+                (Uri::from_static("/v1/responses"), body)
+            }),
+            _ => Ok((self.uri.clone(), request.to_chat_body())),
+        };
+        async move {
+            let (uri, body) = body?;
+            let (mut parts, ()) = Request_::new(()).into_parts();
+            parts.method = Method::POST;
+            parts.uri = uri;
+            parts.headers = self.headers.clone();
+            let body = Bytes::from(body);
+            let rt = &self.runtime;
+            if self.provider.api == Api::Responses {
+                return self
+                    .send_responses(Request_::from_parts(parts, Full::new(body)))
+                    .await;
+            }
+            if !self.provider.tools.reads_text_calls() {
+                let request = Request_::from_parts(parts, Full::new(body));
+                return rt.upstreams.send(&self.provider, request).await;
+            }
+            Box::pin(rt.natural.handle(
+                &rt.upstreams,
+                &rt.config,
+                &self.provider,
+                parts,
+                body,
+                // Read by the round loop, not the client: calls as soon
+                // as they are ready, so gateway tools start early.
+                true,
+            ))
             .await
-            .map(http_body_util::Collected::to_bytes)
-            .unwrap_or_default();
-        Box::pin(rt.natural.handle(
-            &rt.upstreams,
-            &rt.config,
-            &self.provider,
-            parts,
-            bytes,
-            // Read by the round loop, not the client: calls as soon
-            // as they are ready, so gateway tools start early.
-            true,
-        ))
-        .await
+        }
     }
 }
 
 impl Provided {
-    /// A round to an `api = "responses"` provider: the chat request written
-    /// as a Responses request, and its Responses stream read back as chat.
+    /// A round to an `api = "responses"` provider (its body already the
+    /// Responses request): its Responses stream read back as chat.
     async fn send_responses(
         &self,
-        request: Request<Full<Bytes>>,
+        request: Request_<Full<Bytes>>,
     ) -> Result<Response<Body>, GatewayError> {
-        let (mut parts, body) = request.into_parts();
-        let body = body.into_inner().unwrap_or_default();
-        let Ok(Value::Object(chat)) = serde_json::from_slice::<Value>(&body) else {
-            return Err(GatewayError::bad_request(
-                "The request body must be a JSON object",
-                None,
-            ));
-        };
-        let translated = to_responses::translate(&chat)?;
-        let bytes = serde_json::to_vec(&translated).unwrap_or_default();
-        parts.uri = Uri::from_static("/v1/responses");
-        let request = Request::from_parts(parts, Full::new(Bytes::from(bytes)));
         let response = self.runtime.upstreams.send(&self.provider, request).await?;
         if !response.status().is_success() {
             return Ok(response);
@@ -235,10 +237,10 @@ pub fn tag_chat(response: &mut Response<Body>, chat: Option<&str>) {
     }
 }
 
-/// What a door hands over: the request as Chat Completions JSON, the
-/// client's request head (its path, query and headers) and who sent it.
+/// What a door hands over: the request, the client's request head (its
+/// path, query and headers) and who sent it.
 pub struct Ask {
-    pub request: Map<String, Value>,
+    pub request: Request,
     pub uri: Uri,
     pub headers: HeaderMap,
     pub tenant: Arc<Tenant>,
@@ -278,14 +280,18 @@ pub async fn start(
         headers,
         tenant,
     } = ask;
-    if provider.tools.gateway.is_some()
-        && let Some(Value::Array(messages)) = request.get_mut("messages")
-    {
+    if provider.tools.gateway.is_some() {
         // Toolgate's own `details` blocks, sent back verbatim: the model and
         // the chat linking see the history as if they were not there.
-        crate::tools::show::strip_history(messages);
+        crate::tools::show::strip_history(&mut request.messages);
     }
-    let recorder = recorder(&runtime, &provider, &tenant, &request, &headers).await;
+    let recorder = match (&runtime.store, serde_json::to_value(&request)) {
+        // Transcripts keep the request as Chat Completions JSON.
+        (Some(_), Ok(Value::Object(chat))) => {
+            recorder(&runtime, &provider, &tenant, &chat, &headers).await
+        }
+        _ => None,
+    };
     let offer = offer(&runtime, &provider, &tenant)?;
     let tools = &provider.tools;
     if !offer.is_empty() && tools.mode != Mode::ToNatural {
@@ -322,7 +328,7 @@ pub async fn start(
         max_parallel,
         max_result_chars: tools.max_tool_result_chars,
     };
-    let first = plan.upstream.send(rounds.body()).await?;
+    let first = plan.upstream.send(rounds.request()).await?;
     if !first.status().is_success() {
         return Ok(Started::Refused(first));
     }
@@ -338,16 +344,13 @@ pub async fn start(
 
 /// Steps another replica kept for this history's calls, fetched from the
 /// store into memory, where `prepare` splices them like its own.
-async fn recall_steps(runtime: &Runtime, tenant: &Tenant, request: &Map<String, Value>) {
+async fn recall_steps(runtime: &Runtime, tenant: &Tenant, request: &Request) {
     let Some(store) = &runtime.store else {
-        return;
-    };
-    let Some(Value::Array(messages)) = request.get("messages") else {
         return;
     };
     let unknown = runtime
         .steps
-        .unknown_ids(&tenant.name, messages, MAX_RECALLED_IDS);
+        .unknown_ids(&tenant.name, &request.messages, MAX_RECALLED_IDS);
     if unknown.is_empty() {
         return;
     }
@@ -361,22 +364,17 @@ async fn recall_steps(runtime: &Runtime, tenant: &Tenant, request: &Map<String, 
 /// Call ids of a history looked up in the store at most.
 const MAX_RECALLED_IDS: usize = 64;
 
-/// The first round's request: to_natural's text history read back, legacy
-/// `functions` as `tools`, the gateway's tools declared, its earlier steps
-/// restored, and streaming with usage asked of the upstream.
+/// The first round's request: to_natural's text history read back, the
+/// gateway's tools declared, its earlier steps restored, and streaming
+/// with usage asked of the upstream.
 fn prepare(
-    mut request: Map<String, Value>,
+    mut request: Request,
     offer: &Offer,
     runtime: &Runtime,
     provider: &Provider,
     tenant: &Tenant,
-) -> Result<Map<String, Value>, GatewayError> {
-    if !offer.is_empty()
-        && request
-            .get("n")
-            .and_then(Value::as_u64)
-            .is_some_and(|n| n > 1)
-    {
+) -> Result<Request, GatewayError> {
+    if !offer.is_empty() && request.sampling.n.is_some_and(|n| n > 1) {
         return Err(GatewayError::bad_request(
             "`n` greater than 1 is not supported on a provider with gateway tools: each choice would run the tools on its own",
             Some("n"),
@@ -388,27 +386,16 @@ fn prepare(
             syntax: tools.syntax,
             max_tool_result_chars: tools.max_tool_result_chars,
         };
-        let bytes = serde_json::to_vec(&request).unwrap_or_default();
-        if let Some(rewritten) = to_natural::history::rewrite(&bytes, &history)?
+        // The history reader works on chat JSON, as the chat door's direct
+        // path hands it over.
+        if let Some(rewritten) = to_natural::history::rewrite(&request.to_chat_body(), &history)?
             && let Ok(Value::Object(map)) = serde_json::from_slice(&rewritten)
         {
-            request = map;
+            request = Request::from_chat(map)?;
         }
     }
-    legacy_functions(&mut request);
-    let mut declared = match request.remove("tools") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(tools)) => tools,
-        Some(_) => {
-            return Err(GatewayError::bad_request(
-                "`tools` must be an array",
-                Some("tools"),
-            ));
-        }
-    };
-    for (i, tool) in declared.iter().enumerate() {
-        let name = tool.pointer("/function/name").and_then(Value::as_str);
-        if let Some(name) = name
+    for (i, tool) in request.tools.iter().enumerate() {
+        if let Some(name) = tool.name()
             && offer.get(name).is_some()
         {
             return Err(GatewayError::bad_request(
@@ -419,49 +406,18 @@ fn prepare(
             ));
         }
     }
-    declared.extend(offer.tools.iter().map(|t| t.declaration()));
-    if !declared.is_empty() {
-        request.insert("tools".into(), Value::Array(declared));
-    }
-    match request.get_mut("messages") {
-        Some(Value::Array(messages)) => {
-            if !offer.is_empty() {
-                runtime.steps.splice(&tenant.name, messages);
-            }
-        }
-        _ => {
-            return Err(GatewayError::bad_request(
-                "`messages` must be an array",
-                Some("messages"),
-            ));
-        }
+    request.tools.extend(
+        offer
+            .tools
+            .iter()
+            .map(|t| Tool::from_value(t.declaration())),
+    );
+    if !offer.is_empty() {
+        runtime.steps.splice(&tenant.name, &mut request.messages);
     }
     // Rounds always stream upstream, with usage, so usage can be summed.
-    request.insert("stream".into(), json!(true));
-    request.insert("stream_options".into(), json!({"include_usage": true}));
+    request.stream = true;
+    let options = request.stream_options.get_or_insert_default();
+    options.insert("include_usage".into(), Value::Bool(true));
     Ok(request)
-}
-
-/// Legacy `functions` / `function_call` become `tools` / `tool_choice`.
-fn legacy_functions(request: &mut Map<String, Value>) {
-    if let Some(Value::Array(functions)) = request.remove("functions") {
-        let tools: Vec<Value> = functions
-            .into_iter()
-            .map(|f| json!({"type": "function", "function": f}))
-            .collect();
-        if !request.contains_key("tools") {
-            request.insert("tools".into(), Value::Array(tools));
-        }
-    }
-    if let Some(choice) = request.remove("function_call")
-        && !request.contains_key("tool_choice")
-    {
-        let choice = match choice {
-            Value::Object(f) => {
-                json!({"type": "function", "function": {"name": f.get("name").cloned().unwrap_or(Value::Null)}})
-            }
-            other => other,
-        };
-        request.insert("tool_choice".into(), choice);
-    }
 }

@@ -2,7 +2,12 @@
 //!
 //! Upstream answers are decoded into [`Event`]s (`upstream::chat_decode`); the
 //! gateway's tool loop (`tools::rounds`) reads and writes them; a door's
-//! encoder ([`Sink`]) turns them into what its client speaks.
+//! encoder ([`Sink`]) turns them into what its client speaks. What the
+//! client asks is a [`Request`], read from any door.
+
+pub mod request;
+
+pub use request::Request;
 
 use rand::RngExt;
 use rand::distr::Alphanumeric;

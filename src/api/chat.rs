@@ -1,13 +1,13 @@
 //! The Chat Completions door when the answer goes through [`crate::answer`]
 //! (a provider with gateway tools): the body is read as the request, and the
-//! answer's events are written as a chat stream or one completion. Other
+//! answer's events are written as a chat stream or one completion.
+//! [`Request::from_chat`] is this door's reader. Other
 //! chat requests keep their direct, byte-for-byte paths (see `gateway`).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::Response;
-use serde_json::Value;
 
 use crate::answer::{self, Ask, Started};
 use crate::api::chat_events::ChatEvents;
@@ -15,6 +15,7 @@ use crate::api::chat_message::ChatMessage;
 use crate::body::Body;
 use crate::config::{Provider, Tenant};
 use crate::error::GatewayError;
+use crate::exchange::Request;
 use crate::runtime::Runtime;
 
 pub async fn handle(
@@ -24,15 +25,11 @@ pub async fn handle(
     parts: http::request::Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, GatewayError> {
-    let request = super::json_object(&bytes)?;
+    let request = Request::from_chat(super::json_object(&bytes)?)?;
     // Parsed: the raw body is not held for the rest of the answer.
     drop(bytes);
-    let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
-    let include_usage = request
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Value::as_bool)
-        == Some(true);
+    let stream = request.stream;
+    let include_usage = request.include_usage();
     let ask = Ask {
         request,
         uri: parts.uri,

@@ -52,15 +52,10 @@ pub async fn handle(
     // Parsed: the raw body is not held for the rest of the answer.
     drop(bytes);
     let translated = messages_request::translate(request)?;
-    let model = translated
-        .chat
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+    let model = translated.request.model.clone().unwrap_or_default();
     let uri = http::Uri::from_static("/v1/chat/completions");
     let ask = Ask {
-        request: translated.chat,
+        request: translated.request,
         uri,
         headers: parts.headers,
         tenant,

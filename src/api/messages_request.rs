@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::fields::{self, Kind};
 use crate::error::GatewayError;
+use crate::exchange::Request;
 
 /// The fields this door reads, with their types (`system`, `tools` and
 /// `tool_choice` are read as their several shapes below).
@@ -27,7 +28,8 @@ pub const FIELDS: &[(&str, Kind)] = &[
 /// A translated request.
 #[derive(Debug)]
 pub struct Translated {
-    pub chat: Map<String, Value>,
+    /// The request, for any tool mode and any upstream dialect.
+    pub request: Request,
     pub stream: bool,
     /// The client's `stop_sequences`, to tell `stop_sequence` from `end_turn`.
     pub stop_sequences: Vec<String>,
@@ -416,7 +418,7 @@ pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayE
         chat.insert("stream_options".into(), json!({"include_usage": true}));
     }
     Ok(Translated {
-        chat,
+        request: Request::from_chat(chat)?,
         stream,
         stop_sequences,
     })
@@ -425,6 +427,10 @@ pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn chat_of(t: &Translated) -> Value {
+        serde_json::to_value(&t.request).unwrap()
+    }
 
     fn run(v: Value) -> Result<Translated, GatewayError> {
         translate(v.as_object().unwrap().clone())
@@ -452,7 +458,7 @@ mod tests {
         assert!(!t.stream);
         assert_eq!(t.stop_sequences, vec!["END".to_owned()]);
         assert_eq!(
-            Value::Object(t.chat),
+            serde_json::to_value(&t.request).unwrap(),
             json!({
                 "model": "m", "max_tokens": 100, "stop": ["END"], "user": "u1",
                 "tools": [{"type": "function", "function": {"name": "get_weather", "description": "w", "parameters": {"type": "object"}}}],
@@ -477,9 +483,12 @@ mod tests {
             {"type": "text", "text": "what?"}]}]}))
         .unwrap();
         assert!(t.stream);
-        assert_eq!(t.chat["stream_options"], json!({"include_usage": true}));
         assert_eq!(
-            t.chat["messages"][0]["content"],
+            chat_of(&t)["stream_options"],
+            json!({"include_usage": true})
+        );
+        assert_eq!(
+            chat_of(&t)["messages"][0]["content"],
             json!([
                 {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}},
                 {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
@@ -491,14 +500,14 @@ mod tests {
     fn tool_choice_tool_and_none() {
         let t = run(json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "tool", "name": "f"}})).unwrap();
         assert_eq!(
-            t.chat["tool_choice"],
+            chat_of(&t)["tool_choice"],
             json!({"type": "function", "function": {"name": "f"}})
         );
         let t = run(
             json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "none"}}),
         )
         .unwrap();
-        assert_eq!(t.chat["tool_choice"], json!("none"));
+        assert_eq!(chat_of(&t)["tool_choice"], json!("none"));
     }
 
     fn param(e: GatewayError) -> Option<String> {

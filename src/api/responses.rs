@@ -87,17 +87,12 @@ pub async fn handle(
     if let Some(id) = &previous {
         translated.echo.previous_response_id = Value::String(id.clone());
     }
-    let model = translated
-        .chat
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+    let model = translated.request.model.clone().unwrap_or_default();
     // The rounds go to the provider's chat endpoint (the path is all
     // `upstream` reads of the client's URI).
     let uri = http::Uri::from_static("/v1/chat/completions");
     let ask = Ask {
-        request: translated.chat,
+        request: translated.request,
         uri,
         headers: parts.headers,
         tenant,

@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::fields::{self, Kind};
 use crate::error::GatewayError;
+use crate::exchange::Request;
 
 /// The fields this door reads, with their types (`input`, `tools`,
 /// `tool_choice` and `truncation` are read as their several shapes below).
@@ -53,7 +54,8 @@ pub struct Echo {
 /// A translated request.
 #[derive(Debug)]
 pub struct Translated {
-    pub chat: Map<String, Value>,
+    /// The request, for any tool mode and any upstream dialect.
+    pub request: Request,
     pub stream: bool,
     pub echo: Echo,
 }
@@ -179,7 +181,12 @@ pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayE
         return Err(bad("`input` is required", "input"));
     }
     chat.insert("messages".into(), Value::Array(messages));
-    Ok(Translated { chat, stream, echo })
+    let request = Request::from_chat(chat)?;
+    Ok(Translated {
+        request,
+        stream,
+        echo,
+    })
 }
 
 /// `input`: a string (one user message) or a list of items.
@@ -495,7 +502,7 @@ mod tests {
         let Value::Object(request) = responses.clone() else {
             unreachable!()
         };
-        let chat = translate(request).unwrap().chat;
+        let chat = translate(request).unwrap().request;
         let back = crate::upstream::to_responses::translate(&chat).unwrap();
         assert_eq!(back["tools"], responses["tools"]);
         assert_eq!(
@@ -513,7 +520,7 @@ mod tests {
         let Value::Object(map) = request else {
             unreachable!()
         };
-        Value::Object(translate(map).unwrap().chat)
+        serde_json::to_value(translate(map).unwrap().request).unwrap()
     }
 
     fn error(request: Value) -> (String, Option<String>) {
@@ -641,7 +648,7 @@ mod tests {
         };
         let t = translate(map).unwrap();
         assert!(t.stream);
-        assert!(!t.chat.contains_key("stream"));
+        assert!(!t.request.stream);
         assert_eq!(t.echo.instructions, json!("I"));
         assert_eq!(t.echo.tools, json!([{"type": "function", "name": "F"}]));
         assert_eq!(t.echo.metadata, json!({"a": "b"}));

@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 
 use crate::body::Body;
 use crate::error::GatewayError;
-use crate::exchange::{Event, Sink};
+use crate::exchange::{Event, Request, Sink};
 use crate::metrics as m;
 use crate::sse;
 use crate::tools::Tools;
@@ -49,12 +49,14 @@ pub enum Flushed {
     Gone,
 }
 
-/// Sends the next round's request; the driver's only way upstream.
+/// Sends the next round's request; the driver's only way upstream. The
+/// request is written out before the future starts, so the loop may change
+/// it while the round is on its way.
 pub trait Upstream: Send + Sync {
-    fn send(
-        &self,
-        body: Vec<u8>,
-    ) -> impl Future<Output = Result<Response<Body>, GatewayError>> + Send;
+    fn send<'a>(
+        &'a self,
+        request: &Request,
+    ) -> impl Future<Output = Result<Response<Body>, GatewayError>> + Send + use<'a, Self>;
 }
 
 /// What the driver needs besides the loop.
@@ -137,7 +139,7 @@ pub async fn drive<U: Upstream, O: Output>(
         if out.flush().await == Flushed::Gone {
             return rounds;
         }
-        let sent = plan.upstream.send(rounds.body());
+        let sent = plan.upstream.send(rounds.request());
         tokio::pin!(sent);
         let sent = loop {
             tokio::select! {

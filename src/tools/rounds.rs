@@ -27,9 +27,10 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use crate::exchange::call_id;
+use crate::exchange::request::{Message, Request, ToolChoice};
 use crate::exchange::{Call, Event, GatewayCall, GatewayStatus, Usage};
 use crate::to_natural::RenderOptions;
 use crate::tools::executor::Outcome;
@@ -79,7 +80,7 @@ struct Answered {
 const REPEAT_NOTE: &str = "(You already made this exact call, and this is its result again: the tool was not run a second time. Do not call it again; answer with this result.)";
 
 pub struct Rounds {
-    request: Map<String, Value>,
+    request: Request,
     offer: Offer,
     max_rounds: u32,
     round: u32,
@@ -94,7 +95,7 @@ pub struct Rounds {
     finish: Option<String>,
     usage: Option<Usage>,
     /// Messages the gateway added to the history (earlier rounds).
-    added: Vec<Value>,
+    added: Vec<Message>,
     /// Set when the answer ends with client calls after gateway steps:
     /// the client's call ids, and the steps to restore on its follow-up.
     steps: Option<(Vec<String>, Steps)>,
@@ -109,7 +110,7 @@ impl Rounds {
     /// `request` is the Chat Completions request of the first round, with
     /// the gateway's tools already declared in it.
     pub fn new(
-        request: Map<String, Value>,
+        request: Request,
         offer: Offer,
         max_rounds: u32,
         as_text: Option<RenderOptions>,
@@ -144,9 +145,9 @@ impl Rounds {
         self.round
     }
 
-    /// The body of the current round's upstream request.
-    pub fn body(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.request).unwrap_or_default()
+    /// The current round's upstream request.
+    pub fn request(&self) -> &Request {
+        &self.request
     }
 
     /// Whether this round is sent with tools withheld: it reached
@@ -337,7 +338,7 @@ impl Rounds {
                 let steps = Steps {
                     earlier: std::mem::take(&mut self.added),
                     text,
-                    calls: gateway.iter().map(|(c, _, _)| tool_call(c)).collect(),
+                    calls: gateway.iter().map(|(c, _, _)| c.clone()).collect(),
                     results: turn.into_iter().skip(1).collect(),
                 };
                 self.steps = Some((ids, steps));
@@ -349,9 +350,7 @@ impl Rounds {
         if !gateway.is_empty() && !self.last() {
             self.looping = gateway.iter().all(|(_, _, repeat)| *repeat);
             self.added.extend(turn.iter().cloned());
-            if let Some(Value::Array(messages)) = self.request.get_mut("messages") {
-                messages.extend(turn);
-            }
+            self.request.messages.extend(turn);
             self.round += 1;
             self.prepare_round();
             return Next::Continue;
@@ -371,17 +370,18 @@ impl Rounds {
     /// The request of a continuation round: a required or named tool choice
     /// was satisfied by the gateway's calls; the last round gets no tools.
     fn prepare_round(&mut self) {
-        let forced = match self.request.get("tool_choice") {
-            Some(Value::String(s)) => s == "required",
-            Some(Value::Object(_)) => true,
-            _ => false,
+        let forced = match &self.request.tool_choice {
+            Some(ToolChoice::Required | ToolChoice::Function(_)) => true,
+            // `allowed_tools` in `required` mode, or any other object.
+            Some(ToolChoice::Other(choice)) => choice.is_object(),
+            Some(ToolChoice::Auto | ToolChoice::None) | None => false,
         };
         if forced {
-            self.request.insert("tool_choice".into(), json!("auto"));
+            self.request.tool_choice = Some(ToolChoice::Auto);
         }
         if self.last() {
-            self.request.insert("tool_choice".into(), json!("none"));
-            self.request.remove("parallel_tool_calls");
+            self.request.tool_choice = Some(ToolChoice::None);
+            self.request.parallel_tool_calls = None;
         }
     }
 
@@ -421,20 +421,12 @@ impl Rounds {
 /// The round's assistant message with the gateway's calls, then one `tool`
 /// message per call with its result (what the model sees next round; a
 /// repeated call's result says so).
-fn assistant_turn(text: &str, gateway: &[(Call, GatewayCall, bool)]) -> Vec<Value> {
+fn assistant_turn(text: &str, gateway: &[(Call, GatewayCall, bool)]) -> Vec<Message> {
     if gateway.is_empty() {
         return Vec::new();
     }
-    let content = if text.is_empty() {
-        Value::Null
-    } else {
-        Value::String(text.to_owned())
-    };
-    let mut turn = vec![json!({
-        "role": "assistant",
-        "content": content,
-        "tool_calls": gateway.iter().map(|(c, _, _)| tool_call(c)).collect::<Vec<_>>(),
-    })];
+    let calls = gateway.iter().map(|(c, _, _)| c.clone()).collect();
+    let mut turn = vec![Message::assistant(text, calls)];
     for (call, report, repeat) in gateway {
         let result = match (&report.output, &report.error) {
             (Some(output), _) if *repeat => format!("{output}\n\n{REPEAT_NOTE}"),
@@ -442,13 +434,9 @@ fn assistant_turn(text: &str, gateway: &[(Call, GatewayCall, bool)]) -> Vec<Valu
             (None, Some(error)) => format!("Error: {error}"),
             (None, None) => "Error: no result".to_owned(),
         };
-        turn.push(json!({"role": "tool", "tool_call_id": call.id, "content": result}));
+        turn.push(Message::tool_result(&call.id, result));
     }
     turn
-}
-
-fn tool_call(call: &Call) -> Value {
-    json!({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}})
 }
 
 #[cfg(test)]
@@ -456,6 +444,7 @@ mod tests {
     use super::*;
     use crate::tools::ToolKind;
     use crate::tools::builtin::Builtin;
+    use serde_json::json;
 
     fn calculator() -> Offer {
         let tool = GatewayTool::new(
@@ -475,7 +464,12 @@ mod tests {
         let Value::Object(request) = request else {
             panic!("a request is an object")
         };
-        Rounds::new(request, calculator(), max_rounds, None)
+        Rounds::new(
+            Request::from_chat(request).unwrap(),
+            calculator(),
+            max_rounds,
+            None,
+        )
     }
 
     fn call(arguments: &str) -> Event {
@@ -539,7 +533,7 @@ mod tests {
         assert_eq!(rounds.end_round(&mut out), Next::Continue);
 
         // The model reads the first result again, told it repeated itself.
-        let body: Value = serde_json::from_slice(&rounds.body()).unwrap();
+        let body: Value = serde_json::from_slice(&rounds.request().to_chat_body()).unwrap();
         let results: Vec<&str> = body["messages"]
             .as_array()
             .unwrap()
@@ -568,7 +562,7 @@ mod tests {
         );
         assert!(ran.is_empty());
         assert_eq!(rounds.end_round(&mut out), Next::Continue);
-        let body: Value = serde_json::from_slice(&rounds.body()).unwrap();
+        let body: Value = serde_json::from_slice(&rounds.request().to_chat_body()).unwrap();
         assert_eq!(body["tool_choice"], "none", "the loop is broken");
     }
 
@@ -590,7 +584,7 @@ mod tests {
             Next::Continue,
             "not the client's call"
         );
-        let body: Value = serde_json::from_slice(&rounds.body()).unwrap();
+        let body: Value = serde_json::from_slice(&rounds.request().to_chat_body()).unwrap();
         let result = body["messages"].as_array().unwrap().last().unwrap().clone();
         assert_eq!(result["role"], "tool");
         assert!(
@@ -718,7 +712,8 @@ mod tests {
                         t.replace(id.as_str(), &format!("id{k}"))
                     })
                 };
-                let body = name(&String::from_utf8(rounds.body()).unwrap()).into_bytes();
+                let body =
+                    name(&String::from_utf8(rounds.request().to_chat_body()).unwrap()).into_bytes();
                 for action in &mut out {
                     if let Action::Emit(Event::Gateway(g)) = action {
                         g.id = name(&g.id);

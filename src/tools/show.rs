@@ -3,6 +3,7 @@
 //! the form chat web UIs render as a collapsible tool panel. Attribute
 //! values are HTML-escaped, so tool output can never become markup.
 
+use crate::exchange::request::{Content, Message, Part, Role};
 use crate::exchange::{GatewayCall, GatewayStatus};
 
 /// The block for a finished call (empty while it runs: text once streamed
@@ -59,27 +60,33 @@ pub fn strip_details(text: &str) -> Option<String> {
 }
 
 /// Strips toolgate's blocks from every assistant message of `messages`.
-pub fn strip_history(messages: &mut [serde_json::Value]) {
+pub fn strip_history(messages: &mut [Message]) {
     for message in messages {
-        if message.get("role").and_then(serde_json::Value::as_str) != Some("assistant") {
+        if message.role != Role::Assistant {
             continue;
         }
-        match message.get_mut("content") {
-            Some(serde_json::Value::String(text)) => {
+        match &mut message.content {
+            Some(Content::Text(text)) => {
                 if let Some(stripped) = strip_details(text) {
                     *text = stripped;
                 }
             }
-            Some(serde_json::Value::Array(parts)) => {
+            Some(Content::Parts(parts)) => {
                 for part in parts {
-                    if let Some(serde_json::Value::String(text)) = part.get_mut("text")
-                        && let Some(stripped) = strip_details(text)
-                    {
+                    let text = match part {
+                        Part::Text(text) => text,
+                        Part::Other(map) => match map.get_mut("text") {
+                            Some(serde_json::Value::String(text)) => text,
+                            _ => continue,
+                        },
+                        Part::Image { .. } => continue,
+                    };
+                    if let Some(stripped) = strip_details(text) {
                         *text = stripped;
                     }
                 }
             }
-            _ => {}
+            None => {}
         }
     }
 }
@@ -130,12 +137,23 @@ mod tests {
         // A block the client trimmed around is still found.
         assert_eq!(strip_details(&format!("a{}b", first.trim())).unwrap(), "ab");
         let mut history = vec![
-            serde_json::json!({"role": "user", "content": shown.clone()}),
-            serde_json::json!({"role": "assistant", "content": shown}),
+            Message::text(Role::User, shown.clone()),
+            Message::text(Role::Assistant, shown.clone()),
+            serde_json::from_value(serde_json::json!({"role": "assistant", "content": [
+                {"type": "text", "text": shown},
+                {"type": "text", "text": shown, "cache_control": {"type": "ephemeral"}},
+            ]}))
+            .unwrap(),
         ];
         strip_history(&mut history);
-        assert!(history[0]["content"].as_str().unwrap().contains("<details"));
-        assert_eq!(history[1]["content"], model.concat());
+        assert!(history[0].text_content().contains("<details"));
+        assert_eq!(history[1].text_content(), model.concat());
+        assert_eq!(history[2].text_content(), model.concat());
+        assert_eq!(
+            history[2].to_value()["content"][1]["text"],
+            model.concat(),
+            "a part with fields of its own is stripped too"
+        );
     }
 
     #[test]

@@ -17,8 +17,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::exchange::Call;
+use crate::exchange::request::{Message, Role};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 /// How long steps wait for the client's follow-up (in memory, and in the
 /// store when one is configured).
@@ -28,20 +29,27 @@ pub const KEPT_FOR: Duration = Duration::from_secs(3600);
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Steps {
     /// Messages of the rounds before the last (assistant turns and `tool` results).
-    pub earlier: Vec<Value>,
+    pub earlier: Vec<Message>,
     /// The last round's text.
     pub text: String,
     /// The last round's gateway calls (`tool_calls` entries).
-    pub calls: Vec<Value>,
+    pub calls: Vec<Call>,
     /// Their `tool` result messages.
-    pub results: Vec<Value>,
+    pub results: Vec<Message>,
 }
 
 impl Steps {
     fn bytes(&self) -> usize {
-        let values = self.earlier.iter().chain(&self.calls).chain(&self.results);
-        self.text.len() + values.map(|v| v.to_string().len()).sum::<usize>()
+        let messages = self.earlier.iter().chain(&self.results);
+        self.text.len()
+            + messages.map(json_len).sum::<usize>()
+            + self.calls.iter().map(json_len).sum::<usize>()
     }
+}
+
+/// The bytes of `value` as JSON.
+fn json_len<T: Serialize>(value: &T) -> usize {
+    serde_json::to_vec(value).map_or(0, |b| b.len())
 }
 
 struct Entry {
@@ -125,15 +133,14 @@ impl StepStore {
     /// The call ids of the history's assistant messages with no steps kept
     /// here for `tenant` (the newest `max`): a store may hold steps another
     /// replica kept.
-    pub fn unknown_ids(&self, tenant: &Arc<str>, messages: &[Value], max: usize) -> Vec<String> {
+    pub fn unknown_ids(&self, tenant: &Arc<str>, messages: &[Message], max: usize) -> Vec<String> {
         let inner = self.lock();
         let mut ids: Vec<String> = messages
             .iter()
             .rev()
-            .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
-            .filter_map(|m| m.get("tool_calls")?.as_array())
-            .flatten()
-            .filter_map(|c| c.get("id")?.as_str())
+            .filter(|m| m.role == Role::Assistant)
+            .flat_map(|m| &m.tool_calls)
+            .map(|c| c.id.as_str())
             .filter(|id| {
                 !inner
                     .by_id
@@ -157,19 +164,18 @@ impl StepStore {
 
     /// Puts `tenant`'s gateway steps back into `messages`; returns how many
     /// assistant messages were expanded.
-    pub fn splice(&self, tenant: &Arc<str>, messages: &mut Vec<Value>) -> usize {
+    pub fn splice(&self, tenant: &Arc<str>, messages: &mut Vec<Message>) -> usize {
         let inner = self.lock();
         if inner.by_id.is_empty() {
             return 0;
         }
-        let found = |m: &Value| -> Option<Arc<Steps>> {
-            if m.get("role").and_then(Value::as_str) != Some("assistant") {
+        let found = |m: &Message| -> Option<Arc<Steps>> {
+            if m.role != Role::Assistant {
                 return None;
             }
-            m.get("tool_calls")?.as_array()?.iter().find_map(|c| {
-                let id = c.get("id")?.as_str()?;
-                inner.by_id.get(&(tenant.clone(), id.to_owned())).cloned()
-            })
+            m.tool_calls
+                .iter()
+                .find_map(|c| inner.by_id.get(&(tenant.clone(), c.id.clone())).cloned())
         };
         if !messages.iter().any(|m| found(m).is_some()) {
             return 0;
@@ -184,15 +190,8 @@ impl StepStore {
             expanded += 1;
             out.extend(steps.earlier.iter().cloned());
             let mut calls = steps.calls.clone();
-            if let Some(Value::Array(client)) = message.get("tool_calls") {
-                calls.extend(client.iter().cloned());
-            }
-            let content = if steps.text.is_empty() {
-                Value::Null
-            } else {
-                Value::String(steps.text.clone())
-            };
-            out.push(json!({"role": "assistant", "content": content, "tool_calls": calls}));
+            calls.extend(message.tool_calls);
+            out.push(Message::assistant(&steps.text, calls));
             out.extend(steps.results.iter().cloned());
         }
         *messages = out;
@@ -203,20 +202,25 @@ impl StepStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
+
+    fn read<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
 
     fn steps(tag: &str) -> Steps {
         Steps {
-            earlier: vec![
-                json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("g0{tag}"), "type": "function", "function": {"name": "clock", "arguments": "{}"}}]}),
-                json!({"role": "tool", "tool_call_id": format!("g0{tag}"), "content": "12:00"}),
-            ],
+            earlier: read(json!([
+                {"role": "assistant", "content": null, "tool_calls": [{"id": format!("g0{tag}"), "type": "function", "function": {"name": "clock", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": format!("g0{tag}"), "content": "12:00"},
+            ])),
             text: "Now the weather.".into(),
-            calls: vec![
-                json!({"id": format!("g1{tag}"), "type": "function", "function": {"name": "GetWeather", "arguments": "{}"}}),
-            ],
-            results: vec![
-                json!({"role": "tool", "tool_call_id": format!("g1{tag}"), "content": "sunny"}),
-            ],
+            calls: read(json!([
+                {"id": format!("g1{tag}"), "type": "function", "function": {"name": "GetWeather", "arguments": "{}"}},
+            ])),
+            results: read(json!([
+                {"role": "tool", "tool_call_id": format!("g1{tag}"), "content": "sunny"},
+            ])),
         }
     }
 
@@ -225,11 +229,11 @@ mod tests {
         let store = StepStore::new(10, 1 << 20, Duration::from_secs(60));
         let a: Arc<str> = "a".into();
         store.keep(&a, vec!["c1".into()], steps(""));
-        let mut messages = vec![
-            json!({"role": "user", "content": "hi"}),
-            json!({"role": "assistant", "content": "It is noon. Now the weather.", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "Notify", "arguments": "{}"}}]}),
-            json!({"role": "tool", "tool_call_id": "c1", "content": "sent"}),
-        ];
+        let mut messages: Vec<Message> = read(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "It is noon. Now the weather.", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "Notify", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sent"},
+        ]));
         let b: Arc<str> = "b".into();
         let mut theirs = messages.clone();
         assert_eq!(
@@ -239,6 +243,7 @@ mod tests {
         );
         assert_eq!(store.unknown_ids(&b, &theirs, 8), ["c1"]);
         assert_eq!(store.splice(&a, &mut messages), 1);
+        let messages: Vec<Value> = messages.iter().map(Message::to_value).collect();
         let roles: Vec<&str> = messages
             .iter()
             .map(|m| m["role"].as_str().unwrap())
@@ -267,9 +272,10 @@ mod tests {
             store.keep(&t, vec![format!("c{i}")], steps(&i.to_string()));
         }
         assert_eq!(store.len(), 3);
-        let mut old = vec![json!({"role": "assistant", "tool_calls": [{"id": "c0"}]})];
+        let call = |id: &str| json!([{"role": "assistant", "tool_calls": [{"id": id, "function": {"name": "F"}}]}]);
+        let mut old: Vec<Message> = read(call("c0"));
         assert_eq!(store.splice(&t, &mut old), 0, "the oldest were evicted");
-        let mut new = vec![json!({"role": "assistant", "tool_calls": [{"id": "c9"}]})];
+        let mut new: Vec<Message> = read(call("c9"));
         assert_eq!(store.splice(&t, &mut new), 1);
         let one = steps("x").bytes();
         let store = StepStore::new(100, one * 2, Duration::from_secs(60));
