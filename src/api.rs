@@ -98,7 +98,7 @@ where
     E: Sink + Take + Send + 'static,
 {
     let chat = running.chat_id().map(str::to_owned);
-    let body = drive::spawn(encoder, move |mut out| {
+    let body = drive::stream(encoder, move |mut out| {
         Box::pin(async move { running.drive(&mut out).await })
     });
     let mut response = event_stream(body);

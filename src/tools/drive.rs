@@ -7,13 +7,15 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::Response;
+use http_body::Frame;
 use http_body_util::BodyExt;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::body::Body;
@@ -29,8 +31,6 @@ use crate::upstream::reply::{self, Shape};
 
 /// A comment goes to a streaming client after this long without output.
 const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(3);
-/// Output chunks the channel holds before the driver waits for the client.
-const CHANNEL_FRAMES: usize = 16;
 
 /// Where the answer goes: a [`Sink`] whose output can be handed on.
 pub trait Output: Sink + Send {
@@ -301,10 +301,11 @@ impl RoundReply {
     }
 }
 
-/// A streamed answer: the encoder's bytes go to the client through a channel.
+/// A streamed answer: the encoder's bytes go to the client through the
+/// response body, which drives the answer itself (see [`stream`]).
 pub struct Streamed<E> {
     pub encoder: E,
-    tx: mpsc::Sender<Bytes>,
+    slot: Arc<Slot>,
 }
 
 /// An encoder whose written bytes can be taken.
@@ -331,24 +332,171 @@ impl<E: Sink + Take + Send> Output for Streamed<E> {
     async fn flush(&mut self) -> Flushed {
         let bytes = self.encoder.take();
         if bytes.is_empty() {
-            return if self.tx.is_closed() {
-                Flushed::Gone
+            return Flushed::Nothing;
+        }
+        self.slot.put(bytes.freeze());
+        // The body hands the bytes on as soon as this future waits, and
+        // polls it again when the client wants more: that is the wake.
+        std::future::poll_fn(|_| {
+            if self.slot.is_empty() {
+                Poll::Ready(())
             } else {
-                Flushed::Nothing
-            };
-        }
-        match self.tx.send(bytes.freeze()).await {
-            Ok(()) => Flushed::Sent,
-            Err(_) => Flushed::Gone,
-        }
+                Poll::Pending
+            }
+        })
+        .await;
+        Flushed::Sent
     }
 }
 
-/// Runs `drive` on a task of its own and returns the body it writes to.
-pub fn spawn<E, F>(encoder: E, run: F) -> Body
+/// The bytes one flush hands to the body.
+#[derive(Default)]
+struct Slot(Mutex<Option<Bytes>>);
+
+impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Bytes>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+    fn put(&self, bytes: Bytes) {
+        *self.lock() = Some(bytes);
+    }
+    fn take(&self) -> Option<Bytes> {
+        self.lock().take()
+    }
+    fn is_empty(&self) -> bool {
+        self.lock().is_none()
+    }
+}
+
+/// The body a streamed answer is written to, driving `run` as the client
+/// reads: no task and no channel between the answer and the connection
+/// (the way a rewritten stream is read). The client leaving drops the body
+/// and, with it, the answer.
+pub fn stream<E, F>(encoder: E, run: F) -> Body
 where
     E: Sink + Take + Send + 'static,
     F: FnOnce(Streamed<E>) -> Pin<Box<dyn Future<Output = ()> + Send>>,
 {
-    crate::body::channel::spawn(CHANNEL_FRAMES, move |tx| run(Streamed { encoder, tx }))
+    let slot = Arc::new(Slot::default());
+    let answer = run(Streamed {
+        encoder,
+        slot: slot.clone(),
+    });
+    // The answer works for the request: it keeps its tenant and trace.
+    let answer = Box::pin(crate::telemetry::scope::carry(answer));
+    crate::body::boxed(Driven {
+        answer: Some(answer),
+        slot,
+    })
+}
+
+struct Driven {
+    answer: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    slot: Arc<Slot>,
+}
+
+impl http_body::Body for Driven {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Some(answer) = self.answer.as_mut()
+            && answer.as_mut().poll(cx).is_ready()
+        {
+            self.answer = None;
+        }
+        match self.slot.take() {
+            Some(bytes) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
+            None if self.answer.is_none() => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.answer.is_none() && self.slot.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Writes each text event as it comes.
+    #[derive(Default)]
+    struct Echo(BytesMut);
+
+    impl Sink for Echo {
+        fn event(&mut self, event: Event) {
+            if let Event::Text(text) = event {
+                self.0.extend_from_slice(text.as_bytes());
+            }
+        }
+        fn fail(&mut self, _: GatewayError) {}
+        fn end(&mut self) {
+            self.0.extend_from_slice(b"|end");
+        }
+    }
+
+    impl Take for Echo {
+        fn take(&mut self) -> BytesMut {
+            self.0.split()
+        }
+    }
+
+    /// Sets its flag when dropped.
+    struct Dropped(Arc<AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Each flush is one frame, in order, and the body ends with the
+    /// answer; a flush with nothing written sends nothing.
+    #[tokio::test]
+    async fn each_flush_is_one_frame_of_the_body() {
+        let mut body = stream(Echo::default(), |mut out| {
+            Box::pin(async move {
+                for piece in ["a", "bc", "", "d"] {
+                    out.event(Event::Text(piece.into()));
+                    out.flush().await;
+                }
+                out.end();
+                out.flush().await;
+            })
+        });
+        let mut frames = Vec::new();
+        while let Some(frame) = body.frame().await {
+            frames.push(frame.unwrap().into_data().unwrap());
+        }
+        assert_eq!(frames, ["a", "bc", "d", "|end"]);
+        assert!(http_body::Body::is_end_stream(&body));
+    }
+
+    /// The client leaving drops the body, and the answer with it.
+    #[tokio::test]
+    async fn dropping_the_body_drops_the_answer() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let guard = Dropped(dropped.clone());
+        let mut body = stream(Echo::default(), move |mut out| {
+            Box::pin(async move {
+                let _guard = guard;
+                out.event(Event::Text("first".into()));
+                out.flush().await;
+                std::future::pending::<()>().await;
+            })
+        });
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(first, "first");
+        assert!(!dropped.load(Ordering::SeqCst));
+        drop(body);
+        assert!(dropped.load(Ordering::SeqCst));
+    }
 }
