@@ -1,15 +1,17 @@
-//! An Anthropic Messages request read as the Chat Completions request the
-//! rest of toolgate works with: `system` becomes the first system message,
-//! content blocks become chat messages (`tool_use` assistant tool calls,
-//! `tool_result` tool messages, with the same ids both ways), `tools` chat
-//! function tools. A field or block with no Chat Completions equivalent is a
-//! `400` naming it, never dropped. Pure.
+//! An Anthropic Messages request read as the [`Request`] every door hands
+//! over: `system` becomes the first system message, content blocks become
+//! messages (`tool_use` an assistant's calls, `tool_result` tool messages,
+//! with the same ids both ways), `tools` function tools. A field or block
+//! with no equivalent is a `400` naming it, never dropped. Pure.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::fields::{self, Kind};
 use crate::error::GatewayError;
-use crate::exchange::Request;
+use crate::exchange::Call;
+use crate::exchange::request::{
+    Content, FunctionTool, Message, Part, Request, Role, Stop, Tool, ToolChoice,
+};
 
 /// The fields this door reads, with their types (`system`, `tools` and
 /// `tool_choice` are read as their several shapes below).
@@ -76,8 +78,8 @@ fn system_text(system: &Value) -> Result<String, GatewayError> {
     }
 }
 
-/// An `image` block as a chat `image_url` part.
-fn image(block: &Value, at: &str) -> Result<Value, GatewayError> {
+/// An `image` block as an image part.
+fn image(block: &Value, at: &str) -> Result<Part, GatewayError> {
     let source = &block["source"];
     let url = match source["type"].as_str() {
         Some("base64") => {
@@ -103,20 +105,42 @@ fn image(block: &Value, at: &str) -> Result<Value, GatewayError> {
             ));
         }
     };
-    Ok(json!({"type": "image_url", "image_url": {"url": url}}))
+    Ok(Part::Image { url, detail: None })
 }
 
-/// A `tool_result`'s content as chat tool message content.
-fn tool_result_content(block: &Value, at: &str) -> Result<Value, GatewayError> {
+/// A text block's text.
+fn text_of<'a>(block: &'a Value, at: &str) -> Result<&'a str, GatewayError> {
+    block["text"]
+        .as_str()
+        .ok_or_else(|| bad("A text block needs `text`", &format!("{at}.text")))
+}
+
+/// Parts as content: text alone is one string (joined by `separator`).
+fn content_of(parts: Vec<Part>, separator: &str) -> Content {
+    if !parts.iter().all(|p| matches!(p, Part::Text(_))) {
+        return Content::Parts(parts);
+    }
+    let texts: Vec<String> = parts
+        .into_iter()
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    Content::Text(texts.join(separator))
+}
+
+/// A `tool_result`'s content as a tool message's content.
+fn tool_result_content(block: &Value, at: &str) -> Result<Content, GatewayError> {
     let content = match &block["content"] {
-        Value::Null => Value::String(String::new()),
-        Value::String(text) => Value::String(text.clone()),
+        Value::Null => Content::Text(String::new()),
+        Value::String(text) => Content::Text(text.clone()),
         Value::Array(blocks) => {
             let mut parts = Vec::new();
             for (i, b) in blocks.iter().enumerate() {
                 let here = format!("{at}.content.{i}");
                 match b["type"].as_str() {
-                    Some("text") => parts.push(json!({"type": "text", "text": b["text"].as_str().ok_or_else(|| bad("A text block needs `text`", &format!("{here}.text")))?})),
+                    Some("text") => parts.push(Part::Text(text_of(b, &here)?.to_owned())),
                     Some("image") => parts.push(image(b, &here)?),
                     _ => {
                         return Err(bad(
@@ -126,12 +150,7 @@ fn tool_result_content(block: &Value, at: &str) -> Result<Value, GatewayError> {
                     }
                 }
             }
-            if parts.iter().all(|p| p["type"] == "text") {
-                let texts: Vec<&str> = parts.iter().filter_map(|p| p["text"].as_str()).collect();
-                Value::String(texts.join("\n"))
-            } else {
-                Value::Array(parts)
-            }
+            content_of(parts, "\n")
         }
         _ => {
             return Err(bad(
@@ -145,28 +164,32 @@ fn tool_result_content(block: &Value, at: &str) -> Result<Value, GatewayError> {
         return Ok(content);
     }
     Ok(match content {
-        Value::String(text) => Value::String(format!("Error: {text}")),
-        Value::Array(mut parts) => {
-            parts.insert(0, json!({"type": "text", "text": "Error:"}));
-            Value::Array(parts)
+        Content::Text(text) => Content::Text(format!("Error: {text}")),
+        Content::Parts(mut parts) => {
+            parts.insert(0, Part::Text("Error:".into()));
+            Content::Parts(parts)
         }
-        other => other,
     })
 }
 
 /// One Anthropic message as chat messages (a user turn with tool results
 /// becomes tool messages, then a user message with the rest).
-fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), GatewayError> {
+fn message(m: &Value, i: usize, out: &mut Vec<Message>) -> Result<(), GatewayError> {
     let at = format!("messages.{i}");
-    let Some(role @ ("user" | "assistant")) = m["role"].as_str() else {
-        return Err(bad(
-            "A message's `role` must be `user` or `assistant`",
-            &format!("{at}.role"),
-        ));
+    let role = match m["role"].as_str() {
+        Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        _ => {
+            return Err(bad(
+                "A message's `role` must be `user` or `assistant`",
+                &format!("{at}.role"),
+            ));
+        }
     };
+    let assistant = role == Role::Assistant;
     let blocks = match &m["content"] {
         Value::String(text) => {
-            out.push(json!({"role": role, "content": text}));
+            out.push(Message::text(role, text.clone()));
             return Ok(());
         }
         Value::Array(blocks) => blocks,
@@ -177,20 +200,15 @@ fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), GatewayError
             ));
         }
     };
-    let mut parts: Vec<Value> = Vec::new();
-    let mut calls: Vec<Value> = Vec::new();
+    let mut parts: Vec<Part> = Vec::new();
+    let mut calls: Vec<Call> = Vec::new();
     let mut reasoning = String::new();
     for (j, block) in blocks.iter().enumerate() {
         let here = format!("{at}.content.{j}");
-        match (role, block["type"].as_str()) {
-            (_, Some("text")) => {
-                let text = block["text"]
-                    .as_str()
-                    .ok_or_else(|| bad("A text block needs `text`", &format!("{here}.text")))?;
-                parts.push(json!({"type": "text", "text": text}));
-            }
-            ("user", Some("image")) => parts.push(image(block, &here)?),
-            ("assistant", Some("tool_use")) => {
+        match (assistant, block["type"].as_str()) {
+            (_, Some("text")) => parts.push(Part::Text(text_of(block, &here)?.to_owned())),
+            (false, Some("image")) => parts.push(image(block, &here)?),
+            (true, Some("tool_use")) => {
                 let id = block["id"]
                     .as_str()
                     .ok_or_else(|| bad("A `tool_use` block needs `id`", &format!("{here}.id")))?;
@@ -203,13 +221,16 @@ fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), GatewayError
                         &format!("{here}.input"),
                     ));
                 }
-                calls.push(json!({"id": chat_call_id(id), "type": "function",
-                    "function": {"name": name, "arguments": block["input"].to_string()}}));
+                calls.push(Call {
+                    id: chat_call_id(id),
+                    name: name.to_owned(),
+                    arguments: block["input"].to_string(),
+                });
             }
             // The gateway's own calls and results, as this door wrote them:
             // the steps kept for the follow-up put the real ones back.
-            ("assistant", Some("mcp_tool_use" | "mcp_tool_result")) => {}
-            ("assistant", Some("thinking")) => {
+            (true, Some("mcp_tool_use" | "mcp_tool_result")) => {}
+            (true, Some("thinking")) => {
                 let text = block["thinking"].as_str().ok_or_else(|| {
                     bad(
                         "A `thinking` block needs `thinking`",
@@ -218,21 +239,24 @@ fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), GatewayError
                 })?;
                 reasoning.push_str(text);
             }
-            ("user", Some("tool_result")) => {
+            (false, Some("tool_result")) => {
                 let id = block["tool_use_id"].as_str().ok_or_else(|| {
                     bad(
                         "A `tool_result` block needs `tool_use_id`",
                         &format!("{here}.tool_use_id"),
                     )
                 })?;
-                out.push(json!({"role": "tool", "tool_call_id": chat_call_id(id),
-                    "content": tool_result_content(block, &here)?}));
+                out.push(Message {
+                    content: Some(tool_result_content(block, &here)?),
+                    ..Message::tool_result(&chat_call_id(id), "")
+                });
             }
             _ => {
                 return Err(bad(
                     format!(
-                        "toolgate cannot translate a `{}` block in a {role} message",
-                        block["type"].as_str().unwrap_or("untyped")
+                        "toolgate cannot translate a `{}` block in a {} message",
+                        block["type"].as_str().unwrap_or("untyped"),
+                        if assistant { "assistant" } else { "user" },
                     ),
                     &format!("{here}.type"),
                 ));
@@ -242,29 +266,26 @@ fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), GatewayError
     if parts.is_empty() && calls.is_empty() && reasoning.is_empty() {
         return Ok(());
     }
-    let content = if parts.iter().all(|p| p["type"] == "text") {
-        let texts: Vec<&str> = parts.iter().filter_map(|p| p["text"].as_str()).collect();
-        if texts.is_empty() && role == "assistant" {
-            Value::Null
-        } else {
-            Value::String(texts.concat())
-        }
-    } else {
-        Value::Array(parts)
+    let content = match content_of(parts, "") {
+        Content::Text(text) if text.is_empty() && assistant => None,
+        content => Some(content),
     };
-    let mut chat = json!({"role": role, "content": content});
-    if !calls.is_empty() {
-        chat["tool_calls"] = Value::Array(calls);
-    }
+    let mut message = Message {
+        content,
+        tool_calls: calls,
+        ..Message::text(role, "")
+    };
     if !reasoning.is_empty() {
-        chat["reasoning_content"] = Value::String(reasoning);
+        message
+            .extra
+            .insert("reasoning_content".into(), Value::String(reasoning));
     }
-    out.push(chat);
+    out.push(message);
     Ok(())
 }
 
-/// Anthropic `tools` as chat function tools.
-fn tools(tools: &Value) -> Result<Value, GatewayError> {
+/// Anthropic `tools` as function tools.
+fn tools(tools: &Value) -> Result<Vec<Tool>, GatewayError> {
     let Some(list) = tools.as_array() else {
         return Err(bad("`tools` must be a list", "tools"));
     };
@@ -287,21 +308,29 @@ fn tools(tools: &Value) -> Result<Value, GatewayError> {
                 &format!("{at}.input_schema"),
             ));
         }
-        let mut function = json!({"name": name, "parameters": schema});
-        if let Some(d) = tool.get("description") {
-            function["description"] = d.clone();
+        let mut function = FunctionTool {
+            name: name.to_owned(),
+            parameters: Some(schema.clone()),
+            ..FunctionTool::default()
+        };
+        match tool.get("description") {
+            None => {}
+            Some(Value::String(d)) => function.description = Some(d.clone()),
+            Some(other) => {
+                function.extra.insert("description".into(), other.clone());
+            }
         }
-        out.push(json!({"type": "function", "function": function}));
+        out.push(Tool::Function(function));
     }
-    Ok(Value::Array(out))
+    Ok(out)
 }
 
-/// `tool_choice` as chat `tool_choice` and `parallel_tool_calls`.
-fn tool_choice(choice: &Value, chat: &mut Map<String, Value>) -> Result<(), GatewayError> {
-    let chosen = match choice["type"].as_str() {
-        Some("auto") => json!("auto"),
-        Some("any") => json!("required"),
-        Some("none") => json!("none"),
+/// `tool_choice` as the request's tool choice and `parallel_tool_calls`.
+fn tool_choice(choice: &Value, request: &mut Request) -> Result<(), GatewayError> {
+    request.tool_choice = Some(match choice["type"].as_str() {
+        Some("auto") => ToolChoice::Auto,
+        Some("any") => ToolChoice::Required,
+        Some("none") => ToolChoice::None,
         Some("tool") => {
             let name = choice["name"].as_str().ok_or_else(|| {
                 bad(
@@ -309,7 +338,7 @@ fn tool_choice(choice: &Value, chat: &mut Map<String, Value>) -> Result<(), Gate
                     "tool_choice.name",
                 )
             })?;
-            json!({"type": "function", "function": {"name": name}})
+            ToolChoice::Function(name.to_owned())
         }
         _ => {
             return Err(bad(
@@ -317,13 +346,10 @@ fn tool_choice(choice: &Value, chat: &mut Map<String, Value>) -> Result<(), Gate
                 "tool_choice.type",
             ));
         }
-    };
-    chat.insert("tool_choice".into(), chosen);
+    });
     match choice.get("disable_parallel_tool_use") {
         None | Some(Value::Null) => {}
-        Some(Value::Bool(disable)) => {
-            chat.insert("parallel_tool_calls".into(), Value::Bool(!disable));
-        }
+        Some(Value::Bool(disable)) => request.parallel_tool_calls = Some(!disable),
         Some(_) => {
             return Err(bad(
                 "`disable_parallel_tool_use` must be a boolean",
@@ -335,40 +361,44 @@ fn tool_choice(choice: &Value, chat: &mut Map<String, Value>) -> Result<(), Gate
 }
 
 /// Translates a Messages request body.
-pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayError> {
-    fields::check(&request, FIELDS)?;
-    let mut chat = Map::new();
-    let mut messages = Vec::new();
-    let mut stream = false;
+pub fn translate(mut body: Map<String, Value>) -> Result<Translated, GatewayError> {
+    fields::check(&body, FIELDS)?;
+    let mut request = Request::default();
     let mut stop_sequences = Vec::new();
-    if let Some(system) = request.remove("system") {
-        messages.push(json!({"role": "system", "content": system_text(&system)?}));
+    if let Some(system) = body.remove("system") {
+        request
+            .messages
+            .push(Message::text(Role::System, system_text(&system)?));
     }
-    let Some(Value::Array(list)) = request.remove("messages") else {
+    let Some(Value::Array(list)) = body.remove("messages") else {
         return Err(bad("`messages` must be a list of messages", "messages"));
     };
     for (i, m) in list.iter().enumerate() {
-        message(m, i, &mut messages)?;
+        message(m, i, &mut request.messages)?;
     }
-    chat.insert("messages".into(), Value::Array(messages));
     // Sorted: which field is reported first does not depend on map order.
-    let mut keys: Vec<String> = request.keys().cloned().collect();
+    let mut keys: Vec<String> = body.keys().cloned().collect();
     keys.sort();
     for key in keys {
-        let value = request.remove(&key).unwrap_or(Value::Null);
+        let value = body.remove(&key).unwrap_or(Value::Null);
+        if value.is_null() {
+            continue;
+        }
         match key.as_str() {
-            "model" | "temperature" | "top_p" | "top_k" => {
-                chat.insert(key, value);
+            "model" => request.model = value.as_str().map(str::to_owned),
+            "temperature" => request.sampling.temperature = value.as_number().cloned(),
+            "top_p" => request.sampling.top_p = value.as_number().cloned(),
+            "top_k" => {
+                request.extra.insert(key, value);
             }
             "max_tokens" => {
-                if !value.is_u64() {
+                let Some(max) = value.as_u64() else {
                     return Err(bad("`max_tokens` must be a positive integer", "max_tokens"));
-                }
-                chat.insert("max_tokens".into(), value);
+                };
+                request.sampling.max_tokens = Some(max);
             }
             "stream" => match value {
-                Value::Bool(b) => stream = b,
-                Value::Null => {}
+                Value::Bool(b) => request.stream = b,
                 _ => return Err(bad("`stream` must be a boolean", "stream")),
             },
             "stop_sequences" => {
@@ -383,26 +413,23 @@ pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayE
                     .iter()
                     .filter_map(|s| s.as_str().map(str::to_owned))
                     .collect();
-                chat.insert("stop".into(), Value::Array(list.clone()));
+                request.stop = Some(Stop::Many(stop_sequences.clone()));
             }
-            "tools" => {
-                chat.insert("tools".into(), tools(&value)?);
-            }
-            "tool_choice" => tool_choice(&value, &mut chat)?,
+            "tools" => request.tools = tools(&value)?,
+            "tool_choice" => tool_choice(&value, &mut request)?,
             "metadata" => {
-                if let Some(obj) = value.as_object() {
-                    for (k, v) in obj {
-                        if k == "user_id" {
-                            chat.insert("user".into(), v.clone());
-                        } else {
-                            return Err(bad(
-                                format!("toolgate cannot pass `metadata.{k}` to a chat model"),
-                                &format!("metadata.{k}"),
-                            ));
-                        }
-                    }
-                } else if !value.is_null() {
+                let Some(obj) = value.as_object() else {
                     return Err(bad("`metadata` must be an object", "metadata"));
+                };
+                for (k, v) in obj {
+                    if k == "user_id" {
+                        request.extra.insert("user".into(), v.clone());
+                    } else {
+                        return Err(bad(
+                            format!("toolgate cannot pass `metadata.{k}` to a chat model"),
+                            &format!("metadata.{k}"),
+                        ));
+                    }
                 }
             }
             _ => {
@@ -413,13 +440,14 @@ pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayE
             }
         }
     }
-    if stream {
-        chat.insert("stream".into(), Value::Bool(true));
-        chat.insert("stream_options".into(), json!({"include_usage": true}));
+    if request.stream {
+        let mut options = Map::new();
+        options.insert("include_usage".into(), Value::Bool(true));
+        request.stream_options = Some(options);
     }
     Ok(Translated {
-        request: Request::from_chat(chat)?,
-        stream,
+        stream: request.stream,
+        request,
         stop_sequences,
     })
 }
@@ -427,6 +455,7 @@ pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn chat_of(t: &Translated) -> Value {
         serde_json::to_value(&t.request).unwrap()
