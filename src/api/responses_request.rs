@@ -1,14 +1,17 @@
-//! A Responses API request read as the Chat Completions request the rest of
-//! toolgate works with: `input` items become messages, `instructions` the
-//! first system message, flat function tools chat tools, `text.format` a
-//! `response_format`. A field or item that has no Chat Completions
-//! equivalent is a `400` naming it, never dropped. Pure.
+//! A Responses API request read as the [`Request`] every door hands over:
+//! `input` items become messages, `instructions` the first system message,
+//! flat function tools function tools, `text.format` the response format. A
+//! field or item that a Chat Completions provider has no equivalent for is a
+//! `400` naming it, never dropped. Pure.
 
 use serde_json::{Map, Value, json};
 
 use super::fields::{self, Kind};
 use crate::error::GatewayError;
-use crate::exchange::Request;
+use crate::exchange::Call;
+use crate::exchange::request::{
+    Content, Message, Part, Request, ResponseFormat, Role, Tool, ToolChoice,
+};
 
 /// The fields this door reads, with their types (`input`, `tools`,
 /// `tool_choice` and `truncation` are read as their several shapes below).
@@ -65,9 +68,9 @@ fn bad(message: impl Into<String>, param: &str) -> GatewayError {
 }
 
 /// Translates a Responses request body.
-pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayError> {
-    fields::check(&request, FIELDS)?;
-    let mut chat = Map::new();
+pub fn translate(mut body: Map<String, Value>) -> Result<Translated, GatewayError> {
+    fields::check(&body, FIELDS)?;
+    let mut request = Request::default();
     let mut echo = Echo {
         parallel_tool_calls: json!(true),
         tool_choice: json!("auto"),
@@ -78,69 +81,72 @@ pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayE
         ..Echo::default()
     };
     let mut stream = false;
-    let mut messages = Vec::new();
-    if let Some(instructions) = request.remove("instructions") {
+    if let Some(instructions) = body.remove("instructions") {
         match &instructions {
-            Value::String(text) => messages.push(json!({"role": "system", "content": text})),
+            Value::String(text) => request
+                .messages
+                .push(Message::text(Role::System, text.clone())),
             Value::Null => {}
             _ => return Err(bad("`instructions` must be a string", "instructions")),
         }
         echo.instructions = instructions;
     }
     // Sorted, so the first unsupported field named is always the same one.
-    let mut keys: Vec<String> = request.keys().cloned().collect();
+    let mut keys: Vec<String> = body.keys().cloned().collect();
     keys.sort();
     for key in keys {
-        let value = request.remove(&key).unwrap_or(Value::Null);
+        let value = body.remove(&key).unwrap_or(Value::Null);
         match key.as_str() {
-            "model"
-            | "temperature"
-            | "top_p"
-            | "user"
-            | "parallel_tool_calls"
-            | "prompt_cache_key"
-            | "safety_identifier"
-            | "service_tier" => {
-                match key.as_str() {
-                    "temperature" => echo.temperature = value.clone(),
-                    "top_p" => echo.top_p = value.clone(),
-                    "user" => echo.user = value.clone(),
-                    "parallel_tool_calls" => echo.parallel_tool_calls = value.clone(),
-                    _ => {}
+            "model" => request.model = value.as_str().map(str::to_owned),
+            "temperature" => {
+                request.sampling.temperature = value.as_number().cloned();
+                echo.temperature = value;
+            }
+            "top_p" => {
+                request.sampling.top_p = value.as_number().cloned();
+                echo.top_p = value;
+            }
+            "parallel_tool_calls" => {
+                request.parallel_tool_calls = value.as_bool();
+                echo.parallel_tool_calls = value;
+            }
+            "user" | "prompt_cache_key" | "safety_identifier" | "service_tier" => {
+                if key == "user" {
+                    echo.user = value.clone();
                 }
                 if !value.is_null() {
-                    chat.insert(key, value);
+                    request.extra.insert(key, value);
                 }
             }
-            "input" => input(value, &mut messages)?,
+            "input" => input(value, &mut request.messages)?,
             "stream" => stream = value.as_bool().unwrap_or(false),
             "max_output_tokens" => {
-                if !value.is_null() {
-                    chat.insert("max_tokens".into(), value.clone());
-                }
+                request.sampling.max_tokens = value.as_u64();
                 echo.max_output_tokens = value;
             }
             "tools" => {
-                let tools = tools(&value)?;
-                if !tools.is_empty() {
-                    chat.insert("tools".into(), Value::Array(tools));
-                }
+                request.tools = tools(&value)?;
                 echo.tools = value;
             }
             "tool_choice" => {
-                if let Some(choice) = tool_choice(&value)? {
-                    chat.insert("tool_choice".into(), choice);
-                }
+                request.tool_choice = tool_choice(&value)?;
                 echo.tool_choice = value;
             }
             "text" => {
-                text(&value, &mut chat)?;
+                text(&value, &mut request)?;
                 echo.text = value;
             }
             "reasoning" => {
-                if let Some(effort) = value.get("effort").filter(|e| !e.is_null()) {
-                    chat.insert("reasoning_effort".into(), effort.clone());
-                }
+                request.reasoning_effort = match value.get("effort") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(effort)) => Some(effort.clone()),
+                    Some(_) => {
+                        return Err(bad(
+                            "`reasoning.effort` must be a string",
+                            "reasoning.effort",
+                        ));
+                    }
+                };
                 echo.reasoning = value;
             }
             "metadata" => echo.metadata = value,
@@ -177,11 +183,9 @@ pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayE
             }
         }
     }
-    if !messages.iter().any(|m| m["role"] != "system") {
+    if !request.messages.iter().any(|m| m.role != Role::System) {
         return Err(bad("`input` is required", "input"));
     }
-    chat.insert("messages".into(), Value::Array(messages));
-    let request = Request::from_chat(chat)?;
     Ok(Translated {
         request,
         stream,
@@ -190,10 +194,10 @@ pub fn translate(mut request: Map<String, Value>) -> Result<Translated, GatewayE
 }
 
 /// `input`: a string (one user message) or a list of items.
-fn input(value: Value, messages: &mut Vec<Value>) -> Result<(), GatewayError> {
+fn input(value: Value, messages: &mut Vec<Message>) -> Result<(), GatewayError> {
     let items = match value {
         Value::String(text) => {
-            messages.push(json!({"role": "user", "content": text}));
+            messages.push(Message::text(Role::User, text));
             return Ok(());
         }
         Value::Array(items) => items,
@@ -215,14 +219,11 @@ fn input(value: Value, messages: &mut Vec<Value>) -> Result<(), GatewayError> {
         match kind {
             "message" => messages.push(message(&item, &at)?),
             "function_call" => {
-                let call = json!({
-                    "id": text_field(&item, "call_id", &at)?,
-                    "type": "function",
-                    "function": {
-                        "name": text_field(&item, "name", &at)?,
-                        "arguments": text_field(&item, "arguments", &at)?,
-                    },
-                });
+                let call = Call {
+                    id: text_field(&item, "call_id", &at)?,
+                    name: text_field(&item, "name", &at)?,
+                    arguments: text_field(&item, "arguments", &at)?,
+                };
                 push_call(messages, call);
             }
             "function_call_output" => {
@@ -236,11 +237,10 @@ fn input(value: Value, messages: &mut Vec<Value>) -> Result<(), GatewayError> {
                         ));
                     }
                 };
-                messages.push(json!({
-                    "role": "tool",
-                    "tool_call_id": text_field(&item, "call_id", &at)?,
-                    "content": output,
-                }));
+                messages.push(Message::tool_result(
+                    &text_field(&item, "call_id", &at)?,
+                    output,
+                ));
             }
             // The gateway's own earlier calls, as this door wrote them: the
             // steps kept for the follow-up put the real ones back, as the
@@ -263,17 +263,14 @@ fn input(value: Value, messages: &mut Vec<Value>) -> Result<(), GatewayError> {
 }
 
 /// Adds a call to the assistant message just before, or to a new one.
-fn push_call(messages: &mut Vec<Value>, call: Value) {
+fn push_call(messages: &mut Vec<Message>, call: Call) {
     if let Some(last) = messages.last_mut()
-        && last["role"] == "assistant"
+        && last.role == Role::Assistant
     {
-        match last.get_mut("tool_calls") {
-            Some(Value::Array(calls)) => calls.push(call),
-            _ => last["tool_calls"] = json!([call]),
-        }
+        last.tool_calls.push(call);
         return;
     }
-    messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
+    messages.push(Message::assistant("", vec![call]));
 }
 
 fn text_field(item: &Map<String, Value>, key: &str, at: &str) -> Result<String, GatewayError> {
@@ -283,10 +280,11 @@ fn text_field(item: &Map<String, Value>, key: &str, at: &str) -> Result<String, 
         .ok_or_else(|| bad(format!("`{key}` must be a string"), &format!("{at}.{key}")))
 }
 
-fn message(item: &Map<String, Value>, at: &str) -> Result<Value, GatewayError> {
+fn message(item: &Map<String, Value>, at: &str) -> Result<Message, GatewayError> {
     let role = match item.get("role").and_then(Value::as_str) {
-        Some(r @ ("user" | "assistant" | "system")) => r,
-        Some("developer") => "system",
+        Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        Some("system" | "developer") => Role::System,
         _ => {
             return Err(bad(
                 "`role` must be user, assistant, system or developer",
@@ -295,9 +293,9 @@ fn message(item: &Map<String, Value>, at: &str) -> Result<Value, GatewayError> {
         }
     };
     let content = match item.get("content") {
-        Some(Value::String(text)) => Value::String(text.clone()),
-        Some(Value::Array(parts)) if role == "user" => Value::Array(user_parts(parts, at)?),
-        Some(Value::Array(parts)) => Value::String(parts_text(parts, &format!("{at}.content"))?),
+        Some(Value::String(text)) => Content::Text(text.clone()),
+        Some(Value::Array(parts)) if role == Role::User => Content::Parts(user_parts(parts, at)?),
+        Some(Value::Array(parts)) => Content::Text(parts_text(parts, &format!("{at}.content"))?),
         _ => {
             return Err(bad(
                 "`content` must be a string or a list of parts",
@@ -305,19 +303,24 @@ fn message(item: &Map<String, Value>, at: &str) -> Result<Value, GatewayError> {
             ));
         }
     };
-    Ok(json!({"role": role, "content": content}))
+    Ok(Message {
+        content: Some(content),
+        ..Message::text(role, "")
+    })
 }
 
-/// A user message's parts: text and images, as chat content parts.
-fn user_parts(parts: &[Value], at: &str) -> Result<Vec<Value>, GatewayError> {
+/// A user message's parts: text and images.
+fn user_parts(parts: &[Value], at: &str) -> Result<Vec<Part>, GatewayError> {
     let mut out = Vec::with_capacity(parts.len());
     for (j, part) in parts.iter().enumerate() {
         let at = format!("{at}.content[{j}]");
         match part.get("type").and_then(Value::as_str) {
-            Some("input_text" | "output_text" | "text") => out.push(json!({
-                "type": "text",
-                "text": part.get("text").and_then(Value::as_str).ok_or_else(|| bad("`text` must be a string", &format!("{at}.text")))?,
-            })),
+            Some("input_text" | "output_text" | "text") => out.push(Part::Text(
+                part.get("text")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| bad("`text` must be a string", &format!("{at}.text")))?
+                    .to_owned(),
+            )),
             Some("input_image") => {
                 let Some(url) = part.get("image_url").and_then(Value::as_str) else {
                     return Err(bad(
@@ -325,11 +328,17 @@ fn user_parts(parts: &[Value], at: &str) -> Result<Vec<Value>, GatewayError> {
                         &format!("{at}.image_url"),
                     ));
                 };
-                let mut image = json!({"url": url});
-                if let Some(detail) = part.get("detail").filter(|d| !d.is_null()) {
-                    image["detail"] = detail.clone();
-                }
-                out.push(json!({"type": "image_url", "image_url": image}));
+                let detail = match part.get("detail") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(detail)) => Some(detail.clone()),
+                    Some(_) => {
+                        return Err(bad("`detail` must be a string", &format!("{at}.detail")));
+                    }
+                };
+                out.push(Part::Image {
+                    url: url.to_owned(),
+                    detail,
+                });
             }
             other => {
                 return Err(bad(
@@ -370,8 +379,8 @@ fn parts_text(parts: &[Value], at: &str) -> Result<String, GatewayError> {
     Ok(text)
 }
 
-/// Flat function tools as chat tools.
-fn tools(value: &Value) -> Result<Vec<Value>, GatewayError> {
+/// Flat function tools as function tools.
+fn tools(value: &Value) -> Result<Vec<Tool>, GatewayError> {
     let Some(tools) = value.as_array() else {
         return if value.is_null() {
             Ok(Vec::new())
@@ -389,13 +398,16 @@ fn tools(value: &Value) -> Result<Vec<Value>, GatewayError> {
                         function.insert(key.into(), v.clone());
                     }
                 }
-                if !function.get("name").is_some_and(Value::is_string) {
-                    return Err(bad(
-                        "a function tool needs a `name`",
-                        &format!("tools[{i}].name"),
-                    ));
+                let function = json!({"type": "function", "function": function});
+                match Tool::from_value(function) {
+                    tool @ Tool::Function(_) => out.push(tool),
+                    Tool::Other(_) => {
+                        return Err(bad(
+                            "a function tool needs a `name`",
+                            &format!("tools[{i}].name"),
+                        ));
+                    }
                 }
-                out.push(json!({"type": "function", "function": function}));
             }
             other => {
                 return Err(bad(
@@ -411,20 +423,18 @@ fn tools(value: &Value) -> Result<Vec<Value>, GatewayError> {
     Ok(out)
 }
 
-fn tool_choice(value: &Value) -> Result<Option<Value>, GatewayError> {
+fn tool_choice(value: &Value) -> Result<Option<ToolChoice>, GatewayError> {
     match value {
         Value::Null => Ok(None),
         Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => {
-            Ok(Some(value.clone()))
+            Ok(Some(ToolChoice::from_value(value.clone())))
         }
         Value::Object(o) => match o.get("type").and_then(Value::as_str) {
             Some("function") => {
                 let name = o.get("name").and_then(Value::as_str).ok_or_else(|| {
                     bad("a function tool choice needs a `name`", "tool_choice.name")
                 })?;
-                Ok(Some(
-                    json!({"type": "function", "function": {"name": name}}),
-                ))
+                Ok(Some(ToolChoice::Function(name.to_owned())))
             }
             Some("allowed_tools") => {
                 let tools: Vec<Value> = o
@@ -437,9 +447,9 @@ fn tool_choice(value: &Value) -> Result<Option<Value>, GatewayError> {
                     })
                     .unwrap_or_default();
                 let mode = o.get("mode").cloned().unwrap_or(json!("auto"));
-                Ok(Some(
+                Ok(Some(ToolChoice::Other(
                     json!({"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": tools}}),
-                ))
+                )))
             }
             _ => Err(bad(
                 "only function and allowed_tools tool choices are supported in front of a Chat Completions provider",
@@ -453,19 +463,17 @@ fn tool_choice(value: &Value) -> Result<Option<Value>, GatewayError> {
     }
 }
 
-/// `text.format` as `response_format`, `text.verbosity` as `verbosity`.
-fn text(value: &Value, chat: &mut Map<String, Value>) -> Result<(), GatewayError> {
+/// `text.format` as the response format, `text.verbosity` as `verbosity`.
+fn text(value: &Value, request: &mut Request) -> Result<(), GatewayError> {
     if let Some(verbosity) = value.get("verbosity").filter(|v| !v.is_null()) {
-        chat.insert("verbosity".into(), verbosity.clone());
+        request.extra.insert("verbosity".into(), verbosity.clone());
     }
     let Some(format) = value.get("format").filter(|f| !f.is_null()) else {
         return Ok(());
     };
     match format.get("type").and_then(Value::as_str) {
         Some("text") => {}
-        Some("json_object") => {
-            chat.insert("response_format".into(), json!({"type": "json_object"}));
-        }
+        Some("json_object") => request.response_format = Some(ResponseFormat::JsonObject),
         Some("json_schema") => {
             let mut schema = Map::new();
             for key in ["name", "schema", "strict", "description"] {
@@ -473,10 +481,7 @@ fn text(value: &Value, chat: &mut Map<String, Value>) -> Result<(), GatewayError
                     schema.insert(key.into(), v.clone());
                 }
             }
-            chat.insert(
-                "response_format".into(),
-                json!({"type": "json_schema", "json_schema": schema}),
-            );
+            request.response_format = Some(ResponseFormat::JsonSchema(schema));
         }
         _ => {
             return Err(bad(
