@@ -851,4 +851,187 @@ mod tests {
             json!({"role": "tool", "content": "4", "tool_call_id": "c1"})
         );
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof!["[a-z ]{0,8}", "\\PC{0,6}"]
+        }
+
+        /// A content part: the typed ones, and shapes the type keeps whole.
+        fn part() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                text().prop_map(|t| json!({"type": "text", "text": t})),
+                (text(), proptest::option::of("low|high|auto")).prop_map(|(url, detail)| {
+                    let mut image = json!({"url": url});
+                    if let Some(d) = detail {
+                        image["detail"] = json!(d);
+                    }
+                    json!({"type": "image_url", "image_url": image})
+                }),
+                text().prop_map(
+                    |t| json!({"type": "text", "text": t, "cache_control": {"type": "ephemeral"}})
+                ),
+                Just(
+                    json!({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}})
+                ),
+                Just(json!({"type": "image_url", "image_url": {"url": "u", "detail": 3}})),
+                Just(json!({"type": "text", "text": 5})),
+            ]
+        }
+
+        fn content() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                text().prop_map(Value::String),
+                proptest::collection::vec(part(), 0..4).prop_map(Value::Array),
+            ]
+        }
+
+        fn call() -> impl Strategy<Value = Value> {
+            ("[a-z0-9_]{1,6}", "[A-Za-z]{1,6}", "\\{\"a\":[0-9]{1,3}\\}").prop_map(|(id, name, args)| {
+                json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
+            })
+        }
+
+        fn message() -> impl Strategy<Value = Value> {
+            (
+                prop_oneof![
+                    Just("system"),
+                    Just("developer"),
+                    Just("user"),
+                    Just("assistant"),
+                    Just("tool")
+                ],
+                content(),
+                proptest::collection::vec(call(), 0..3),
+                proptest::option::of("[a-z0-9_]{1,6}"),
+                proptest::option::of("[a-z]{1,4}"),
+                proptest::option::of(prop_oneof![
+                    Just(("reasoning_content", json!("hm"))),
+                    Just(("refusal", Value::Null)),
+                    Just(("audio", json!({"id": "a1"}))),
+                ]),
+            )
+                .prop_map(|(role, content, calls, tool_call_id, name, extra)| {
+                    let mut m = json!({"role": role, "content": content});
+                    if !calls.is_empty() {
+                        m["tool_calls"] = Value::Array(calls);
+                    }
+                    if let Some(id) = tool_call_id {
+                        m["tool_call_id"] = json!(id);
+                    }
+                    if let Some(name) = name {
+                        m["name"] = json!(name);
+                    }
+                    if let Some((k, v)) = extra {
+                        m[k] = v;
+                    }
+                    m
+                })
+        }
+
+        fn tool() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                ("[A-Za-z]{1,6}", proptest::option::of(text()), any::<bool>()).prop_map(
+                    |(name, d, strict)| {
+                        let mut f = json!({"name": name, "parameters": {"type": "object"}});
+                        if let Some(d) = d {
+                            f["description"] = json!(d);
+                        }
+                        if strict {
+                            f["strict"] = json!(true);
+                        }
+                        json!({"type": "function", "function": f})
+                    }
+                ),
+                Just(json!({"type": "custom", "custom": {"name": "grammar"}})),
+                Just(json!({"type": "function", "function": {"name": 3}})),
+            ]
+        }
+
+        /// A chat request: every field the type reads, in each of its
+        /// shapes, and fields nothing reads.
+        fn request() -> impl Strategy<Value = Value> {
+            let fields = (
+                proptest::option::of("[a-z0-9-]{1,8}"),
+                any::<bool>(),
+                proptest::option::of(prop_oneof![
+                    Just(json!(0)),
+                    Just(json!(0.7)),
+                    Just(json!(2))
+                ]),
+                proptest::option::of(prop_oneof![Just(json!("END")), Just(json!(["a", "b"]))]),
+                proptest::collection::vec(tool(), 0..3),
+                proptest::option::of(prop_oneof![
+                    Just(json!("auto")),
+                    Just(json!("none")),
+                    Just(json!("required")),
+                    Just(json!({"type": "function", "function": {"name": "F"}})),
+                    Just(
+                        json!({"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": []}})
+                    ),
+                ]),
+                proptest::option::of(prop_oneof![
+                    Just(json!({"type": "text"})),
+                    Just(json!({"type": "json_object"})),
+                    Just(
+                        json!({"type": "json_schema", "json_schema": {"name": "a", "schema": {}}})
+                    ),
+                    Just(json!({"type": "grammar", "grammar": "x"})),
+                ]),
+                proptest::option::of(prop_oneof![
+                    Just(("seed", json!(7))),
+                    Just(("logprobs", json!(true))),
+                    Just(("user", json!("u"))),
+                ]),
+            );
+            (proptest::collection::vec(message(), 0..5), fields).prop_map(
+                |(messages, (model, stream, temperature, stop, tools, choice, format, extra))| {
+                    let mut r = json!({"messages": messages});
+                    if let Some(model) = model {
+                        r["model"] = json!(model);
+                    }
+                    if stream {
+                        r["stream"] = json!(true);
+                        r["stream_options"] = json!({"include_usage": true});
+                    }
+                    if let Some(t) = temperature {
+                        r["temperature"] = t;
+                    }
+                    if let Some(stop) = stop {
+                        r["stop"] = stop;
+                    }
+                    if !tools.is_empty() {
+                        r["tools"] = Value::Array(tools);
+                    }
+                    if let Some(choice) = choice {
+                        r["tool_choice"] = choice;
+                    }
+                    if let Some(format) = format {
+                        r["response_format"] = format;
+                    }
+                    if let Some((k, v)) = extra {
+                        r[k] = v;
+                    }
+                    r
+                },
+            )
+        }
+
+        proptest! {
+            /// The typed request loses nothing: what a chat client sent is
+            /// what the chat dialect writes, and reading that again gives
+            /// the same request.
+            #[test]
+            fn a_chat_request_survives_the_typed_request(case in request()) {
+                let request = read(case.clone()).unwrap();
+                prop_assert_eq!(&written(&request), &case);
+                let Value::Object(map) = written(&request) else { unreachable!() };
+                prop_assert_eq!(Request::from_chat(map).unwrap(), request);
+            }
+        }
+    }
 }
