@@ -109,8 +109,12 @@ impl ResponsesEvents {
             ended: false,
             out: BytesMut::new(),
         };
-        this.write_response("response.created");
-        this.write_response("response.in_progress");
+        if this.stream {
+            // The same object twice: written out once.
+            let object = serde_json::to_vec(&this.response).unwrap_or_default();
+            this.write_object("response.created", &object);
+            this.write_object("response.in_progress", &object);
+        }
         if show != ShowGatewayTools::None {
             this.list_tools(offer);
         }
@@ -150,10 +154,25 @@ impl ResponsesEvents {
         if !self.stream {
             return;
         }
+        self.open_response(kind);
+        put_json(&mut self.out, &self.response);
+        self.close_response(kind);
+    }
+
+    /// [`Self::write_response`] with the object already written out.
+    fn write_object(&mut self, kind: &str, object: &[u8]) {
+        self.open_response(kind);
+        self.out.put_slice(object);
+        self.close_response(kind);
+    }
+
+    fn open_response(&mut self, kind: &str) {
         self.out.put_slice(b"event: ");
         self.out.put_slice(kind.as_bytes());
         self.out.put_slice(b"\ndata: {\"response\":");
-        put_json(&mut self.out, &self.response);
+    }
+
+    fn close_response(&mut self, kind: &str) {
         self.out.put_slice(b",\"type\":");
         put_json(&mut self.out, kind);
         self.out.put_slice(b",\"sequence_number\":");
