@@ -162,7 +162,7 @@ fn parse(tools: &std::path::Path, syntax: &str) -> ExitCode {
 }
 
 fn list_tools(config: &Config, wait: u64) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let tokio_runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -173,7 +173,7 @@ fn list_tools(config: &Config, wait: u64) -> ExitCode {
         }
     };
     let wait = std::time::Duration::from_secs(wait);
-    let (listing, outcome) = runtime.block_on(toolgate::commands::tools(config, wait));
+    let (listing, outcome) = tokio_runtime.block_on(toolgate::commands::tools(config, wait));
     println!("{listing}");
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -223,7 +223,7 @@ fn probe_options(
 fn probe(config: Config, options: &probe::Options, json: bool, recommend: bool) -> ExitCode {
     // Warnings only: an upstream failure says why, the per-request lines stay quiet.
     init_tracing("warn");
-    let runtime = match toolgate::workers::runtime() {
+    let tokio_runtime = match toolgate::workers::tokio_runtime() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("toolgate: cannot start a runtime: {e}");
@@ -239,7 +239,7 @@ fn probe(config: Config, options: &probe::Options, json: bool, recommend: bool) 
             }
         }
     };
-    let report = runtime.block_on(probe::run(config, options, &mut draw));
+    let report = tokio_runtime.block_on(probe::run(config, options, &mut draw));
     toolgate::log_writer::flush();
     match report {
         Ok(report) if json => {
@@ -290,11 +290,11 @@ fn print_result(result: Result<String, String>) -> ExitCode {
 fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
     init_tracing("info");
     // The main thread is worker 0: it also accepts and deals connections.
-    let started = toolgate::workers::runtime().and_then(|runtime| {
+    let started = toolgate::workers::tokio_runtime().and_then(|tokio_runtime| {
         let others = toolgate::workers::Workers::start(config.server.workers.get() - 1)?;
-        Ok((runtime, others))
+        Ok((tokio_runtime, others))
     });
-    let (runtime, workers) = match started {
+    let (tokio_runtime, workers) = match started {
         Ok(started) => started,
         Err(e) => {
             eprintln!("toolgate: cannot start the workers: {e}");
@@ -302,7 +302,7 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
         }
     };
     if let Some(telemetry) = &config.telemetry {
-        // Before any runtime runs on this thread: the exporter's blocking
+        // Before any tokio runtime runs on this thread: the exporter's blocking
         // HTTP client must not be built inside one.
         if let Err(e) = toolgate::telemetry::install(telemetry) {
             eprintln!("toolgate: [telemetry]: {e}");
@@ -313,7 +313,7 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
     let dealer = toolgate::workers::Dealer::new(workers.handles());
     let gateway = Arc::new(toolgate::gateway::Gateway::new(Arc::new(config)));
     let serving = gateway.clone();
-    let code = runtime.block_on(async move {
+    let code = tokio_runtime.block_on(async move {
         let gateway = serving;
         let config = gateway.config();
         let listen = config.server.listen;

@@ -20,7 +20,7 @@ use std::io;
 use std::thread::JoinHandle;
 
 use tokio::net::TcpStream;
-use tokio::runtime::{Builder, Handle, Runtime};
+use tokio::runtime::{Builder, Handle, Runtime as TokioRuntime};
 use tokio::sync::watch;
 
 thread_local! {
@@ -33,9 +33,10 @@ pub fn current() -> usize {
     WORKER.with(Cell::get)
 }
 
-/// A single-threaded runtime with toolgate's park hooks: buffered log lines
-/// are written and freed memory is given back when the worker goes idle.
-pub fn runtime() -> io::Result<Runtime> {
+/// A single-threaded tokio runtime with toolgate's park hooks: buffered log
+/// lines are written and freed memory is given back when the worker goes
+/// idle. (Not [`crate::runtime::Runtime`], the configuration a reload swaps.)
+pub fn tokio_runtime() -> io::Result<TokioRuntime> {
     Builder::new_current_thread()
         .enable_all()
         .on_thread_park(|| {
@@ -45,8 +46,8 @@ pub fn runtime() -> io::Result<Runtime> {
         .build()
 }
 
-/// The worker threads besides the main one. Each blocks on its runtime until
-/// [`Workers::stop`].
+/// The worker threads besides the main one. Each blocks on its tokio
+/// runtime until [`Workers::stop`].
 pub struct Workers {
     handles: Vec<Handle>,
     threads: Vec<JoinHandle<()>>,
@@ -63,14 +64,14 @@ impl Workers {
             stop,
         };
         for index in 1..=count {
-            let runtime = runtime()?;
-            workers.handles.push(runtime.handle().clone());
+            let tokio_runtime = tokio_runtime()?;
+            workers.handles.push(tokio_runtime.handle().clone());
             let mut stopped = stopped.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("toolgate-worker-{index}"))
                 .spawn(move || {
                     WORKER.with(|w| w.set(index));
-                    runtime.block_on(async move {
+                    tokio_runtime.block_on(async move {
                         let _ = stopped.wait_for(|stop| *stop).await;
                     });
                 })?;
@@ -79,7 +80,7 @@ impl Workers {
         Ok(workers)
     }
 
-    /// The runtimes of the worker threads.
+    /// The tokio runtimes of the worker threads.
     pub fn handles(&self) -> Vec<Handle> {
         self.handles.clone()
     }
@@ -94,30 +95,30 @@ impl Workers {
     }
 }
 
-/// Deals accepted connections out in turn: to the runtime the accept loop
-/// runs on, then to each other worker.
+/// Deals accepted connections out in turn: to the tokio runtime the accept
+/// loop runs on, then to each other worker.
 pub struct Dealer {
     others: Vec<Handle>,
     next: usize,
 }
 
 impl Dealer {
-    /// The current runtime and `others` in turn.
+    /// The current tokio runtime and `others` in turn.
     pub fn new(others: Vec<Handle>) -> Dealer {
         Dealer { others, next: 0 }
     }
 
-    /// How many runtimes connections are dealt to.
+    /// How many tokio runtimes connections are dealt to.
     pub fn len(&self) -> usize {
         self.others.len() + 1
     }
 
-    /// Always at least the current runtime.
+    /// Always at least the current tokio runtime.
     pub fn is_empty(&self) -> bool {
         false
     }
 
-    /// Starts `task()` on every runtime, this one included (a task per
+    /// Starts `task()` on every tokio runtime, this one included (a task per
     /// worker, such as its connections' sweep).
     pub fn on_each<F, Fut>(&self, task: F) -> Vec<tokio::task::JoinHandle<()>>
     where
@@ -130,8 +131,8 @@ impl Dealer {
     }
 
     /// Runs `serve` with `stream` on the next worker. A stream moved to
-    /// another runtime is registered with that runtime's reactor, so its
-    /// readiness events wake that worker alone.
+    /// another tokio runtime is registered with that runtime's reactor, so
+    /// its readiness events wake that worker alone.
     pub fn spawn<F, Fut>(&mut self, stream: TcpStream, serve: F)
     where
         F: FnOnce(TcpStream) -> Fut + Send + 'static,
@@ -166,8 +167,8 @@ mod tests {
     use tokio::net::TcpListener;
     use tokio::sync::mpsc;
 
-    /// Connections alternate between the accepting runtime and the other
-    /// worker, and a moved socket still works on its new runtime.
+    /// Connections alternate between the accepting tokio runtime and the
+    /// other worker, and a moved socket still works on its new one.
     #[tokio::test]
     async fn connections_are_dealt_in_turn_and_served_where_they_land() {
         let workers = Workers::start(1).unwrap();
