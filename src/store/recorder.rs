@@ -380,7 +380,7 @@ impl Drop for Recorder {
     }
 }
 
-/// A chat call as the seed's `ToolCall`: id, name, arguments.
+/// A chat call as a transcript's tool call: id, name, arguments.
 fn dto_call(call: &Value) -> Value {
     json!({
         "id": call.get("id").cloned().unwrap_or(Value::Null),
