@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod binary;
+pub mod config;
 pub mod installed;
 pub mod postgres;
 
