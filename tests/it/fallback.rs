@@ -74,25 +74,21 @@ async fn gateway(model: &Mock, fallback: &Mock, fallback_mode: &str, extra: &str
     } else {
         "fallback_timeout_secs = 0.5\n"
     };
-    let toml = format!(
-        "{}{}{}",
-        fast_server(),
-        provider_toml(
-            "up",
+    TestConfig::new()
+        .up(
             &model.url(),
-            "[\"*\"]",
             &format!(
                 "[providers.tools]\nmode = \"natural\"\non_invalid = \"fallback\"\nfallback = \"fb/small\"\n{timeout}{extra}"
-            )
-        ),
-        provider_toml(
+            ),
+        )
+        .provider(
             "fb",
             &fallback.url(),
             "[]",
-            &format!("[providers.tools]\nmode = \"{fallback_mode}\"")
-        ),
-    );
-    TestGateway::start(&toml).await
+            &format!("[providers.tools]\nmode = \"{fallback_mode}\""),
+        )
+        .start()
+        .await
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Command;
 
 use bytes::Bytes;
-use common::{Collected, Mock, Recorded, Reply, TestGateway, fast_server, post};
+use common::{Collected, Mock, Recorded, Reply, TestConfig, TestGateway, post};
 use conformance::messages::check_messages;
 use conformance::responses::check_responses;
 use conformance::{Expect, check_completion, check_stream};
@@ -105,22 +105,32 @@ async fn recorded_upstream() -> Mock {
 const MODES: [&str; 4] = ["pt", "gw", "tn", "nat"];
 
 fn config(upstream: &str) -> String {
-    let provider = |name: &str, tools: &str| {
-        format!(
-            "[[providers]]\nname = \"{name}\"\nbase_url = \"{upstream}\"\nmodels = []\n[providers.tools]\n{tools}\n"
+    TestConfig::new()
+        .provider(
+            "pt",
+            upstream,
+            "[]",
+            "[providers.tools]\nmode = \"passthrough\"",
         )
-    };
-    [
-        fast_server().to_owned(),
-        provider("pt", "mode = \"passthrough\""),
-        provider(
+        .provider(
             "gw",
-            "mode = \"passthrough\"\ngateway_tools = [\"builtin:clock\"]",
-        ),
-        provider("tn", "mode = \"to_natural\""),
-        provider("nat", "mode = \"natural\""),
-    ]
-    .concat()
+            upstream,
+            "[]",
+            "[providers.tools]\nmode = \"passthrough\"\ngateway_tools = [\"builtin:clock\"]",
+        )
+        .provider(
+            "tn",
+            upstream,
+            "[]",
+            "[providers.tools]\nmode = \"to_natural\"",
+        )
+        .provider(
+            "nat",
+            upstream,
+            "[]",
+            "[providers.tools]\nmode = \"natural\"",
+        )
+        .toml()
 }
 
 /// The tools every request declares: every tool the corpus calls.
@@ -627,12 +637,15 @@ async fn anthropics_own_stream_passes_through_untouched() {
         )],
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}[[providers]]\nname = \"claude\"\nbase_url = \"{}\"\nmodels = [\"claude-*\"]\napi = \"anthropic\"\n",
-        fast_server(),
-        upstream.url()
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .provider(
+            "claude",
+            &upstream.url(),
+            "[\"claude-*\"]",
+            "api = \"anthropic\"",
+        )
+        .start()
+        .await;
     let body = json!({"model": "claude-x", "max_tokens": 64, "stream": true,
         "messages": [{"role": "user", "content": "hi"}]});
     let reply = post(&gw.url("/v1/messages"), &body.to_string()).await;

@@ -25,12 +25,10 @@ async fn non_stream_passthrough_is_byte_exact_both_ways() {
         body: Bytes::from_static(ODD_JSON.as_bytes()),
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"gpt-*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .provider("up", &mock.url(), "[\"gpt-*\"]", "")
+        .start()
+        .await;
     let request = "{ \"model\":\"gpt-4o\",\n\"messages\":[{\"role\":\"user\",\"content\":\"h\u{e9}\"}], \"vendor_x\": [1,2] }";
     let r = post(&gw.url("/v1/chat/completions?api-version=2"), request).await;
     assert_eq!(r.status, 201);
@@ -68,12 +66,7 @@ async fn stream_passthrough_is_byte_exact_and_not_buffered() {
         ],
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new().up(&mock.url(), "").start().await;
     let req = Request::post(gw.url("/v1/chat/completions"))
         .body(Full::new(Bytes::from_static(
             b"{\"model\":\"m\",\"stream\":true}",
@@ -103,18 +96,16 @@ async fn stream_passthrough_is_byte_exact_and_not_buffered() {
 async fn routes_by_pattern_and_by_prefix() {
     let a = Mock::start(|_| Reply::json("{\"from\":\"a\"}")).await;
     let b = Mock::start(|_| Reply::json("{\"from\":\"b\"}")).await;
-    let toml = format!(
-        "{}{}{}",
-        fast_server(),
-        provider_toml("a", &a.url(), "[\"gpt-*\"]", ""),
-        provider_toml(
+    let gw = TestConfig::new()
+        .provider("a", &a.url(), "[\"gpt-*\"]", "")
+        .provider(
             "b",
             &b.url(),
             "[\"meta-llama/*\"]",
-            "model_rewrite = { \"small\" = \"llama3.2:1b\" }"
-        ),
-    );
-    let gw = TestGateway::start(&toml).await;
+            "model_rewrite = { \"small\" = \"llama3.2:1b\" }",
+        )
+        .start()
+        .await;
     let url = gw.url("/v1/chat/completions");
     assert_eq!(
         post(&url, r#"{"model":"gpt-4o"}"#).await.json()["from"],
@@ -235,12 +226,7 @@ async fn upstream_errors_pass_through_unchanged() {
         body: Bytes::from_static(body.as_bytes()),
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new().up(&mock.url(), "").start().await;
     let r = post(&gw.url("/v1/chat/completions"), r#"{"model":"m"}"#).await;
     assert_eq!(r.status, 429);
     assert_eq!(r.headers["retry-after"], "7");
@@ -260,12 +246,7 @@ async fn hop_by_hop_headers_are_stripped_both_ways() {
         body: Bytes::from_static(b"{}"),
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new().up(&mock.url(), "").start().await;
     let req = Request::post(gw.url("/v1/chat/completions"))
         .header("connection", "keep-alive, x-client-hop")
         .header("x-client-hop", "1")
@@ -296,18 +277,16 @@ async fn api_key_env_replaces_the_client_key_and_headers_are_added() {
     // SAFETY: set once, read by config validation in this test only; the name is unique to it.
     unsafe { std::env::set_var("TOOLGATE_TEST_KEY_INJECTION", "sk-upstream-123") };
     let mock = Mock::start(|_| Reply::json("{}")).await;
-    let toml = format!(
-        "{}{}{}",
-        fast_server(),
-        provider_toml(
+    let gw = TestConfig::new()
+        .provider(
             "keyed",
             &mock.url(),
             "[\"keyed\"]",
-            "api_key_env = \"TOOLGATE_TEST_KEY_INJECTION\"\nheaders = { \"X-Team\" = \"blue\" }"
-        ),
-        provider_toml("open", &mock.url(), "[\"open\"]", ""),
-    );
-    let gw = TestGateway::start(&toml).await;
+            "api_key_env = \"TOOLGATE_TEST_KEY_INJECTION\"\nheaders = { \"X-Team\" = \"blue\" }",
+        )
+        .provider("open", &mock.url(), "[\"open\"]", "")
+        .start()
+        .await;
     let send_with_key = |model: &'static str| {
         Request::post(gw.url("/v1/chat/completions"))
             .header("authorization", "Bearer client-key")
@@ -337,12 +316,7 @@ async fn client_disconnect_cancels_the_upstream_request() {
             .collect(),
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new().up(&mock.url(), "").start().await;
     let req = Request::post(gw.url("/v1/chat/completions"))
         .body(Full::new(Bytes::from_static(
             b"{\"model\":\"m\",\"stream\":true}",
@@ -393,12 +367,10 @@ async fn stalled_upstream_stream_is_cut_by_the_idle_timeout() {
 #[tokio::test]
 async fn health_ready_models_and_metrics() {
     let mock = Mock::start(|_| Reply::json("{}")).await;
-    let mut gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"gpt-4o\", \"llama*\"]", "")
-    ))
-    .await;
+    let mut gw = TestConfig::new()
+        .provider("up", &mock.url(), "[\"gpt-4o\", \"llama*\"]", "")
+        .start()
+        .await;
     assert_eq!(get(&gw.url("/healthz")).await.status, 200);
     assert_eq!(get(&gw.url("/readyz")).await.status, 200);
     let models = get(&gw.url("/v1/models")).await.json();
@@ -451,12 +423,7 @@ async fn drain_lets_an_open_stream_finish() {
             .collect(),
     })
     .await;
-    let mut gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"*\"]", "")
-    ))
-    .await;
+    let mut gw = TestConfig::new().up(&mock.url(), "").start().await;
     let req = Request::post(gw.url("/v1/chat/completions"))
         .body(Full::new(Bytes::from_static(
             b"{\"model\":\"m\",\"stream\":true}",
@@ -508,12 +475,7 @@ async fn demo_model_answers_streaming_and_not() {
 async fn malformed_client_input_gets_clear_answers() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mock = Mock::start(|_| Reply::json("{}")).await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new().up(&mock.url(), "").start().await;
     // Huge headers: refused, not buffered without bound.
     let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
     let big = format!(
@@ -562,12 +524,7 @@ async fn malformed_client_input_gets_clear_answers() {
 #[tokio::test]
 async fn h2c_clients_are_served() {
     let mock = Mock::start(|_| Reply::json("{\"ok\":true}")).await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new().up(&mock.url(), "").start().await;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .http2_only(true)
         .build_http::<Full<Bytes>>();
@@ -589,12 +546,7 @@ async fn garbage_sse_from_a_passthrough_upstream_is_relayed_as_is() {
         pieces: vec![(Duration::ZERO, Bytes::from_static(garbage))],
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new().up(&mock.url(), "").start().await;
     let r = post(
         &gw.url("/v1/chat/completions"),
         r#"{"model":"m","stream":true}"#,
@@ -613,12 +565,7 @@ async fn upstream_connections_are_reused_once_a_response_is_read_to_the_end() {
         }
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new().up(&mock.url(), "").start().await;
     for i in 0..6 {
         let body = if i % 2 == 0 {
             r#"{"model":"m"}"#
@@ -652,12 +599,7 @@ async fn an_upstreams_keep_alive_timeout_is_honoured() {
         body: Bytes::from_static(b"{\"ok\":true}"),
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new().up(&mock.url(), "").start().await;
     for _ in 0..4 {
         let got = post(&gw.url("/v1/chat/completions"), r#"{"model":"m"}"#).await;
         assert_eq!(got.status, 200);
@@ -711,12 +653,10 @@ async fn a_request_caught_by_an_upstreams_close_is_sent_again() {
             });
         }
     });
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &format!("http://{addr}/v1"), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .up(&format!("http://{addr}/v1"), "")
+        .start()
+        .await;
     for _ in 0..4 {
         let got = post(
             &gw.url("/v1/chat/completions"),
@@ -750,12 +690,7 @@ async fn an_abandoned_stream_closes_its_upstream_connection_and_the_next_request
         }
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new().up(&mock.url(), "").start().await;
     let req = Request::post(gw.url("/v1/chat/completions"))
         .body(Full::new(Bytes::from_static(
             b"{\"model\":\"m\",\"stream\":true}",
@@ -782,12 +717,7 @@ async fn upstream_that_closes_connections_is_still_answered() {
         body: Bytes::from_static(b"{\"ok\":true}"),
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &mock.url(), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new().up(&mock.url(), "").start().await;
     for _ in 0..3 {
         let got = post(&gw.url("/v1/chat/completions"), r#"{"model":"m"}"#).await;
         assert_eq!(got.status, 200);
@@ -838,12 +768,10 @@ async fn upstream_closing_an_idle_connection_is_noticed_before_the_next_request(
             });
         }
     });
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("up", &format!("http://{addr}/v1"), "[\"*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .up(&format!("http://{addr}/v1"), "")
+        .start()
+        .await;
     for _ in 0..3 {
         let got = post(&gw.url("/v1/chat/completions"), r#"{"model":"m"}"#).await;
         assert_eq!(got.status, 200, "{}", got.text());
@@ -860,18 +788,14 @@ async fn the_clients_credential_never_reaches_a_second_provider() {
     let model = Mock::start(move |_| Reply::json(&upstream_completion(broken))).await;
     let fallback =
         Mock::start(|_| Reply::json(&upstream_completion("{\"city\": \"Paris\"}"))).await;
-    let toml = format!(
-        "{}{}{}",
-        fast_server(),
-        provider_toml(
-            "up",
+    let gw = TestConfig::new()
+        .up(
             &model.url(),
-            "[\"*\"]",
             "[providers.tools]\nmode = \"natural\"\non_invalid = \"fallback\"\nfallback = \"fb/small\"\nfallback_timeout_secs = 2\n",
-        ),
-        provider_toml("fb", &fallback.url(), "[]", ""),
-    );
-    let gw = TestGateway::start(&toml).await;
+        )
+        .provider("fb", &fallback.url(), "[]", "")
+        .start()
+        .await;
     let body = serde_json::json!({
         "model": "m",
         "messages": [{"role": "user", "content": "Weather?"}],
@@ -898,17 +822,7 @@ async fn the_clients_credential_never_reaches_a_second_provider() {
 #[tokio::test]
 async fn chat_completions_with_a_trailing_slash_is_transformed() {
     let model = Mock::start(|_| Reply::json(&upstream_completion("Sunny."))).await;
-    let toml = format!(
-        "{}{}",
-        fast_server(),
-        provider_toml(
-            "up",
-            &model.url(),
-            "[\"*\"]",
-            "[providers.tools]\nmode = \"natural\"\n"
-        ),
-    );
-    let gw = TestGateway::start(&toml).await;
+    let gw = tools_gateway(&model, "natural", "").await;
     let body = serde_json::json!({
         "model": "m",
         "messages": [{"role": "user", "content": "Weather?"}],

@@ -214,17 +214,7 @@ async fn tool_blocks_over_the_size_cap_are_invalid() {
         "x".repeat(500)
     );
     let mock = Mock::start(move |_| Reply::json(&upstream_completion(&reply))).await;
-    let toml = format!(
-        "{}{}",
-        fast_server(),
-        provider_toml(
-            "up",
-            &mock.url(),
-            "[\"*\"]",
-            "[providers.tools]\nmode = \"natural\"\nmax_block_bytes = 100"
-        )
-    );
-    let gw = TestGateway::start(&toml).await;
+    let gw = tools_gateway(&mock, "natural", "max_block_bytes = 100").await;
     let request = r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"GetWeather","parameters":{"type":"object","properties":{"location":{"type":"string"}}}}}]}"#;
     let r = post(&gw.url("/v1/chat/completions"), request).await;
     assert_eq!(r.status, 502, "{}", r.text());

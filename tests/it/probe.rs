@@ -7,7 +7,7 @@ use crate::common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Mock, Reply, fast_server, provider_toml, upstream_completion};
+use common::{Mock, Reply, TestConfig, upstream_completion};
 use serde_json::{Value, json};
 use toolgate::commands::probe::{self, Arm};
 use toolgate::config::Config;
@@ -102,17 +102,15 @@ fn arm<'a>(report: &'a Value, name: &str) -> &'a Value {
 #[tokio::test]
 async fn probe_counts_each_syntax_through_the_gateways_own_path() {
     let mock = Mock::start(|r| model(&r.json())).await;
-    let toml = format!(
-        "{}{}",
-        fast_server(),
-        provider_toml(
+    let toml = TestConfig::new()
+        .provider(
             "local",
             &mock.url(),
             "[\"small-model\"]",
             // The probe counts invalid blocks whatever the provider does with them.
-            "[providers.tools]\nmode = \"passthrough\"\non_invalid = \"text\"\n"
+            "[providers.tools]\nmode = \"passthrough\"\non_invalid = \"text\"\n",
         )
-    );
+        .toml();
     let config = Config::from_toml(&toml).unwrap();
     let mut seen = Vec::new();
     let report = probe::run(config, &options(Arm::ALL.to_vec(), 2), &mut |p| {
@@ -226,11 +224,9 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
 
 #[tokio::test]
 async fn probe_refuses_what_it_cannot_measure() {
-    let toml = format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("any", "http://127.0.0.1:9/v1", "[\"llama-*\"]", "")
-    );
+    let toml = TestConfig::new()
+        .provider("any", "http://127.0.0.1:9/v1", "[\"llama-*\"]", "")
+        .toml();
     let run = |name: &str, model: Option<&str>| {
         let config = Config::from_toml(&toml).unwrap();
         let mut o = options(vec![Arm::Native], 1);

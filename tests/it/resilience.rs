@@ -63,13 +63,14 @@ fn ok_completion(content: &str) -> Reply {
 #[tokio::test]
 async fn a_refused_target_is_retried_on_the_other_then_ejected() {
     let up = Mock::start(|_| ok_completion("from b")).await;
-    let gw = TestGateway::start(&format!(
-        "{}[[providers]]\nname = \"refused-pair\"\nmodels = [\"llama-*\"]\ntargets = [{{ name = \"dead\", base_url = \"{}\" }}, {{ name = \"live\", base_url = \"{}\" }}]\n[providers.health]\nfailures_to_eject = 2\neject_secs = 60\n",
-        fast_server(),
-        refused_url(),
-        up.url()
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .raw(&format!(
+            "[[providers]]\nname = \"refused-pair\"\nmodels = [\"llama-*\"]\ntargets = [{{ name = \"dead\", base_url = \"{}\" }}, {{ name = \"live\", base_url = \"{}\" }}]\n[providers.health]\nfailures_to_eject = 2\neject_secs = 60\n",
+            refused_url(),
+            up.url()
+        ))
+        .start()
+        .await;
     for _ in 0..10 {
         let r = post(&gw.url("/v1/chat/completions"), CHAT).await;
         assert_eq!(r.status, 200, "{}", r.text());
@@ -118,12 +119,15 @@ async fn a_503_is_retried_and_the_answer_is_the_second_attempts() {
         }
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}[providers.retry]\nattempts = 2\nbackoff_ms = 1\n",
-        fast_server(),
-        provider_toml("one-503", &up.url(), "[\"llama-*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .provider(
+            "one-503",
+            &up.url(),
+            "[\"llama-*\"]",
+            "[providers.retry]\nattempts = 2\nbackoff_ms = 1",
+        )
+        .start()
+        .await;
     let r = post(&gw.url("/v1/chat/completions"), CHAT).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["choices"][0]["message"]["content"], "second");
@@ -138,12 +142,15 @@ async fn a_503_is_retried_and_the_answer_is_the_second_attempts() {
         )
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}[providers.retry]\nattempts = 3\nbackoff_ms = 1\n",
-        fast_server(),
-        provider_toml("always-503", &always.url(), "[\"llama-*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .provider(
+            "always-503",
+            &always.url(),
+            "[\"llama-*\"]",
+            "[providers.retry]\nattempts = 3\nbackoff_ms = 1",
+        )
+        .start()
+        .await;
     let r = post(&gw.url("/v1/chat/completions"), CHAT).await;
     assert_eq!(r.status, 503);
     assert_eq!(r.json()["error"]["message"], "still busy");
@@ -162,12 +169,15 @@ async fn retry_after_delays_the_retry_and_one_too_long_is_not_waited_for() {
         }
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}[providers.retry]\nattempts = 2\nbackoff_ms = 1\nmax_retry_after_secs = 5\n",
-        fast_server(),
-        provider_toml("retry-after", &up.url(), "[\"llama-*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .provider(
+            "retry-after",
+            &up.url(),
+            "[\"llama-*\"]",
+            "[providers.retry]\nattempts = 2\nbackoff_ms = 1\nmax_retry_after_secs = 5",
+        )
+        .start()
+        .await;
     let started = Instant::now();
     let r = post(&gw.url("/v1/chat/completions"), CHAT).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -179,12 +189,15 @@ async fn retry_after_delays_the_retry_and_one_too_long_is_not_waited_for() {
 
     let long =
         Mock::start(|_| refusal(429, ("retry-after", "120"), b"come back in two minutes")).await;
-    let gw = TestGateway::start(&format!(
-        "{}{}[providers.retry]\nattempts = 3\nbackoff_ms = 1\nmax_retry_after_secs = 5\n",
-        fast_server(),
-        provider_toml("retry-after-long", &long.url(), "[\"llama-*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .provider(
+            "retry-after-long",
+            &long.url(),
+            "[\"llama-*\"]",
+            "[providers.retry]\nattempts = 3\nbackoff_ms = 1\nmax_retry_after_secs = 5",
+        )
+        .start()
+        .await;
     let r = post(&gw.url("/v1/chat/completions"), CHAT).await;
     assert_eq!(r.status, 429);
     assert_eq!(r.text(), "come back in two minutes");
@@ -267,13 +280,14 @@ async fn a_paused_upstream_process_is_skipped_and_returns_after_sigcont() {
 async fn an_upstream_dying_after_its_first_chunk_is_not_retried() {
     let mut dying = demo_upstream(200);
     let other = Mock::start(|_| ok_completion("must not be asked")).await;
-    let gw = TestGateway::start(&format!(
-        "{}[[providers]]\nname = \"dies-mid-stream\"\nmodels = [\"llama-*\"]\ntargets = [{{ base_url = \"{}\", weight = 100 }}, {{ base_url = \"{}\", weight = 1 }}]\n[providers.retry]\nattempts = 2\non = [\"connect\", \"timeout\", \"protocol\", \"503\"]\n",
-        fast_server(),
-        dying.url("/v1"),
-        other.url()
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .raw(&format!(
+            "[[providers]]\nname = \"dies-mid-stream\"\nmodels = [\"llama-*\"]\ntargets = [{{ base_url = \"{}\", weight = 100 }}, {{ base_url = \"{}\", weight = 1 }}]\n[providers.retry]\nattempts = 2\non = [\"connect\", \"timeout\", \"protocol\", \"503\"]\n",
+            dying.url("/v1"),
+            other.url()
+        ))
+        .start()
+        .await;
     let response = client()
         .request(
             Request::post(gw.url("/v1/chat/completions"))
@@ -316,19 +330,20 @@ async fn an_upstream_dying_after_its_first_chunk_is_not_retried() {
 #[tokio::test]
 async fn failover_rewrites_the_request_for_the_next_provider() {
     let hosted = Mock::start(|_| ok_completion("hosted answer")).await;
-    let gw = TestGateway::start(&format!(
-        "{}[[providers]]\nname = \"primary\"\nmodels = [\"llama-*\"]\ntargets = [{{ base_url = \"{}\" }}, {{ base_url = \"{}\" }}]\nfailover = [\"hosted\"]\n{}",
-        fast_server(),
-        refused_url(),
-        refused_url(),
-        provider_toml(
+    let gw = TestConfig::new()
+        .raw(&format!(
+            "[[providers]]\nname = \"primary\"\nmodels = [\"llama-*\"]\ntargets = [{{ base_url = \"{}\" }}, {{ base_url = \"{}\" }}]\nfailover = [\"hosted\"]\n",
+            refused_url(),
+            refused_url(),
+        ))
+        .provider(
             "hosted",
             &hosted.url(),
             "[]",
-            "model_rewrite = { \"llama-3\" = \"meta/llama-3-70b\" }\n[providers.tools]\nmode = \"natural\"\n"
+            "model_rewrite = { \"llama-3\" = \"meta/llama-3-70b\" }\n[providers.tools]\nmode = \"natural\"\n",
         )
-    ))
-    .await;
+        .start()
+        .await;
     let with_tools = serde_json::json!({
         "model": "llama-3",
         "messages": [{"role": "user", "content": "weather in Paris?"}],

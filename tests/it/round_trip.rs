@@ -11,7 +11,7 @@ use crate::conformance;
 use std::sync::{Arc, Mutex};
 
 use common::agent::{calls_sse, sse, text_sse};
-use common::{Collected, Mock, Recorded, Reply, TestGateway, chats_listed, fast_server, post};
+use common::{Collected, Mock, Recorded, Reply, TestConfig, TestGateway, chats_listed, post};
 use conformance::messages::check_messages;
 use conformance::responses::check_responses;
 use conformance::{Expect, check_completion, check_stream};
@@ -99,23 +99,33 @@ fn reply(streamed: bool, text: &str, calls: &[(&str, &str)]) -> Reply {
 const MODES: [&str; 4] = ["pt", "gw", "tn", "nat"];
 
 fn config(upstream: &str, store: &str) -> String {
-    let provider = |name: &str, tools: &str| {
-        format!(
-            "[[providers]]\nname = \"{name}\"\nbase_url = \"{upstream}\"\nmodels = []\n[providers.tools]\n{tools}\n"
+    TestConfig::new()
+        .raw(&format!("[store]\nurl = \"{store}\"\n"))
+        .provider(
+            "pt",
+            upstream,
+            "[]",
+            "[providers.tools]\nmode = \"passthrough\"",
         )
-    };
-    [
-        fast_server().to_owned(),
-        format!("[store]\nurl = \"{store}\"\n"),
-        provider("pt", "mode = \"passthrough\""),
-        provider(
+        .provider(
             "gw",
-            "mode = \"passthrough\"\ngateway_tools = [\"builtin:clock\"]",
-        ),
-        provider("tn", "mode = \"to_natural\"\nsyntax = \"tool_call\""),
-        provider("nat", "mode = \"natural\"\nsyntax = \"tool_call\""),
-    ]
-    .concat()
+            upstream,
+            "[]",
+            "[providers.tools]\nmode = \"passthrough\"\ngateway_tools = [\"builtin:clock\"]",
+        )
+        .provider(
+            "tn",
+            upstream,
+            "[]",
+            "[providers.tools]\nmode = \"to_natural\"\nsyntax = \"tool_call\"",
+        )
+        .provider(
+            "nat",
+            upstream,
+            "[]",
+            "[providers.tools]\nmode = \"natural\"\nsyntax = \"tool_call\"",
+        )
+        .toml()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

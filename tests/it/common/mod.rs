@@ -8,6 +8,8 @@ pub mod config;
 pub mod installed;
 pub mod postgres;
 
+pub use config::{TestConfig, tools_gateway};
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
