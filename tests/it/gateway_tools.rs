@@ -10,9 +10,9 @@ use crate::conformance;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::agent::{calls_sse, last_role, messages, provider, sse, stream_request, text_sse};
+use common::agent::{calls_sse, last_role, messages, sse, stream_request, text_sse};
 use common::binary::Binary;
-use common::{Mock, Reply, TestGateway, fast_server, post};
+use common::{Mock, Reply, TestConfig, TestGateway, post};
 use conformance::{Expect, check_completion, check_stream};
 use serde_json::json;
 
@@ -34,11 +34,10 @@ fn http_tool(name: &str, url: &str, timeout: f64) -> String {
 
 #[tokio::test]
 async fn a_builtin_tool_runs_and_the_demo_model_continues_in_one_stream() {
-    let config = format!(
-        "{}[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]\n",
-        fast_server()
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .demo("chunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]")
+        .start()
+        .await;
     let body = json!({"model": "demo", "stream": true,
         "messages": [{"role": "user", "content": "What is `(2 + 3) * 7`?"}]});
     let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
@@ -73,13 +72,15 @@ async fn an_http_tool_result_goes_back_to_the_model_and_usage_is_summed() {
         }
     })
     .await;
-    let config = format!(
-        "{}{}{}",
-        fast_server(),
-        http_tool("GetWeather", &format!("http://{}/weather", tool.addr), 5.0),
-        provider(&upstream.url(), "passthrough", &["GetWeather"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&http_tool(
+            "GetWeather",
+            &format!("http://{}/weather", tool.addr),
+            5.0,
+        ))
+        .agent(&upstream.url(), "passthrough", &["GetWeather"], "")
+        .start()
+        .await;
     let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
     let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
     let choice = s.choice();
@@ -121,13 +122,15 @@ async fn non_streaming_answers_carry_the_calls_on_the_message() {
         }
     })
     .await;
-    let config = format!(
-        "{}{}{}",
-        fast_server(),
-        http_tool("GetWeather", &format!("http://{}/w", tool.addr), 5.0),
-        provider(&upstream.url(), "passthrough", &["GetWeather"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&http_tool(
+            "GetWeather",
+            &format!("http://{}/w", tool.addr),
+            5.0,
+        ))
+        .agent(&upstream.url(), "passthrough", &["GetWeather"], "")
+        .start()
+        .await;
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "Weather?"}]});
     let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -154,14 +157,12 @@ async fn parallel_results_arrive_in_completion_order_and_the_model_waits_for_all
         }
     })
     .await;
-    let config = format!(
-        "{}{}{}{}",
-        fast_server(),
-        http_tool("Slow", &format!("http://{}/", slow.addr), 5.0),
-        http_tool("Fast", &format!("http://{}/", fast.addr), 5.0),
-        provider(&upstream.url(), "passthrough", &["Slow", "Fast"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&http_tool("Slow", &format!("http://{}/", slow.addr), 5.0))
+        .raw(&http_tool("Fast", &format!("http://{}/", fast.addr), 5.0))
+        .agent(&upstream.url(), "passthrough", &["Slow", "Fast"], "")
+        .start()
+        .await;
     let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
     let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
     // Reports in the order they happened: both started, the fast one done first.
@@ -210,14 +211,20 @@ async fn tool_failures_and_timeouts_are_results_the_model_sees() {
         }
     })
     .await;
-    let config = format!(
-        "{}{}{}{}",
-        fast_server(),
-        http_tool("Broken", &format!("http://{}/", broken.addr), 5.0),
-        http_tool("Hanging", &format!("http://{}/", hanging.addr), 0.3),
-        provider(&upstream.url(), "passthrough", &["Broken", "Hanging"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&http_tool(
+            "Broken",
+            &format!("http://{}/", broken.addr),
+            5.0,
+        ))
+        .raw(&http_tool(
+            "Hanging",
+            &format!("http://{}/", hanging.addr),
+            0.3,
+        ))
+        .agent(&upstream.url(), "passthrough", &["Broken", "Hanging"], "")
+        .start()
+        .await;
     let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
     let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
     let g = &s.choice().gateway;
@@ -246,13 +253,11 @@ async fn the_round_reaching_max_rounds_is_sent_without_tools() {
         }
     })
     .await;
-    let config = format!(
-        "{}{}{}",
-        fast_server(),
-        http_tool("Loop", &format!("http://{}/", tool.addr), 5.0),
-        provider(&upstream.url(), "passthrough", &["Loop"], "max_rounds = 3")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&http_tool("Loop", &format!("http://{}/", tool.addr), 5.0))
+        .agent(&upstream.url(), "passthrough", &["Loop"], "max_rounds = 3")
+        .start()
+        .await;
     let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
     let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
     assert_eq!(upstream.count(), 3);
@@ -267,12 +272,10 @@ async fn the_round_reaching_max_rounds_is_sent_without_tools() {
 #[tokio::test]
 async fn a_client_tool_named_like_a_gateway_tool_is_refused() {
     let upstream = Mock::start(|_| sse(text_sse("never"))).await;
-    let config = format!(
-        "{}{}",
-        fast_server(),
-        provider(&upstream.url(), "passthrough", &["builtin:clock"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .agent(&upstream.url(), "passthrough", &["builtin:clock"], "")
+        .start()
+        .await;
     let body =
         stream_request(json!({"tools": [{"type": "function", "function": {"name": "clock"}}]}));
     let r = post(&gw.url("/v1/chat/completions"), &body).await;
@@ -301,13 +304,15 @@ async fn client_calls_end_the_answer_and_the_follow_up_restores_the_gateway_step
         }
     })
     .await;
-    let config = format!(
-        "{}{}{}",
-        fast_server(),
-        http_tool("GetWeather", &format!("http://{}/", tool.addr), 5.0),
-        provider(&upstream.url(), "passthrough", &["GetWeather"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&http_tool(
+            "GetWeather",
+            &format!("http://{}/", tool.addr),
+            5.0,
+        ))
+        .agent(&upstream.url(), "passthrough", &["GetWeather"], "")
+        .start()
+        .await;
     let notify = json!({"type": "function", "function": {"name": "Notify", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}});
     let r = post(
         &gw.url("/v1/chat/completions"),
@@ -363,13 +368,14 @@ async fn with_a_store_the_follow_up_finds_the_steps_on_another_replica() {
     // Two replicas sharing one database (PostgreSQL: a SQLite file is one
     // replica's).
     let pg = common::postgres::Postgres::start();
-    let config = format!(
-        "{}[store]\nurl = \"{}\"\n{}{}",
-        fast_server(),
-        pg.url(),
-        http_tool("GetWeather", &format!("http://{}/", tool.addr), 5.0),
-        provider(&upstream.url(), "passthrough", &["GetWeather"], "")
-    );
+    let config = TestConfig::new()
+        .raw(&format!(
+            "[store]\nurl = \"{}\"\n{}",
+            pg.url(),
+            http_tool("GetWeather", &format!("http://{}/", tool.addr), 5.0)
+        ))
+        .agent(&upstream.url(), "passthrough", &["GetWeather"], "")
+        .toml();
     let a = TestGateway::start(&config).await;
     let b = TestGateway::start(&config).await;
     let notify = json!({"type": "function", "function": {"name": "Notify", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}});
@@ -418,13 +424,15 @@ async fn in_natural_mode_a_gateway_call_runs_while_the_model_writes_on() {
         None => sse(text_sse("It is sunny.")),
     })
     .await;
-    let config = format!(
-        "{}{}{}",
-        fast_server(),
-        http_tool("GetWeather", &format!("http://{}/", tool.addr), 5.0),
-        provider(&upstream.url(), "natural", &["GetWeather"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&http_tool(
+            "GetWeather",
+            &format!("http://{}/", tool.addr),
+            5.0,
+        ))
+        .agent(&upstream.url(), "natural", &["GetWeather"], "")
+        .start()
+        .await;
     let chunk = |text: &str| {
         let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]});
@@ -488,18 +496,20 @@ async fn to_natural_writes_client_calls_as_text_and_runs_gateway_calls() {
         }
     })
     .await;
-    let config = format!(
-        "{}{}{}",
-        fast_server(),
-        http_tool("GetWeather", &format!("http://{}/", tool.addr), 5.0),
-        provider(
+    let gw = TestConfig::new()
+        .raw(&http_tool(
+            "GetWeather",
+            &format!("http://{}/", tool.addr),
+            5.0,
+        ))
+        .agent(
             &upstream.url(),
             "to_natural",
             &["GetWeather"],
-            "pretty = false"
+            "pretty = false",
         )
-    );
-    let gw = TestGateway::start(&config).await;
+        .start()
+        .await;
     let notify = json!({"type": "function", "function": {"name": "Notify"}});
     let r = post(
         &gw.url("/v1/chat/completions"),
@@ -520,12 +530,10 @@ async fn to_natural_writes_client_calls_as_text_and_runs_gateway_calls() {
 #[tokio::test]
 async fn a_tool_server_that_is_down_makes_the_provider_unavailable() {
     let upstream = Mock::start(|_| sse(text_sse("never"))).await;
-    let config = format!(
-        "{}[[mcp_servers]]\nname = \"ghost\"\ncommand = [\"/nonexistent/toolgate-test-mcp\"]\n{}",
-        fast_server(),
-        provider(&upstream.url(), "passthrough", &["ghost"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let config = TestConfig::new()
+        .raw("[[mcp_servers]]\nname = \"ghost\"\ncommand = [\"/nonexistent/toolgate-test-mcp\"]\n")
+        .agent(&upstream.url(), "passthrough", &["ghost"], "");
+    let gw = config.start().await;
     gw.gateway
         .tools()
         .mcp()
@@ -555,9 +563,7 @@ async fn a_tool_server_that_is_down_makes_the_provider_unavailable() {
     );
     drop(gw);
     // `server.readiness = "strict"` takes the replica out while it is down.
-    let strict = config.replacen("[server]\n", "[server]\nreadiness = \"strict\"\n", 1);
-    assert_ne!(strict, config);
-    let gw = TestGateway::start(&strict).await;
+    let gw = config.server("readiness = \"strict\"").start().await;
     gw.gateway
         .tools()
         .mcp()
@@ -582,12 +588,10 @@ async fn a_client_that_leaves_cancels_the_running_tools() {
     })
     .await;
     let upstream = Mock::start(|_| sse(calls_sse(&[("Slow", "{}")]))).await;
-    let config = format!(
-        "{}{}{}",
-        fast_server(),
-        http_tool("Slow", &format!("http://{}/", tool.addr), 60.0),
-        provider(&upstream.url(), "passthrough", &["Slow"], "")
-    );
+    let config = TestConfig::new()
+        .raw(&http_tool("Slow", &format!("http://{}/", tool.addr), 60.0))
+        .agent(&upstream.url(), "passthrough", &["Slow"], "")
+        .toml();
     let gw = Binary::start(&config, &[]);
     let request = http::Request::post(gw.url("/v1/chat/completions"))
         .header("content-type", "application/json")
@@ -649,13 +653,11 @@ async fn a_long_tool_call_keeps_the_stream_alive() {
         }
     })
     .await;
-    let config = format!(
-        "{}{}{}",
-        fast_server(),
-        http_tool("Slow", &format!("http://{}/", tool.addr), 10.0),
-        provider(&upstream.url(), "passthrough", &["Slow"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&http_tool("Slow", &format!("http://{}/", tool.addr), 10.0))
+        .agent(&upstream.url(), "passthrough", &["Slow"], "")
+        .start()
+        .await;
     let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
     let text = r.text();
     check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{text}"));

@@ -12,9 +12,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::agent::{calls_sse, last_role, messages, provider, sse, stream_request, text_sse};
+use common::agent::{calls_sse, last_role, messages, sse, stream_request, text_sse};
 use common::installed::{node_dir, python};
-use common::{Mock, TestGateway, fast_server, get, post};
+use common::{Mock, TestConfig, TestGateway, get, post};
 use conformance::{Expect, check_stream};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
@@ -120,13 +120,14 @@ async fn time_server_over_stdio_offers_its_allowed_tools_under_a_prefix() {
         }
     })
     .await;
-    let config = format!(
-        "{}[[mcp_servers]]\nname = \"time\"\ncommand = [{}, \"-m\", \"mcp_server_time\", \"--local-timezone=UTC\"]\nallowed_tools = [\"get_current_time\"]\nprefix = \"time_\"\ntimeout_secs = 20\n{}",
-        fast_server(),
-        toml_str(&python()),
-        provider(&upstream.url(), "passthrough", &["time"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&format!(
+            "[[mcp_servers]]\nname = \"time\"\ncommand = [{}, \"-m\", \"mcp_server_time\", \"--local-timezone=UTC\"]\nallowed_tools = [\"get_current_time\"]\nprefix = \"time_\"\ntimeout_secs = 20\n",
+            toml_str(&python())
+        ))
+        .agent(&upstream.url(), "passthrough", &["time"], "")
+        .start()
+        .await;
     readyz(&gw, true, Duration::from_secs(30)).await;
 
     let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
@@ -175,12 +176,13 @@ async fn everything_server_over_http_runs_calls_in_parallel_with_a_timeout() {
         }
     })
     .await;
-    let config = format!(
-        "{}[[mcp_servers]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"ev_\"\nallowed_tools = [\"echo\", \"get-sum\", \"trigger-long-running-operation\"]\ntimeout_secs = 1.5\n{}",
-        fast_server(),
-        provider(&upstream.url(), "passthrough", &["everything"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&format!(
+            "[[mcp_servers]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"ev_\"\nallowed_tools = [\"echo\", \"get-sum\", \"trigger-long-running-operation\"]\ntimeout_secs = 1.5\n"
+        ))
+        .agent(&upstream.url(), "passthrough", &["everything"], "")
+        .start()
+        .await;
     readyz(&gw, true, Duration::from_secs(30)).await;
 
     let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
@@ -234,12 +236,13 @@ async fn a_killed_server_fails_its_call_and_is_used_again_once_back() {
         }
     })
     .await;
-    let config = format!(
-        "{}[[mcp_servers]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_secs = 60\n{}",
-        fast_server(),
-        provider(&upstream.url(), "passthrough", &["everything"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&format!(
+            "[[mcp_servers]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_secs = 60\n"
+        ))
+        .agent(&upstream.url(), "passthrough", &["everything"], "")
+        .start()
+        .await;
     readyz(&gw, true, Duration::from_secs(30)).await;
 
     let slow = json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
@@ -327,19 +330,15 @@ fn toolgate_tools_lists_each_servers_tools_and_names_the_one_that_failed() {
 #[tokio::test]
 async fn a_down_server_says_why_in_one_line() {
     let upstream = Mock::start(|_| sse(text_sse("never"))).await;
-    let config = format!(
-        "{}[[mcp_servers]]\nname = \"missing\"\ncommand = [{}, \"-m\", \"toolgate_no_such_module\"]\n[[mcp_servers]]\nname = \"unreachable\"\nurl = \"http://127.0.0.1:{}/mcp\"\n{}",
-        fast_server(),
-        toml_str(&python()),
-        free_port(),
-        provider(
-            &upstream.url(),
-            "passthrough",
-            &["missing", "unreachable"],
-            ""
-        )
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&format!(
+            "[[mcp_servers]]\nname = \"missing\"\ncommand = [{}, \"-m\", \"toolgate_no_such_module\"]\n[[mcp_servers]]\nname = \"unreachable\"\nurl = \"http://127.0.0.1:{}/mcp\"\n",
+            toml_str(&python()),
+            free_port()
+        ))
+        .agent(&upstream.url(), "passthrough", &["missing", "unreachable"], "")
+        .start()
+        .await;
     let mut body = String::new();
     for _ in 0..100 {
         body = get(&gw.url("/readyz")).await.text();
@@ -377,15 +376,16 @@ async fn hostile_listings_are_bounded_and_retried_with_growing_backoff() {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let starts = dir.join("starts");
-        let config = format!(
-            "{}[[mcp_servers]]\nname = \"hostile\"\ncommand = [{}, {}, \"{mode}\", {}]\n{}",
-            fast_server(),
-            toml_str(&python()),
-            toml_str(&script),
-            toml_str(&starts),
-            provider(&upstream.url(), "passthrough", &["hostile"], "")
-        );
-        let gw = TestGateway::start(&config).await;
+        let gw = TestConfig::new()
+            .raw(&format!(
+                "[[mcp_servers]]\nname = \"hostile\"\ncommand = [{}, {}, \"{mode}\", {}]\n",
+                toml_str(&python()),
+                toml_str(&script),
+                toml_str(&starts)
+            ))
+            .agent(&upstream.url(), "passthrough", &["hostile"], "")
+            .start()
+            .await;
         let down = readyz(&gw, false, Duration::from_secs(20)).await;
         assert!(down.contains(reason), "{mode}: {down}");
         assert!(down.contains("retrying in"), "{mode}: {down}");
@@ -413,12 +413,13 @@ async fn a_server_restarted_while_idle_gets_a_new_session() {
         }
     })
     .await;
-    let config = format!(
-        "{}[[mcp_servers]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_secs = 2\n{}",
-        fast_server(),
-        provider(&upstream.url(), "passthrough", &["everything"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&format!(
+            "[[mcp_servers]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_secs = 2\n"
+        ))
+        .agent(&upstream.url(), "passthrough", &["everything"], "")
+        .start()
+        .await;
     readyz(&gw, true, Duration::from_secs(30)).await;
     let call = || async {
         let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
@@ -471,11 +472,12 @@ async fn a_reload_of_a_server_entry_lets_its_running_calls_finish() {
     })
     .await;
     let config = |timeout: u32| {
-        format!(
-            "{}[[mcp_servers]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_secs = {timeout}\n{}",
-            fast_server(),
-            provider(&upstream.url(), "passthrough", &["everything"], "")
-        )
+        TestConfig::new()
+            .raw(&format!(
+                "[[mcp_servers]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_secs = {timeout}\n"
+            ))
+            .agent(&upstream.url(), "passthrough", &["everything"], "")
+            .toml()
     };
     let gw = TestGateway::start(&config(60)).await;
     readyz(&gw, true, Duration::from_secs(30)).await;

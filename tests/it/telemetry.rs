@@ -12,10 +12,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::agent::{calls_sse, last_role, provider, sse, stream_request, text_sse};
+use common::agent::{calls_sse, last_role, sse, stream_request, text_sse};
 use common::binary::Binary;
 use common::installed::python;
-use common::{Mock, Reply, fast_server, get, send};
+use common::{Mock, Reply, TestConfig, get, send};
 use http::Request;
 use http_body_util::Full;
 use serde_json::{Value, json};
@@ -182,13 +182,14 @@ async fn a_gateway_tools_answer_is_one_trace_and_every_hop_continues_it() {
     })
     .await;
     let tool = Mock::start(|_| Reply::json("\"sunny\"")).await;
-    let config = format!(
-        "{}{}[[mcp_servers]]\nname = \"traced\"\nurl = \"http://127.0.0.1:{mcp_port}/mcp\"\n\n[[http_tools]]\nname = \"lookup\"\ndescription = \"Looks up a place\"\nurl = \"{}/lookup\"\nparameters = {{ type = \"object\", properties = {{ location = {{ type = \"string\" }} }} }}\n\n{}",
-        fast_server(),
-        telemetry(&receiver.endpoint(), ""),
-        tool.url(),
-        provider(&upstream.url(), "passthrough", &["traced", "lookup"], "")
-    );
+    let config = TestConfig::new()
+        .raw(&telemetry(&receiver.endpoint(), ""))
+        .raw(&format!(
+            "[[mcp_servers]]\nname = \"traced\"\nurl = \"http://127.0.0.1:{mcp_port}/mcp\"\n\n[[http_tools]]\nname = \"lookup\"\ndescription = \"Looks up a place\"\nurl = \"{}/lookup\"\nparameters = {{ type = \"object\", properties = {{ location = {{ type = \"string\" }} }} }}\n\n",
+            tool.url()
+        ))
+        .agent(&upstream.url(), "passthrough", &["traced", "lookup"], "")
+        .toml();
     let gateway = Binary::start(&config, &[("TOOLGATE_LOG", "info")]);
     // The MCP server is listed once it is up.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -351,15 +352,16 @@ async fn attempts_sampling_and_content() {
     let receiver = Receiver::start();
     let upstream = Mock::start(|_| sse(text_sse("Hello."))).await;
     let refused = free_port();
-    let config = format!(
-        "{}{}[[providers]]\nname = \"two\"\nmodels = [\"m\"]\ntargets = [{{ name = \"down\", base_url = \"http://127.0.0.1:{refused}/v1\" }}, {{ name = \"up\", base_url = \"{}\" }}]\n[providers.retry]\nattempts = 2\nbackoff_ms = 1\n",
-        fast_server(),
-        telemetry(
+    let config = TestConfig::new()
+        .raw(&telemetry(
             &receiver.endpoint(),
-            "sample_ratio = 0.0\ncapture_content = true"
-        ),
-        upstream.url()
-    );
+            "sample_ratio = 0.0\ncapture_content = true",
+        ))
+        .raw(&format!(
+            "[[providers]]\nname = \"two\"\nmodels = [\"m\"]\ntargets = [{{ name = \"down\", base_url = \"http://127.0.0.1:{refused}/v1\" }}, {{ name = \"up\", base_url = \"{}\" }}]\n[providers.retry]\nattempts = 2\nbackoff_ms = 1\n",
+            upstream.url()
+        ))
+        .toml();
     let gateway = Binary::start(&config, &[]);
     let unsampled = post_traced(
         &gateway.url("/v1/chat/completions"),
@@ -413,12 +415,10 @@ async fn attempts_sampling_and_content() {
 async fn a_collector_that_is_down_is_counted_not_waited_for() {
     let upstream = Mock::start(|_| sse(text_sse("Hello."))).await;
     let refused = free_port();
-    let config = format!(
-        "{}{}{}",
-        fast_server(),
-        telemetry(&format!("http://127.0.0.1:{refused}"), ""),
-        provider(&upstream.url(), "passthrough", &[], "")
-    );
+    let config = TestConfig::new()
+        .raw(&telemetry(&format!("http://127.0.0.1:{refused}"), ""))
+        .agent(&upstream.url(), "passthrough", &[], "")
+        .toml();
     let gateway = Binary::start(&config, &[]);
     for _ in 0..3 {
         let r = post_traced(
@@ -453,11 +453,9 @@ async fn a_collector_that_is_down_is_counted_not_waited_for() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_telemetry_a_client_traceparent_passes_untouched() {
     let upstream = Mock::start(|_| sse(text_sse("Hello."))).await;
-    let config = format!(
-        "{}{}",
-        fast_server(),
-        provider(&upstream.url(), "passthrough", &[], "")
-    );
+    let config = TestConfig::new()
+        .agent(&upstream.url(), "passthrough", &[], "")
+        .toml();
     let gateway = Binary::start(&config, &[]);
     let client = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
     let r = post_traced(
@@ -499,18 +497,16 @@ async fn a_natural_repair_is_a_span_with_the_fallback_chat_under_it() {
         )
     })
     .await;
-    let config = format!(
-        "{}{}{}{}",
-        fast_server(),
-        telemetry(&receiver.endpoint(), ""),
-        common::provider_toml(
+    let config = TestConfig::new()
+        .raw(&telemetry(&receiver.endpoint(), ""))
+        .provider(
             "nat",
             &model.url(),
             "[\"*\"]",
-            "[providers.tools]\nmode = \"natural\"\non_invalid = \"fallback\"\nfallback = \"fb/small\"\n"
-        ),
-        common::provider_toml("fb", &fallback.url(), "[]", "")
-    );
+            "[providers.tools]\nmode = \"natural\"\non_invalid = \"fallback\"\nfallback = \"fb/small\"\n",
+        )
+        .provider("fb", &fallback.url(), "[]", "")
+        .toml();
     let gateway = Binary::start(&config, &[]);
     let body = json!({
         "model": "m", "stream": true,

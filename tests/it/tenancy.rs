@@ -15,7 +15,7 @@ use bytes::Bytes;
 use common::agent::{sse, text_sse, text_then_calls_sse};
 use common::binary::Binary;
 use common::postgres::Postgres;
-use common::{Collected, Mock, Recorded, TestGateway, fast_server};
+use common::{Collected, Mock, Recorded, TestConfig, TestGateway};
 use http::{Method, Request};
 use http_body_util::Full;
 use proptest::prelude::*;
@@ -390,13 +390,14 @@ async fn steps_and_chats_stay_with_their_key_across_replicas() {
 
 /// A provider offering two gateway tools, in front of `model`.
 fn policy_config(model: &Mock) -> String {
-    format!(
-        "{}{AUTH}\
-         [[server.auth.keys]]\nname = \"narrow\"\nkey_env = \"TENANCY_TEST_NARROW\"\nmodels = [\"m\", \"gpt-*\"]\ngateway_tools = [\"builtin:clock\"]\n\
-         [[providers]]\nname = \"up\"\nbase_url = \"{}\"\nmodels = [\"*\"]\n[providers.tools]\ngateway_tools = [\"builtin:clock\", \"builtin:calculator\"]\n",
-        fast_server(),
-        model.url()
-    )
+    TestConfig::new()
+        .raw(AUTH)
+        .raw("[[server.auth.keys]]\nname = \"narrow\"\nkey_env = \"TENANCY_TEST_NARROW\"\nmodels = [\"m\", \"gpt-*\"]\ngateway_tools = [\"builtin:clock\"]\n")
+        .up(
+            &model.url(),
+            "[providers.tools]\ngateway_tools = [\"builtin:clock\", \"builtin:calculator\"]",
+        )
+        .toml()
 }
 
 /// The per-key policy at each door: a model outside the key's globs is a
@@ -575,12 +576,17 @@ const TENANT_KEYS: [&str; 3] = ["key-a-1", "key-b-1", "key-c-1"];
 async fn interleave(ops: Vec<Op>) -> Result<(), String> {
     keys();
     let model = echo_model().await;
-    let gw = TestGateway::start(&format!(
-        "{}{AUTH}[store]\nurl = \"sqlite::memory:\"\nrecord = \"all\"\n[[providers]]\nname = \"up\"\nbase_url = \"{}\"\nmodels = [\"m\"]\n[providers.tools]\ngateway_tools = [\"builtin:calculator\"]\n",
-        fast_server(),
-        model.url()
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .raw(AUTH)
+        .raw("[store]\nurl = \"sqlite::memory:\"\nrecord = \"all\"\n")
+        .provider(
+            "up",
+            &model.url(),
+            "[\"m\"]",
+            "[providers.tools]\ngateway_tools = [\"builtin:calculator\"]",
+        )
+        .start()
+        .await;
     let mark = |t: usize, n: usize| format!("MARK{t}x{n}");
     // What every tenant learned: chat ids, response ids, call turns.
     let chats: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -735,12 +741,11 @@ proptest! {
 #[tokio::test]
 async fn the_markers_would_show_a_leak() {
     let model = echo_model().await;
-    let gw = TestGateway::start(&format!(
-        "{}[store]\nurl = \"sqlite::memory:\"\n[[providers]]\nname = \"up\"\nbase_url = \"{}\"\nmodels = [\"m\"]\n",
-        fast_server(),
-        model.url()
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .raw("[store]\nurl = \"sqlite::memory:\"\n")
+        .provider("up", &model.url(), "[\"m\"]", "")
+        .start()
+        .await;
     let first = post(
         &gw.url("/v1/responses"),
         "any",

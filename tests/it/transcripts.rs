@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::agent::{calls_sse, last_role, sse, text_sse};
-use common::{Mock, Reply, TestGateway, fast_server, get, post};
+use common::{Mock, Reply, TestConfig, TestGateway, get, post};
 use serde_json::{Value, json};
 
 fn demo_agent(store: &str) -> String {
-    format!(
-        "{}{store}\n[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]\n",
-        fast_server()
-    )
+    TestConfig::new()
+        .raw(store)
+        .demo("chunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]")
+        .toml()
 }
 
 fn sqlite_file(name: &str) -> String {
@@ -123,12 +123,11 @@ async fn turns_without_the_header_land_in_one_chat() {
         }
     })
     .await;
-    let config = format!(
-        "{}[store]\nurl = \"sqlite::memory:\"\n[[providers]]\nname = \"up\"\nbase_url = \"{}\"\nmodels = [\"m\"]\n",
-        fast_server(),
-        upstream.url()
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw("[store]\nurl = \"sqlite::memory:\"\n")
+        .provider("up", &upstream.url(), "[\"m\"]", "")
+        .start()
+        .await;
     let tools = json!([{"type": "function", "function": {"name": "GetWeather", "parameters": {"type": "object"}}}]);
     let mut history = vec![json!({"role": "user", "content": "Weather in Paris?"})];
     let mut ids = Vec::new();
@@ -185,12 +184,11 @@ async fn conversations_alike_are_never_crossed() {
         }
     })
     .await;
-    let config = format!(
-        "{}[store]\nurl = \"sqlite::memory:\"\nrecord = \"all\"\n[[providers]]\nname = \"up\"\nbase_url = \"{}\"\nmodels = [\"m\"]\n",
-        fast_server(),
-        upstream.url()
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw("[store]\nurl = \"sqlite::memory:\"\nrecord = \"all\"\n")
+        .provider("up", &upstream.url(), "[\"m\"]", "")
+        .start()
+        .await;
     let chat_of =
         |r: &common::Collected| r.headers["x-toolgate-chat-id"].to_str().unwrap().to_owned();
     let ask = |history: Value| {
@@ -270,11 +268,11 @@ async fn conversations_alike_are_never_crossed() {
 
 #[tokio::test]
 async fn redaction_record_and_the_header() {
-    let config = format!(
-        "{}[store]\nurl = \"sqlite::memory:\"\nredact = [\"$.messages[*].content\", \"$.messages[*].tool_calls[*].function.arguments\"]\n[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\n",
-        fast_server()
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw("[store]\nurl = \"sqlite::memory:\"\nredact = [\"$.messages[*].content\", \"$.messages[*].tool_calls[*].function.arguments\"]\n")
+        .demo("chunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"")
+        .start()
+        .await;
     // No tools: `record = "tools"` leaves it out.
     let plain = json!({"model": "demo", "messages": [{"role": "user", "content": "hello"}]});
     let r = post(&gw.url("/v1/chat/completions"), &plain.to_string()).await;
@@ -321,13 +319,19 @@ async fn the_events_endpoint_replays_then_streams_a_call_as_it_runs() {
         }
     })
     .await;
-    let config = format!(
-        "{}[store]\nurl = \"sqlite::memory:\"\n[[http_tools]]\nname = \"Slow\"\nurl = \"http://{}/\"\n[[providers]]\nname = \"up\"\nbase_url = \"{}\"\nmodels = [\"m\"]\n[providers.tools]\ngateway_tools = [\"Slow\"]\n",
-        fast_server(),
-        tool.addr,
-        upstream.url()
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&format!(
+            "[store]\nurl = \"sqlite::memory:\"\n[[http_tools]]\nname = \"Slow\"\nurl = \"http://{}/\"\n",
+            tool.addr
+        ))
+        .provider(
+            "up",
+            &upstream.url(),
+            "[\"m\"]",
+            "[providers.tools]\ngateway_tools = [\"Slow\"]",
+        )
+        .start()
+        .await;
     let chat = "live-chat";
     // The viewer is there before the answer starts.
     let events_url = gw.url(&format!("/toolgate/api/chats/{chat}/events"));
@@ -426,11 +430,7 @@ async fn replayed(gw: &TestGateway, chat: &str) -> String {
 
 #[tokio::test]
 async fn without_a_store_the_api_says_so() {
-    let config = format!(
-        "{}[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\n",
-        fast_server()
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new().demo("").start().await;
     let r = get(&gw.url("/toolgate/api/chats")).await;
     assert_eq!(r.status, 404);
     assert!(
@@ -560,14 +560,15 @@ async fn an_answer_cut_while_a_call_runs_is_recorded_as_cut() {
     })
     .await;
     let upstream = Mock::start(|_| sse(calls_sse(&[("Slow", "{}")]))).await;
-    let config = format!(
-        "{}[store]\nurl = \"{}\"\n[[http_tools]]\nname = \"Slow\"\ndescription = \"slow\"\nurl = \"http://{}/\"\ntimeout_secs = 60\nparameters = {{ type = \"object\" }}\n{}",
-        fast_server(),
-        sqlite_file("cut"),
-        tool.addr,
-        common::agent::provider(&upstream.url(), "passthrough", &["Slow"], "")
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&format!(
+            "[store]\nurl = \"{}\"\n[[http_tools]]\nname = \"Slow\"\ndescription = \"slow\"\nurl = \"http://{}/\"\ntimeout_secs = 60\nparameters = {{ type = \"object\" }}\n",
+            sqlite_file("cut"),
+            tool.addr
+        ))
+        .agent(&upstream.url(), "passthrough", &["Slow"], "")
+        .start()
+        .await;
     let request = http::Request::post(gw.url("/v1/chat/completions"))
         .header("content-type", "application/json")
         .body(http_body_util::Full::new(Bytes::from(

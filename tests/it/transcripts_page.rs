@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::agent::{calls_sse, last_role, sse, text_sse};
-use common::{Mock, Reply, TestGateway, fast_server, post};
+use common::{Mock, Reply, TestConfig, post};
 use serde_json::json;
 
 fn chromium() -> PathBuf {
@@ -77,15 +77,20 @@ async fn the_page_shows_calls_results_and_text_and_never_runs_markup() {
         }
     })
     .await;
-    let config = format!(
-        "{}[store]\nurl = \"sqlite::memory:\"\n[[http_tools]]\nname = \"Echo\"\nurl = \"http://{}/\"\n\
-         [[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]\n\
-         [[providers]]\nname = \"up\"\nbase_url = \"{}\"\nmodels = [\"m\"]\n[providers.tools]\ngateway_tools = [\"Echo\"]\n",
-        fast_server(),
-        tool.addr,
-        upstream.url()
-    );
-    let gw = TestGateway::start(&config).await;
+    let gw = TestConfig::new()
+        .raw(&format!(
+            "[store]\nurl = \"sqlite::memory:\"\n[[http_tools]]\nname = \"Echo\"\nurl = \"http://{}/\"\n",
+            tool.addr
+        ))
+        .demo("chunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]")
+        .provider(
+            "up",
+            &upstream.url(),
+            "[\"m\"]",
+            "[providers.tools]\ngateway_tools = [\"Echo\"]",
+        )
+        .start()
+        .await;
     let ask = |model: &str, text: &str| {
         json!({"model": model, "stream": true, "messages": [{"role": "user", "content": text}]})
             .to_string()
