@@ -59,26 +59,6 @@ async fn natural_model(reply: &'static str) -> Mock {
     .await
 }
 
-/// A gateway with `mock` as natural provider `up` (every model).
-async fn natural_gateway(mock: &Mock) -> TestGateway {
-    TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml(
-            "up",
-            &mock.url(),
-            "[\"*\"]",
-            "[providers.tools]\nmode = \"natural\""
-        )
-    ))
-    .await
-}
-
-/// The embedded default config: model `demo`, natural mode.
-async fn demo_gateway() -> TestGateway {
-    TestGateway::start(toolgate::config::EMBEDDED_DEFAULT).await
-}
-
 fn base_url(gw: &TestGateway) -> String {
     gw.url("/v1")
 }
@@ -184,7 +164,7 @@ fn function_calls(resp: &CreateChatCompletionResponse) -> Vec<(String, String, V
 #[tokio::test]
 async fn rust_async_openai_non_streaming_tool_call() {
     let mock = natural_model(SEED_REPLY).await;
-    let gw = natural_gateway(&mock).await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let client = rust_client(&gw);
     let resp = client
         .chat()
@@ -215,7 +195,7 @@ async fn rust_async_openai_non_streaming_tool_call() {
 #[tokio::test]
 async fn rust_async_openai_streams_two_tool_calls() {
     let mock = natural_model(TWO_CALLS_REPLY).await;
-    let gw = natural_gateway(&mock).await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let client = rust_client(&gw);
     let out = rust_stream(
         &client,
@@ -455,7 +435,7 @@ fn assert_seed_call(result: &Value) {
 #[tokio::test]
 async fn python_create_stream_accumulates_tool_call_deltas() {
     let mock = natural_model(SEED_REPLY).await;
-    let gw = natural_gateway(&mock).await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let run = python_run("create_stream", &base_url(&gw), UP_MODEL).await;
     let r = run.success();
     assert_seed_call(r);
@@ -465,7 +445,7 @@ async fn python_create_stream_accumulates_tool_call_deltas() {
 #[tokio::test]
 async fn python_stream_helper_get_final_completion() {
     let mock = natural_model(SEED_REPLY).await;
-    let gw = natural_gateway(&mock).await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let run = python_run("stream_helper", &base_url(&gw), UP_MODEL).await;
     let r = run.success();
     assert_seed_call(r);
@@ -628,7 +608,7 @@ async fn python_agents_sdk_runs_a_tool_loop_to_the_end() {
 #[tokio::test]
 async fn node_stream_helper_final_chat_completion() {
     let mock = natural_model(SEED_REPLY).await;
-    let gw = natural_gateway(&mock).await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let run = node_run("stream_helper", &base_url(&gw), UP_MODEL).await;
     let r = run.success();
     assert_seed_call(r);
@@ -738,12 +718,10 @@ async fn broken_gateway() -> (Mock, TestGateway) {
         Reply::sse(&[&broken_sse(fault)], Duration::ZERO)
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml("raw", &mock.url(), "[\"broken-*\"]", "")
-    ))
-    .await;
+    let gw = TestConfig::new()
+        .provider("raw", &mock.url(), "[\"broken-*\"]", "")
+        .start()
+        .await;
     (mock, gw)
 }
 
@@ -850,7 +828,7 @@ async fn a_broken_emitter_fails_the_checker_and_real_clients() {
 #[tokio::test]
 async fn the_same_clients_accept_toolgates_rewrite_of_two_calls() {
     let mock = natural_model(TWO_CALLS_REPLY).await;
-    let gw = natural_gateway(&mock).await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let url = base_url(&gw);
     let body = json!({"model": UP_MODEL, "stream": true,
         "messages": [{"role": "user", "content": "hi"}],
@@ -894,7 +872,7 @@ fn assert_anthropic_seed_call(r: &Value) {
 #[tokio::test]
 async fn python_anthropic_messages_create_with_tools_through_the_mock() {
     let mock = natural_model(SEED_REPLY).await;
-    let gw = natural_gateway(&mock).await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let run = python_run("anthropic_create", &base_url(&gw), UP_MODEL).await;
     let r = run.success();
     assert_anthropic_seed_call(r);
@@ -903,7 +881,7 @@ async fn python_anthropic_messages_create_with_tools_through_the_mock() {
 #[tokio::test]
 async fn python_anthropic_messages_stream_final_message() {
     let mock = natural_model(SEED_REPLY).await;
-    let gw = natural_gateway(&mock).await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let run = python_run("anthropic_stream", &base_url(&gw), UP_MODEL).await;
     let r = run.success();
     assert_anthropic_seed_call(r);
@@ -936,7 +914,7 @@ async fn python_anthropic_tool_loop_against_the_demo_model() {
 #[tokio::test]
 async fn node_anthropic_streams_a_tool_call() {
     let mock = natural_model(SEED_REPLY).await;
-    let gw = natural_gateway(&mock).await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let run = node_run("anthropic_stream", &base_url(&gw), UP_MODEL).await;
     let r = run.success();
     assert_anthropic_seed_call(r);

@@ -8,7 +8,7 @@ use crate::common;
 use crate::conformance;
 
 use bytes::Bytes;
-use common::{Mock, Reply, TestGateway, post, provider_toml, send};
+use common::{Mock, Reply, TestGateway, demo_gateway, post, provider_toml, send};
 use conformance::messages::check_messages;
 use http::Request;
 use http_body_util::Full;
@@ -19,10 +19,6 @@ fn weather() -> Value {
         "input_schema": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}})
 }
 
-async fn demo() -> TestGateway {
-    TestGateway::start(toolgate::config::EMBEDDED_DEFAULT).await
-}
-
 fn ask() -> Value {
     json!({"model": "demo", "max_tokens": 256, "system": "Be brief.",
         "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
@@ -31,7 +27,7 @@ fn ask() -> Value {
 
 #[tokio::test]
 async fn natural_mode_streams_a_tool_use_block_and_the_loop_ends() {
-    let gw = demo().await;
+    let gw = demo_gateway().await;
     let mut body = ask();
     body["stream"] = json!(true);
     let r = post(&gw.url("/v1/messages"), &body.to_string()).await;
@@ -61,7 +57,7 @@ async fn natural_mode_streams_a_tool_use_block_and_the_loop_ends() {
 
 #[tokio::test]
 async fn natural_mode_message_object() {
-    let gw = demo().await;
+    let gw = demo_gateway().await;
     let r = post(&gw.url("/v1/messages"), &ask().to_string()).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let m = r.json();
@@ -82,7 +78,7 @@ async fn natural_mode_message_object() {
 
 #[tokio::test]
 async fn gateway_tools_are_mcp_blocks() {
-    let gw = demo().await;
+    let gw = demo_gateway().await;
     let body = json!({"model": "demo-agent", "max_tokens": 256, "stream": true,
         "messages": [{"role": "user", "content": "Ask the calculator: what is `(2 + 3) * 7`?"}]});
     let r = post(&gw.url("/v1/messages"), &body.to_string()).await;
@@ -108,7 +104,7 @@ async fn gateway_tools_are_mcp_blocks() {
 
 #[tokio::test]
 async fn errors_take_anthropic_shape() {
-    let gw = demo().await;
+    let gw = demo_gateway().await;
     let mut body = ask();
     body["container"] = json!("c1");
     let r = post(&gw.url("/v1/messages"), &body.to_string()).await;

@@ -60,20 +60,6 @@ async fn model(reply: &str, piece_chars: usize, usage: Option<Value>) -> Mock {
     .await
 }
 
-async fn gateway(mock: &Mock, tools_extra: &str) -> TestGateway {
-    TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml(
-            "up",
-            &mock.url(),
-            "[\"*\"]",
-            &format!("[providers.tools]\nmode = \"natural\"\n{tools_extra}")
-        )
-    ))
-    .await
-}
-
 async fn stream(gw: &TestGateway, body: &str, opts: &Expect) -> (Collected, StreamSummary) {
     let r = post(&gw.url("/v1/chat/completions"), body).await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -109,7 +95,7 @@ fn is_call_id(id: &str) -> bool {
 #[tokio::test]
 async fn seed_weather_example_streams_one_native_call() {
     let mock = model(SEED_REPLY, 7, None).await;
-    let gw = gateway(&mock, "").await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let (r, s) = stream(&gw, &chat(true, json!({})), &Expect::default()).await;
     let c = s.choice();
     assert_eq!(c.content.trim_end(), SEED_TEXT, "{}", r.text());
@@ -144,7 +130,10 @@ async fn one_char_pieces_give_the_same_summary() {
     for reply in [SEED_REPLY, UNICODE_REPLY] {
         let coarse = model(reply, 9, None).await;
         let fine = model(reply, 1, None).await;
-        let (gw1, gw2) = (gateway(&coarse, "").await, gateway(&fine, "").await);
+        let (gw1, gw2) = (
+            tools_gateway(&coarse, "natural", "").await,
+            tools_gateway(&fine, "natural", "").await,
+        );
         let (_, a) = stream(&gw1, &chat(true, json!({})), &Expect::default()).await;
         let (_, b) = stream(&gw2, &chat(true, json!({})), &Expect::default()).await;
         assert_eq!(a.without_ids(), b.without_ids());
@@ -175,10 +164,10 @@ async fn byte_splits_anywhere_give_the_same_summary() {
         raw_sse_reply(&body, &cuts, delay)
     })
     .await;
-    let gw = Arc::new(gateway(&mock, "").await);
+    let gw = Arc::new(tools_gateway(&mock, "natural", "").await);
 
     let whole = model(UNICODE_REPLY, 40, None).await;
-    let gw_whole = gateway(&whole, "").await;
+    let gw_whole = tools_gateway(&whole, "natural", "").await;
     let (_, expected) = stream(&gw_whole, &chat(true, json!({})), &Expect::default()).await;
     let expected = expected.without_ids();
     let c = expected.choice();
@@ -228,7 +217,7 @@ async fn byte_splits_anywhere_give_the_same_summary() {
 async fn two_calls_with_text_between_and_after() {
     let reply = "Let me check the weather first.\n\n<GetWeather>\n```json\n{\"location\": \"Paris, France\", \"unit\": \"celsius\"}\n```\n</GetWeather>\n\nAnd now the table.\n\n<BookRestaurant>\n```json\n{\"restaurantName\": \"Chez Paul\", \"date\": \"2025-05-15\", \"time\": \"19:00\", \"numberOfPeople\": 4}\n```\n</BookRestaurant>\n\nDone with both.";
     let mock = model(reply, 6, None).await;
-    let gw = gateway(&mock, "").await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let (r, s) = stream(&gw, &chat(true, json!({})), &Expect::default()).await;
     let c = s.choice();
     assert_eq!(c.calls.len(), 2, "{}", r.text());
@@ -269,7 +258,7 @@ async fn two_calls_with_text_between_and_after() {
 #[tokio::test]
 async fn non_streaming_completion_gets_native_calls() {
     let mock = model(SEED_REPLY, 7, None).await;
-    let gw = gateway(&mock, "").await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let v = complete(&gw, &chat(false, json!({}))).await;
     assert_eq!(v["id"], UP_ID);
     assert_eq!(v["model"], UP_MODEL);
@@ -296,7 +285,7 @@ async fn non_streaming_completion_gets_native_calls() {
 async fn non_streaming_content_is_null_when_only_whitespace_remains() {
     let reply = "\n \n<GetWeather>\n```json\n{\"location\": \"Oslo\"}\n```\n</GetWeather>\n\t\n";
     let mock = model(reply, 7, None).await;
-    let gw = gateway(&mock, "").await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let v = complete(&gw, &chat(false, json!({}))).await;
     let msg = &v["choices"][0]["message"];
     assert_eq!(msg["content"], Value::Null, "{v:#}");
@@ -314,7 +303,7 @@ async fn non_streaming_content_is_null_when_only_whitespace_remains() {
 async fn usage_chunk_only_when_asked_and_last() {
     let usage = json!({"prompt_tokens": 11, "completion_tokens": 22, "total_tokens": 33});
     let mock = model(SEED_REPLY, 7, Some(usage.clone())).await;
-    let gw = gateway(&mock, "").await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let asked = chat(true, json!({"stream_options": {"include_usage": true}}));
     let (r, s) = stream(&gw, &asked, &Expect::usage()).await;
     assert_eq!(s.usage, Some(usage));
@@ -331,7 +320,7 @@ async fn usage_chunk_only_when_asked_and_last() {
 #[tokio::test]
 async fn upstream_gets_contracts_instead_of_tools() {
     let mock = model(SEED_REPLY, 7, None).await;
-    let gw = gateway(&mock, "").await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let req = chat(
         true,
         json!({"tool_choice": "auto", "temperature": 0.25, "x_vendor": {"top_k": 40}}),
@@ -366,7 +355,7 @@ async fn upstream_gets_contracts_instead_of_tools() {
 #[tokio::test]
 async fn tool_choice_none_passes_the_reply_through_unparsed() {
     let mock = model(SEED_REPLY, 7, None).await;
-    let gw = gateway(&mock, "").await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let (_, s) = stream(
         &gw,
         &chat(true, json!({"tool_choice": "none"})),
@@ -391,7 +380,7 @@ const SCHEMA_VIOLATION_REPLY: &str =
 
 async fn assert_invalid_is_an_error(reply: &str) {
     let mock = model(reply, 5, None).await;
-    let gw = gateway(&mock, "on_invalid = \"error\"").await;
+    let gw = tools_gateway(&mock, "natural", "on_invalid = \"error\"").await;
     let (r, s) = stream(&gw, &chat(true, json!({})), &Expect::error()).await;
     let error = s
         .error
@@ -415,7 +404,7 @@ async fn assert_invalid_is_an_error(reply: &str) {
 
 async fn assert_invalid_is_text(reply: &str, raw_block: &str) {
     let mock = model(reply, 5, None).await;
-    let gw = gateway(&mock, "on_invalid = \"text\"").await;
+    let gw = tools_gateway(&mock, "natural", "on_invalid = \"text\"").await;
     let (_, s) = stream(&gw, &chat(true, json!({})), &Expect::default()).await;
     let c = s.choice();
     assert!(c.calls.is_empty(), "{c:?}");
@@ -450,7 +439,7 @@ async fn schema_violation_is_invalid() {
 async fn parallel_tool_calls_false_keeps_only_the_first_call() {
     let reply = "Two cities.\n\n<GetWeather>\n```json\n{\"location\": \"Paris\"}\n```\n</GetWeather>\n<GetWeather>\n```json\n{\"location\": \"Rome\"}\n```\n</GetWeather>";
     let mock = model(reply, 8, None).await;
-    let gw = gateway(&mock, "").await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let req = chat(true, json!({"parallel_tool_calls": false}));
     let (_, s) = stream(&gw, &req, &Expect::default()).await;
     let c = s.choice();
@@ -479,7 +468,7 @@ async fn parallel_tool_calls_false_keeps_only_the_first_call() {
 async fn tool_call_syntax() {
     let reply = "On it.\n<tool_call name=\"GetWeather\">\n{\"location\": \"Lyon\", \"unit\": \"celsius\"}\n</tool_call>";
     let mock = model(reply, 4, None).await;
-    let gw = gateway(&mock, "syntax = \"tool_call\"").await;
+    let gw = tools_gateway(&mock, "natural", "syntax = \"tool_call\"").await;
     let (_, s) = stream(&gw, &chat(true, json!({})), &Expect::default()).await;
     let c = s.choice();
     assert_eq!(c.content.trim_end(), "On it.");
@@ -500,7 +489,7 @@ async fn tool_call_syntax() {
 async fn bracket_syntax_shows_the_description_and_hides_the_json() {
     let reply = "Sure. [Checking the weather in Nice]{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Nice\"}}";
     let mock = model(reply, 3, None).await;
-    let gw = gateway(&mock, "syntax = \"bracket\"").await;
+    let gw = tools_gateway(&mock, "natural", "syntax = \"bracket\"").await;
     let (_, s) = stream(&gw, &chat(true, json!({})), &Expect::default()).await;
     let c = s.choice();
     assert!(
@@ -622,7 +611,7 @@ async fn multi_line_upstream_events_are_reframed() {
         multi.push('\n');
     }
     let mock = Mock::start(move |_| Reply::sse(&[&multi], Duration::ZERO)).await;
-    let gw = gateway(&mock, "").await;
+    let gw = tools_gateway(&mock, "natural", "").await;
     let (_, s) = stream(&gw, &chat(true, json!({})), &Expect::default()).await;
     assert_eq!(s.choice().content.trim_end(), SEED_TEXT);
     assert_eq!(s.choice().calls.len(), 1);
@@ -642,7 +631,7 @@ async fn upstream_error_event_ends_the_stream() {
             kept.join("\n\n")
         );
         let mock = Mock::start(move |_| Reply::sse(&[&body], Duration::ZERO)).await;
-        let gw = gateway(&mock, "").await;
+        let gw = tools_gateway(&mock, "natural", "").await;
         let r = post(&gw.url("/v1/chat/completions"), &chat(true, json!({}))).await;
         match check_stream(&r.body, &Expect::error()) {
             Ok(s) => assert_eq!(s.error.unwrap()["message"], "overloaded"),
@@ -658,7 +647,7 @@ async fn legacy_functions_get_a_function_call_not_tool_calls() {
     // call and the second stays text.
     let reply = format!("{SEED_REPLY}\n\n<GetWeather>\n{{\"location\": \"Oslo\"}}\n</GetWeather>");
     let m = model(Box::leak(reply.into_boxed_str()), 5, None).await;
-    let gw = gateway(&m, "").await;
+    let gw = tools_gateway(&m, "natural", "").await;
     let functions = json!([
         seed_get_weather()["function"],
         seed_book_restaurant()["function"]
@@ -690,18 +679,11 @@ async fn legacy_functions_get_a_function_call_not_tool_calls() {
 
 /// A passthrough provider with `rescue_text_calls`, in front of `mock`.
 async fn rescuing(mock: &Mock, extra: &str) -> TestGateway {
-    TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml(
-            "up",
-            &mock.url(),
-            "[\"*\"]",
-            &format!(
-                "[providers.tools]\nmode = \"passthrough\"\nrescue_text_calls = true\n{extra}"
-            )
-        )
-    ))
+    tools_gateway(
+        mock,
+        "passthrough",
+        &format!("rescue_text_calls = true\n{extra}"),
+    )
     .await
 }
 

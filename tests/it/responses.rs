@@ -9,7 +9,7 @@ use crate::conformance;
 use std::time::Duration;
 
 use common::agent::{calls_sse, chunk, sse, text_sse};
-use common::{Mock, Reply, TestGateway, fast_server, post};
+use common::{Mock, Reply, TestConfig, TestGateway, demo_gateway, post};
 use conformance::responses::check_responses;
 use serde_json::{Value, json};
 
@@ -19,20 +19,20 @@ fn weather() -> Value {
     serde_json::from_str(WEATHER).unwrap()
 }
 
-async fn demo() -> TestGateway {
-    TestGateway::start(toolgate::config::EMBEDDED_DEFAULT).await
-}
-
 fn upstream(url: &str, mode: &str, extra: &str) -> String {
-    format!(
-        "{}[[providers]]\nname = \"up\"\nbase_url = \"{url}\"\nmodels = [\"m\"]\n{extra}\n[providers.tools]\nmode = \"{mode}\"\n",
-        fast_server()
-    )
+    TestConfig::new()
+        .provider(
+            "up",
+            url,
+            "[\"m\"]",
+            &format!("{extra}\n[providers.tools]\nmode = \"{mode}\""),
+        )
+        .toml()
 }
 
 #[tokio::test]
 async fn natural_mode_streams_a_function_call_item() {
-    let gw = demo().await;
+    let gw = demo_gateway().await;
     let body = json!({"model": "demo", "stream": true, "input": "What is the weather in Paris?",
         "tools": [weather()], "instructions": "Be brief."});
     let r = post(&gw.url("/v1/responses"), &body.to_string()).await;
@@ -51,7 +51,7 @@ async fn natural_mode_streams_a_function_call_item() {
 
 #[tokio::test]
 async fn gateway_tools_are_mcp_call_items_after_their_listing() {
-    let gw = demo().await;
+    let gw = demo_gateway().await;
     let body = json!({"model": "demo-agent", "stream": true,
         "input": "Ask the calculator: what is `(2 + 3) * 7`?"});
     let r = post(&gw.url("/v1/responses"), &body.to_string()).await;

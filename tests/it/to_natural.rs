@@ -284,17 +284,7 @@ async fn through_the_gateway_streaming_and_not() {
         }
     })
     .await;
-    let gw = TestGateway::start(&format!(
-        "{}{}",
-        fast_server(),
-        provider_toml(
-            "up",
-            &mock.url(),
-            "[\"*\"]",
-            "[providers.tools]\nmode = \"to_natural\""
-        )
-    ))
-    .await;
+    let gw = tools_gateway(&mock, "to_natural", "").await;
     let tools = json!([{"type": "function", "function": {"name": "GetWeather", "parameters": {"type": "object", "properties": {"location": {"type": "string"}}}}}]);
     let request = |stream: bool| {
         json!({"model": "m", "stream": stream, "tools": tools, "messages": [{"role": "user", "content": "hi"}]}).to_string()

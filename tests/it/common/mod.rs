@@ -8,7 +8,7 @@ pub mod config;
 pub mod installed;
 pub mod postgres;
 
-pub use config::{TestConfig, tools_gateway};
+pub use config::{TestConfig, demo_gateway, tools_gateway};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -413,10 +413,6 @@ pub async fn chats_listed(gateway_url: &str, n: usize) -> serde_json::Value {
 
 pub fn provider_toml(name: &str, url: &str, models: &str, extra: &str) -> String {
     format!("[[providers]]\nname = \"{name}\"\nbase_url = \"{url}\"\nmodels = {models}\n{extra}\n")
-}
-
-pub fn fast_server() -> &'static str {
-    "[server]\nlisten = \"127.0.0.1:0\"\nfirst_byte_timeout_secs = 2\nstream_idle_timeout_secs = 2\nshutdown_grace_secs = 5\n"
 }
 
 // ---- Helpers for natural-mode end-to-end tests (tests/natural_e2e.rs) ----
