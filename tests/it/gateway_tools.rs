@@ -603,7 +603,16 @@ async fn a_client_that_leaves_cancels_the_running_tools() {
     let mut body = response.into_body();
     // Read until the call is reported running, then hang up.
     common::read_until(&mut body, "in_progress").await;
-    let running = common::get(&gw.url("/metrics")).await.text();
+    // The call is reported as it is handed to its task, which may not have
+    // started yet (the answer and the connection share a task).
+    let mut running = String::new();
+    for _ in 0..100 {
+        running = common::get(&gw.url("/metrics")).await.text();
+        if running.contains("toolgate_gateway_tools_in_flight 1\n") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(
         running.contains("toolgate_gateway_tools_in_flight 1\n"),
         "{running}"
