@@ -328,12 +328,11 @@ pub struct Begin<'a> {
     pub gateway_tools: bool,
 }
 
-impl Store {
-    /// Starts the writer thread; the database is opened there (a database
-    /// that is down is retried; requests are served meanwhile).
-    pub fn start(config: StoreConfig) -> std::io::Result<Store> {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let shared = Arc::new(Shared {
+impl Shared {
+    /// The state a store starts in: its database not yet open, nothing
+    /// queued, no chat live; `tx` is the writer's queue.
+    fn new(config: StoreConfig, tx: mpsc::Sender<Vec<Write>>) -> Shared {
+        Shared {
             config,
             db: OnceLock::new(),
             opening: AtomicBool::new(true),
@@ -346,7 +345,16 @@ impl Store {
             queued: Mutex::new(HashMap::new()),
             written: tokio::sync::Notify::new(),
             missed: Mutex::new(HashMap::new()),
-        });
+        }
+    }
+}
+
+impl Store {
+    /// Starts the writer thread; the database is opened there (a database
+    /// that is down is retried; requests are served meanwhile).
+    pub fn start(config: StoreConfig) -> std::io::Result<Store> {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let shared = Arc::new(Shared::new(config, tx));
         let stop = CancellationToken::new();
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()

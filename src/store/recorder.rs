@@ -415,9 +415,6 @@ fn text_of(content: Option<&Value>) -> String {
 /// compared without them.
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-    use std::sync::atomic::AtomicBool;
-    use std::sync::{Mutex, OnceLock};
     use std::time::Duration;
 
     use serde_json::Map;
@@ -428,9 +425,7 @@ mod tests {
     use crate::config::{Record, StoreConfig};
     use crate::error::GatewayError;
     use crate::exchange::{Meta, Usage};
-    use crate::store::Heads;
     use crate::store::link;
-    use crate::store::live::Live;
 
     const TENANT: &str = "team-a";
     const CHAT: &str = "chat-1";
@@ -438,27 +433,15 @@ mod tests {
     /// A store without a database, and the writer's end of its queue.
     fn store(redact: Vec<RedactPath>) -> (Arc<Shared>, mpsc::Receiver<Vec<Write>>) {
         let (tx, rx) = mpsc::channel(64);
-        let shared = Arc::new(Shared {
-            config: StoreConfig {
-                backend: Backend::Sqlite {
-                    url: "sqlite::memory:".into(),
-                },
-                record: Record::All,
-                retention: Duration::from_secs(86_400),
-                redact,
+        let config = StoreConfig {
+            backend: Backend::Sqlite {
+                url: "sqlite::memory:".into(),
             },
-            db: OnceLock::new(),
-            opening: AtomicBool::new(false),
-            opened: tokio::sync::Notify::new(),
-            tx,
-            health: Mutex::new(None),
-            heads: Heads::default(),
-            live: Live::default(),
-            last_drop_log: Mutex::new(None),
-            queued: Mutex::new(HashMap::new()),
-            written: tokio::sync::Notify::new(),
-            missed: Mutex::new(HashMap::new()),
-        });
+            record: Record::All,
+            retention: Duration::from_secs(86_400),
+            redact,
+        };
+        let shared = Arc::new(Shared::new(config, tx));
         (shared, rx)
     }
 
