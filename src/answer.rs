@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request as Request_, Response, Uri, header};
+use http::{HeaderMap, HeaderValue, Method, Request as HttpRequest, Response, Uri, header};
 use http_body_util::Full;
 use serde_json::{Map, Value};
 
@@ -56,7 +56,7 @@ impl Upstream for Provided {
         };
         async move {
             let (uri, body) = body?;
-            let (mut parts, ()) = Request_::new(()).into_parts();
+            let (mut parts, ()) = HttpRequest::new(()).into_parts();
             parts.method = Method::POST;
             parts.uri = uri;
             parts.headers = self.headers.clone();
@@ -64,11 +64,11 @@ impl Upstream for Provided {
             let rt = &self.runtime;
             if self.provider.api == Api::Responses {
                 return self
-                    .send_responses(Request_::from_parts(parts, Full::new(body)))
+                    .send_responses(HttpRequest::from_parts(parts, Full::new(body)))
                     .await;
             }
             if !self.provider.tools.reads_text_calls() {
-                let request = Request_::from_parts(parts, Full::new(body));
+                let request = HttpRequest::from_parts(parts, Full::new(body));
                 return rt.upstreams.send(&self.provider, request).await;
             }
             Box::pin(rt.natural.handle(
@@ -91,7 +91,7 @@ impl Provided {
     /// Responses request): its Responses stream read back as chat.
     async fn send_responses(
         &self,
-        request: Request_<Full<Bytes>>,
+        request: HttpRequest<Full<Bytes>>,
     ) -> Result<Response<Body>, GatewayError> {
         let response = self.runtime.upstreams.send(&self.provider, request).await?;
         if !response.status().is_success() {
