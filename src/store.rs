@@ -50,11 +50,9 @@ const QUEUE: usize = 16_384;
 const MISSED_CHATS: usize = 10_000;
 /// Conversation states remembered in memory per generation (two kept).
 const HEADS_PER_GENERATION: usize = 50_000;
-/// How long linking may ask the database before starting a new chat.
-const LINK_DEADLINE: Duration = Duration::from_millis(100);
 /// Assistant turns of a history tried when linking, newest first.
 const LINK_TRIES: usize = 8;
-/// The pause between two lookups of a continued chat's head.
+/// The first pause between two lookups of a continued chat's head.
 const LINK_RETRY: Duration = Duration::from_millis(15);
 /// How long a request may wait for gateway steps another replica kept.
 const STEPS_DEADLINE: Duration = Duration::from_millis(250);
@@ -501,7 +499,8 @@ impl Store {
             .iter()
             .any(|m| m.get("role").and_then(Value::as_str) == Some("assistant"));
         if !tries.is_empty() && self.open().await {
-            let deadline = tokio::time::Instant::now() + LINK_DEADLINE;
+            let started = tokio::time::Instant::now();
+            let deadline = started + self.shared.config.link_wait;
             let hashes: Vec<String> = tries.iter().map(|(h, _)| h.clone()).collect();
             loop {
                 let shared = self.shared.clone();
@@ -525,10 +524,17 @@ impl Store {
                         Choice::Unknown => {}
                     }
                 }
-                if !continues || tokio::time::Instant::now() + LINK_RETRY >= deadline {
+                // Lookups every 15 ms at first, then every quarter of the
+                // time waited so far: a long `link_wait_ms` asks a few times
+                // a second, not sixty.
+                // The last lookup leaves it time to answer.
+                let now = tokio::time::Instant::now();
+                let next = (now + (now - started) / 4).max(now + LINK_RETRY);
+                let next = next.min(deadline - LINK_RETRY);
+                if !continues || next <= now {
                     break;
                 }
-                tokio::time::sleep(LINK_RETRY).await;
+                tokio::time::sleep_until(next).await;
             }
         }
         fresh()
@@ -552,7 +558,7 @@ impl Store {
                 None => Ok(None),
             }
         });
-        match tokio::time::timeout(LINK_DEADLINE, lookup).await {
+        match tokio::time::timeout(self.shared.config.link_wait, lookup).await {
             Ok(Ok(Ok(None))) => true,
             Ok(Ok(Ok(Some(owner)))) => *owner == **tenant,
             _ => false,

@@ -11,6 +11,8 @@ pub struct StoreConfig {
     pub backend: Backend,
     pub record: Record,
     pub retention: Duration,
+    /// How long linking may wait for the database (`link_wait_ms`).
+    pub link_wait: Duration,
     pub redact: Vec<RedactPath>,
 }
 
@@ -39,12 +41,22 @@ pub struct RedactPath {
     pub steps: Vec<Step>,
 }
 
+/// The longest `link_wait_ms`: a request waits at most this long to learn
+/// which chat it continues.
+const LINK_WAIT_MAX_MS: u32 = 10_000;
+
 pub fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
     let backend = backend(raw)?;
     if raw.retention_days == 0 {
         return Err(ConfigError::new(
             "store.retention_days",
             "must be at least 1",
+        ));
+    }
+    if !(1..=LINK_WAIT_MAX_MS).contains(&raw.link_wait_ms) {
+        return Err(ConfigError::new(
+            "store.link_wait_ms",
+            format!("must be 1 to {LINK_WAIT_MAX_MS}"),
         ));
     }
     let redact = raw
@@ -59,6 +71,7 @@ pub fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
         backend,
         record: raw.record,
         retention: Duration::from_secs(u64::from(raw.retention_days) * 86_400),
+        link_wait: Duration::from_millis(u64::from(raw.link_wait_ms)),
         redact,
     })
 }
@@ -213,6 +226,7 @@ mod tests {
             password_env: None,
             record: Record::Tools,
             retention_days: 30,
+            link_wait_ms: 100,
             redact: vec![],
         };
         assert!(matches!(
@@ -230,5 +244,24 @@ mod tests {
             unreachable!()
         };
         assert!(url.starts_with("postgres://u:") && url.ends_with("@h:5432/db"));
+    }
+
+    #[test]
+    fn link_wait_is_bounded() {
+        let raw = |ms: u32| RawStore {
+            url: "sqlite::memory:".into(),
+            password_env: None,
+            record: Record::Tools,
+            retention_days: 30,
+            link_wait_ms: ms,
+            redact: vec![],
+        };
+        assert_eq!(
+            store(&raw(250)).unwrap().link_wait,
+            Duration::from_millis(250)
+        );
+        for bad in [0, LINK_WAIT_MAX_MS + 1] {
+            assert_eq!(store(&raw(bad)).unwrap_err().path, "store.link_wait_ms");
+        }
     }
 }

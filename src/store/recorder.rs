@@ -439,6 +439,7 @@ mod tests {
             },
             record: Record::All,
             retention: Duration::from_secs(86_400),
+            link_wait: Duration::from_millis(100),
             redact,
         };
         let shared = Arc::new(Shared::new(config, tx));

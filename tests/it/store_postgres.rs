@@ -13,9 +13,14 @@ use serde_json::{Value, json};
 /// A `toolgate` process serving the demo model with a gateway tool and a
 /// store at `store_url`.
 fn gateway(store_url: &str) -> Binary {
+    gateway_with(store_url, "")
+}
+
+/// [`gateway`] with more `[store]` keys.
+fn gateway_with(store_url: &str, store: &str) -> Binary {
     Binary::start(
         &format!(
-            "[store]\nurl = \"{store_url}\"\n[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 1\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]\n"
+            "[store]\nurl = \"{store_url}\"\n{store}[[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 1\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]\n"
         ),
         &[],
     )
@@ -186,24 +191,58 @@ fn a_stopped_database_costs_rows_not_traffic_and_writes_resume() {
 }
 
 /// A follow-up sent at once to the other replica continues the chat the
-/// first replica recorded (its head may still be in that replica's queue).
+/// first replica recorded, although that record lands only later: the
+/// other replica looks again while `link_wait_ms` lasts. The record is held
+/// back on purpose (a lock on the heads table, as a writer with a queue
+/// would), so every follow-up arrives before it lands, however fast or slow
+/// the machine is.
 #[test]
 fn a_follow_up_sent_at_once_to_the_other_replica_lands_in_the_same_chat() {
+    use std::io::Write;
+    use std::process::Stdio;
+    use std::sync::mpsc;
+
     let pg = Postgres::start();
-    let a = gateway(&pg.url());
-    let b = gateway(&pg.url());
+    let a = gateway_with(&pg.url(), "link_wait_ms = 10000\n");
+    let b = gateway_with(&pg.url(), "link_wait_ms = 10000\n");
+    let until = Instant::now() + Duration::from_secs(30);
+    while pg.query("SELECT to_regclass('heads') IS NOT NULL") != "t" {
+        assert!(Instant::now() < until, "the store was never migrated");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Writes to `heads` wait for this transaction; reads do not.
+    let mut lock = pg
+        .psql()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("psql");
+    let mut script = lock.stdin.take().unwrap();
+    script
+        .write_all(b"BEGIN;\nLOCK TABLE heads IN EXCLUSIVE MODE;\n")
+        .unwrap();
+    script.flush().unwrap();
+    let granted = "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+                   WHERE c.relname = 'heads' AND l.mode = 'ExclusiveLock' AND l.granted";
+    while pg.query(granted) != "1" {
+        assert!(Instant::now() < until, "the lock was never granted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
     fn chat_of(r: &common::Collected) -> String {
         r.headers["x-toolgate-chat-id"].to_str().unwrap().to_owned()
     }
-    // Sixteen conversations at once: the first replica's writer has a
-    // queue, as under load.
+    // Sixteen conversations at once.
     let (a_port, b_port) = (a.port, b.port);
+    let (answered, first_answers) = mpsc::channel();
     let runs: Vec<_> = (0..16)
         .map(|n| {
+            let answered = answered.clone();
             std::thread::spawn(move || {
                 let question = json!({"role": "user", "content": format!("Ask the calculator: what is `{n} * 3`?")});
                 let first = post(a_port, &json!({"model": "demo", "messages": [question]}), None);
                 assert_eq!(first.status, 200, "{}", first.text());
+                let _ = answered.send(());
                 let reply = first.json()["choices"][0]["message"].clone();
                 let follow = json!({"model": "demo", "messages": [question, reply,
                     {"role": "user", "content": "Ask the calculator: what is `1 + 1`?"}]});
@@ -213,6 +252,23 @@ fn a_follow_up_sent_at_once_to_the_other_replica_lands_in_the_same_chat() {
             })
         })
         .collect();
+    drop(answered);
+    // Every first answer is out, none of them recorded yet: the follow-ups
+    // are on their way to the other replica, which cannot find them.
+    assert_eq!(
+        first_answers.iter().take(16).count(),
+        16,
+        "a first answer failed"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let recorded = pg.query("SELECT count(*) FROM heads");
+    script.write_all(b"COMMIT;\n").unwrap();
+    drop(script);
+    assert!(
+        lock.wait().unwrap().success(),
+        "the lock's transaction failed"
+    );
+    assert_eq!(recorded, "0", "the heads landed while the table was locked");
     let split: Vec<usize> = runs
         .into_iter()
         .map(|r| r.join().unwrap())

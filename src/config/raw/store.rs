@@ -14,6 +14,10 @@ pub struct RawStore {
     pub record: Record,
     #[serde(default = "default_retention")]
     pub retention_days: u32,
+    /// How long linking a request to the chat it continues may wait for
+    /// the database (another replica's record of the answer may be landing).
+    #[serde(default = "default_link_wait")]
+    pub link_wait_ms: u32,
     /// JSON paths into the conversation stored as `"[redacted]"`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redact: Vec<String>,
@@ -21,6 +25,10 @@ pub struct RawStore {
 
 fn default_retention() -> u32 {
     30
+}
+
+fn default_link_wait() -> u32 {
+    100
 }
 
 /// Which exchanges are recorded.

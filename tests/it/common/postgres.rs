@@ -133,6 +133,43 @@ impl Postgres {
         );
     }
 
+    /// `psql` on the cluster's database, as the URL's user: `script` read
+    /// from standard input, one unaligned value per output line.
+    pub fn psql(&self) -> Command {
+        let mut command = Command::new(self.bin.join("psql"));
+        command.args([
+            "-X",
+            "-q",
+            "-tA",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            "toolgate",
+            "-d",
+            "postgres",
+        ]);
+        command
+    }
+
+    /// The output of `sql` run by [`Postgres::psql`] (it must succeed).
+    pub fn query(&self, sql: &str) -> String {
+        let out = self
+            .psql()
+            .args(["-c", sql])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run psql: {e}"));
+        assert!(
+            out.status.success(),
+            "psql {sql:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     /// Stops the server at once (connections are cut).
     pub fn stop_server(&self) {
         self.run(
