@@ -453,7 +453,7 @@ impl Store {
         let tenant = request.tenant;
         let mut chain = link::Chain::for_tenant(tenant);
         let tries = link::prefixes(&mut chain, messages, LINK_TRIES);
-        let (chat, known) = self.link(tenant, messages, tries, header).await;
+        let (chat, known) = self.link(tenant, tries, header).await;
         let known = (known.max(0) as usize).min(messages.len());
         self.shared.heads.own(chat.clone(), tenant.clone());
         self.shared.live.start(&chat);
@@ -474,7 +474,6 @@ impl Store {
     async fn link(
         &self,
         tenant: &Arc<str>,
-        messages: &[Value],
         tries: Vec<(String, usize)>,
         header: Option<&str>,
     ) -> (Arc<str>, i64) {
@@ -486,22 +485,21 @@ impl Store {
             Some(h) => (Arc::from(h), 0),
             None => (Arc::from(next_id().0), 0),
         };
-        let here = tries.iter().map(|(hash, _)| self.shared.heads.find(hash));
-        match link::choose(here, header) {
-            Choice::Continue(chat, len) => return (chat, len),
-            Choice::Ambiguous => return fresh(),
-            Choice::Unknown => {}
-        }
-        // A history with an answer in it continues a chat some replica
-        // recorded: while that replica's head may still be landing, the
-        // lookup is repeated within the deadline. A first turn looks once.
-        let continues = messages
+        // This replica's memory first; the database when the memory does
+        // not hold the history's last answer.
+        let here: Vec<Vec<(Arc<str>, i64)>> = tries
             .iter()
-            .any(|m| m.get("role").and_then(Value::as_str) == Some("assistant"));
-        if !tries.is_empty() && self.open().await {
+            .map(|(hash, _)| self.shared.heads.find(hash))
+            .collect();
+        let mut best = link::choose(here.clone(), header);
+        if best.open() && !tries.is_empty() && self.open().await {
+            // While the last answer may still be landing (another replica
+            // wrote it), the lookup is repeated within `link_wait_ms`; a
+            // database of one replica's is asked once.
+            let others = self.shared.db.get().is_some_and(Db::is_shared);
             let started = tokio::time::Instant::now();
             let deadline = started + self.shared.config.link_wait;
-            let hashes: Vec<String> = tries.iter().map(|(h, _)| h.clone()).collect();
+            let hashes: Vec<String> = tries.into_iter().map(|(h, _)| h).collect();
             loop {
                 let shared = self.shared.clone();
                 let (owner, asked) = (tenant.clone(), hashes.clone());
@@ -512,32 +510,37 @@ impl Store {
                     }
                 });
                 if let Ok(Ok(Some(rows))) = tokio::time::timeout_at(deadline, lookup).await {
-                    let found = hashes.iter().map(|hash| {
-                        rows.iter()
-                            .filter(|(h, _, _)| h == hash)
-                            .map(|(_, chat, len)| (chat.as_str(), *len))
-                            .collect::<Vec<_>>()
+                    let found = hashes.iter().zip(&here).map(|(hash, known)| {
+                        let mut chats = known.clone();
+                        for (_, chat, len) in rows.iter().filter(|(h, _, _)| h == hash) {
+                            if !chats.iter().any(|(c, _)| **c == **chat) {
+                                chats.push((Arc::from(chat.as_str()), *len));
+                            }
+                        }
+                        chats
                     });
-                    match link::choose(found, header) {
-                        Choice::Continue(chat, len) => return (Arc::from(chat), len),
-                        Choice::Ambiguous => return fresh(),
-                        Choice::Unknown => {}
+                    best = link::choose(found, header);
+                    if !best.open() {
+                        break;
                     }
                 }
                 // Lookups every 15 ms at first, then every quarter of the
                 // time waited so far: a long `link_wait_ms` asks a few times
-                // a second, not sixty.
-                // The last lookup leaves it time to answer.
+                // a second, not sixty. The last lookup leaves it time to
+                // answer.
                 let now = tokio::time::Instant::now();
                 let next = (now + (now - started) / 4).max(now + LINK_RETRY);
                 let next = next.min(deadline - LINK_RETRY);
-                if !continues || next <= now {
+                if !others || next <= now {
                     break;
                 }
                 tokio::time::sleep_until(next).await;
             }
         }
-        fresh()
+        match best.choice {
+            Choice::Continue(chat, len) => (chat, len),
+            Choice::Ambiguous | Choice::Unknown => fresh(),
+        }
     }
 
     /// Whether chat `id` is `tenant`'s, or is no one's yet (a client may

@@ -97,6 +97,12 @@ impl Db {
         }
     }
 
+    /// Whether other replicas may write this database (PostgreSQL; a
+    /// SQLite file is held by one).
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Db::Postgres(_))
+    }
+
     /// The SQLite file this store writes, if it is one.
     pub fn file(&self) -> Option<&Path> {
         match self {

@@ -26,6 +26,27 @@ pub enum Choice<C> {
     Unknown,
 }
 
+/// What the states a history reached say of its chat, and which state
+/// said it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision<C> {
+    pub choice: Choice<C>,
+    /// The state that decided, newest first; `None` when none did.
+    pub depth: Option<usize>,
+}
+
+impl<C> Decision<C> {
+    /// Whether looking again may decide better. The newest state is the
+    /// history's last answer: when it was not found, and either nothing was
+    /// or only the state just before it (the request that answer answered),
+    /// the replica that gave the answer may still be writing it. A history
+    /// found further back was edited after that point: nothing newer will
+    /// land.
+    pub fn open(&self) -> bool {
+        matches!(self.depth, None | Some(1))
+    }
+}
+
 /// Picks the chat from the chats that reached each state (longest state
 /// first). A named chat (`header`) continues from the longest state it
 /// reached; otherwise the longest state any chat reached decides, if one
@@ -33,24 +54,32 @@ pub enum Choice<C> {
 pub fn choose<C: AsRef<str>>(
     found: impl IntoIterator<Item = Vec<(C, i64)>>,
     header: Option<&str>,
-) -> Choice<C> {
-    for mut chats in found {
-        match header {
-            Some(h) => {
-                if let Some(i) = chats.iter().position(|(c, _)| c.as_ref() == h) {
-                    let (chat, len) = chats.swap_remove(i);
-                    return Choice::Continue(chat, len);
-                }
+) -> Decision<C> {
+    for (depth, mut chats) in found.into_iter().enumerate() {
+        let choice = match header {
+            Some(h) => chats
+                .iter()
+                .position(|(c, _)| c.as_ref() == h)
+                .map(|i| chats.swap_remove(i)),
+            None if chats.len() > 1 => {
+                return Decision {
+                    choice: Choice::Ambiguous,
+                    depth: Some(depth),
+                };
             }
-            None if chats.len() > 1 => return Choice::Ambiguous,
-            None => {
-                if let Some((chat, len)) = chats.pop() {
-                    return Choice::Continue(chat, len);
-                }
-            }
+            None => chats.pop(),
+        };
+        if let Some((chat, len)) = choice {
+            return Decision {
+                choice: Choice::Continue(chat, len),
+                depth: Some(depth),
+            };
         }
     }
-    Choice::Unknown
+    Decision {
+        choice: Choice::Unknown,
+        depth: None,
+    }
 }
 
 /// A running hash over messages: `next = sha256(previous ‖ message)`.
@@ -205,17 +234,43 @@ mod tests {
     #[test]
     fn a_state_two_chats_reached_continues_the_named_one_or_neither() {
         let found = || vec![vec![("a", 4), ("b", 4)], vec![("c", 2)]];
-        assert_eq!(choose(found(), None), Choice::Ambiguous);
-        assert_eq!(choose(found(), Some("b")), Choice::Continue("b", 4));
-        assert_eq!(choose(found(), Some("c")), Choice::Continue("c", 2));
-        assert_eq!(choose(found(), Some("d")), Choice::Unknown);
+        let chose = |found, header| choose(found, header).choice;
+        assert_eq!(chose(found(), None), Choice::Ambiguous);
+        assert_eq!(chose(found(), Some("b")), Choice::Continue("b", 4));
+        assert_eq!(chose(found(), Some("c")), Choice::Continue("c", 2));
+        assert_eq!(chose(found(), Some("d")), Choice::Unknown);
         assert_eq!(
-            choose(vec![vec![], vec![("c", 2)]], None),
+            chose(vec![vec![], vec![("c", 2)]], None),
             Choice::Continue("c", 2)
         );
+        assert_eq!(chose(Vec::new(), None), Choice::Unknown);
+    }
+
+    /// Linking looks again while the history's last answer may be landing:
+    /// nothing found, or only the state just before that answer.
+    #[test]
+    fn only_a_history_missing_its_last_answer_is_looked_up_again() {
+        let at = |depth: usize| {
+            let mut found = vec![vec![]; 4];
+            found[depth].push(("c", 2));
+            choose(found, None)
+        };
+        assert_eq!(at(0).depth, Some(0));
+        assert!(!at(0).open(), "the last answer found");
+        assert!(at(1).open(), "the answer before it found");
+        assert_eq!(at(1).choice, Choice::Continue("c", 2));
+        assert!(!at(2).open() && !at(3).open(), "edited further back");
+        let none = choose(vec![Vec::<(&str, i64)>::new(); 3], None);
+        assert!(none.open() && none.depth.is_none());
+        let twice = choose(vec![vec![], vec![("a", 2), ("b", 2)]], None);
         assert_eq!(
-            choose(Vec::<Vec<(&str, i64)>>::new(), None),
-            Choice::Unknown
+            (twice.choice.clone(), twice.open()),
+            (Choice::Ambiguous, true)
+        );
+        let named = choose(vec![vec![("a", 4)], vec![("b", 2)]], Some("b"));
+        assert_eq!(
+            (named.choice, named.depth),
+            (Choice::Continue("b", 2), Some(1))
         );
     }
 

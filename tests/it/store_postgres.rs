@@ -280,3 +280,53 @@ fn a_follow_up_sent_at_once_to_the_other_replica_lands_in_the_same_chat() {
         "follow-ups that started a new chat: {split:?}"
     );
 }
+
+/// A conversation whose turns alternate between two replicas (a round-robin
+/// balancer) is one chat with every message in it once: a replica that
+/// remembers an earlier state of the conversation still finds the newer one
+/// the other replica recorded, rather than record that replica's turn again.
+#[test]
+fn turns_alternating_between_replicas_record_every_message_once() {
+    let pg = Postgres::start();
+    let a = gateway_with(&pg.url(), "link_wait_ms = 10000\n");
+    let b = gateway_with(&pg.url(), "link_wait_ms = 10000\n");
+    let question = |turn: usize| format!("Ask the calculator: what is `{turn} + 1`?");
+    let mut history: Vec<Value> = Vec::new();
+    let mut chats = Vec::new();
+    for (turn, gw) in [&a, &b, &a, &b].into_iter().enumerate() {
+        history.push(json!({"role": "user", "content": question(turn)}));
+        let r = post(
+            gw.port,
+            &json!({"model": "demo", "messages": history}),
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        chats.push(r.headers["x-toolgate-chat-id"].to_str().unwrap().to_owned());
+        history.push(r.json()["choices"][0]["message"].clone());
+    }
+    assert!(
+        chats.iter().all(|c| *c == chats[0]),
+        "turns split: {chats:?}"
+    );
+    // The last turn linked to the third's state once that was written, so
+    // once its result is in, every earlier row is.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let m = loop {
+        let m = messages(&a, &chats[0], 4 * ROWS);
+        if m.iter()
+            .any(|m| m["kind"] == "tool_result" && m["result"] == "4")
+        {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the last turn was never recorded"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for turn in 0..4 {
+        let asked = m.iter().filter(|m| m["text"] == question(turn)).count();
+        assert_eq!(asked, 1, "turn {turn}'s question is recorded {asked} times");
+    }
+    assert_eq!(m.len(), 4 * ROWS, "{m:#?}");
+}
