@@ -436,6 +436,8 @@ fn upstream_error(error: &Value) -> GatewayError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
 
     /// The fast path gives the events the general path gives, on every
     /// chunk it takes, and declines the rest.
@@ -727,5 +729,135 @@ mod tests {
         .unwrap();
         assert!(events.contains(&Event::Reasoning("hmm".into())));
         assert!(events.contains(&Event::Text("I can't".into())));
+    }
+
+    /// Pieces of `text` cut at `cuts` (char positions, any order, repeats
+    /// giving empty pieces).
+    fn cut_at(text: &str, cuts: &[usize]) -> Vec<String> {
+        let chars: Vec<char> = text.chars().collect();
+        let mut at: Vec<usize> = cuts.iter().map(|c| c % (chars.len() + 1)).collect();
+        at.sort_unstable();
+        let mut pieces = Vec::new();
+        let mut from = 0;
+        for to in at.into_iter().chain([chars.len()]) {
+            pieces.push(chars[from..to].iter().collect());
+            from = to;
+        }
+        pieces
+    }
+
+    /// A chunk as OpenAI writes it: header fields, one choice, its delta.
+    fn chunk(delta: &Value, finish: Option<&str>) -> String {
+        format!(
+            r#"{{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{}}}]}}"#,
+            json!(finish)
+        )
+    }
+
+    fn piece() -> impl Strategy<Value = String> {
+        "[a-z \"\\\\\n\té日🎉{}]{0,24}"
+    }
+
+    proptest! {
+        /// However an answer is cut into chunks (reasoning, text and each
+        /// call's arguments at any points, the calls' fragments one after
+        /// the other or interleaved, a finish reason or only `[DONE]`), it
+        /// decodes to the same answer: one start, the reasoning and the text
+        /// whole, every call whole and in index order, one finish, the usage.
+        #[test]
+        fn any_chunking_of_an_answer_decodes_to_that_answer(
+            reasoning in piece(),
+            text in piece(),
+            calls in proptest::collection::vec(("[a-z_]{1,8}", proptest::collection::btree_map("[a-z]{1,4}", piece(), 0..3)), 0..4),
+            cuts in proptest::collection::vec(proptest::collection::vec(0usize..64, 0..6), 6),
+            interleave in any::<bool>(),
+            reason in any::<bool>(),
+            usage in any::<bool>(),
+        ) {
+            let calls: Vec<(String, String)> = calls
+                .into_iter()
+                .map(|(name, args)| (name, serde_json::to_string(&args).unwrap()))
+                .collect();
+            let mut chunks = vec![chunk(&json!({"role": "assistant", "content": ""}), None)];
+            for p in cut_at(&reasoning, &cuts[0]) {
+                chunks.push(chunk(&json!({"reasoning_content": p}), None));
+            }
+            for p in cut_at(&text, &cuts[1]) {
+                chunks.push(chunk(&json!({"content": p}), None));
+            }
+            // Each call's fragments: the first names it, the rest add
+            // arguments.
+            let fragments: Vec<Vec<Value>> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, args))| {
+                    cut_at(args, &cuts[2 + i % 4])
+                        .into_iter()
+                        .enumerate()
+                        .map(|(k, p)| match k {
+                            0 => json!({"index": i, "id": format!("call_{i}"), "type": "function",
+                                        "function": {"name": name, "arguments": p}}),
+                            _ => json!({"index": i, "function": {"arguments": p}}),
+                        })
+                        .collect()
+                })
+                .collect();
+            let longest = fragments.iter().map(Vec::len).max().unwrap_or(0);
+            let order: Vec<&Value> = if interleave {
+                (0..longest)
+                    .flat_map(|k| fragments.iter().filter_map(move |f| f.get(k)))
+                    .collect()
+            } else {
+                fragments.iter().flatten().collect()
+            };
+            for fragment in order {
+                chunks.push(chunk(&json!({"tool_calls": [fragment]}), None));
+            }
+            let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+            if reason {
+                chunks.push(chunk(&json!({}), Some(finish)));
+            }
+            if usage {
+                chunks.push(r#"{"id":"chatcmpl-1","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#.into());
+            }
+            chunks.push("[DONE]".into());
+
+            let mut decoder = ChatDecoder::new();
+            let mut events = Vec::new();
+            for c in &chunks {
+                decoder.feed(c.as_bytes(), &mut events).unwrap();
+            }
+            decoder.finish(&mut events).unwrap();
+
+            prop_assert!(matches!(events.first(), Some(Event::Start(m)) if m.id.as_deref() == Some("chatcmpl-1")));
+            let (mut got_reasoning, mut got_text, mut got_calls) = (String::new(), String::new(), Vec::new());
+            let (mut finishes, mut usages, mut starts) = (Vec::new(), 0, 0);
+            for (i, event) in events.iter().enumerate() {
+                match event {
+                    Event::Start(_) => starts += 1,
+                    Event::Reasoning(r) => got_reasoning.push_str(r),
+                    Event::Text(t) => got_text.push_str(t),
+                    Event::Call(c) => got_calls.push((c.id.clone(), c.name.clone(), c.arguments.clone())),
+                    Event::Finish(f) => finishes.push((i, f.clone())),
+                    Event::Usage(_) => usages += 1,
+                    Event::Gateway(_) => prop_assert!(false, "a gateway event from upstream chunks"),
+                }
+                prop_assert!(!matches!(event, Event::Text(t) | Event::Reasoning(t) if t.is_empty()), "an empty delta event");
+            }
+            prop_assert_eq!(starts, 1);
+            prop_assert_eq!(got_reasoning, reasoning);
+            prop_assert_eq!(got_text, text);
+            let expected: Vec<(String, String, String)> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, args))| (format!("call_{i}"), name.clone(), args.clone()))
+                .collect();
+            prop_assert_eq!(got_calls, expected);
+            prop_assert_eq!(finishes.len(), 1);
+            prop_assert_eq!(&finishes[0].1, if reason { finish } else { "stop" });
+            prop_assert!(events[..finishes[0].0].iter().all(|e| !matches!(e, Event::Finish(_))));
+            prop_assert!(events[finishes[0].0..].iter().all(|e| matches!(e, Event::Finish(_) | Event::Usage(_))), "nothing but usage after the finish: {:?}", events);
+            prop_assert_eq!(usages, usize::from(usage));
+        }
     }
 }
