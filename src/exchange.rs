@@ -5,6 +5,8 @@
 //! encoder ([`Sink`]) turns them into what its client speaks. What the
 //! client asks is a [`Request`], read from any door.
 
+#[cfg(test)]
+pub mod answers;
 pub mod request;
 
 pub use request::Request;

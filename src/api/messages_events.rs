@@ -387,6 +387,7 @@ pub fn error_body(error: &GatewayError) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exchange::answers::{self, without_made_up};
 
     /// What the hand-written deltas write is what the tree would: same keys,
     /// same order, same escapes.
@@ -573,5 +574,130 @@ mod tests {
         }));
         m.end();
         assert_eq!(m.into_message().unwrap()["content"], json!([]));
+    }
+
+    /// A stream put together the way Anthropic's SDKs do: blocks from their
+    /// starts, text, thinking and input JSON from their deltas, the end state
+    /// from `message_delta`. It checks the order on the way: `message_start`
+    /// first, one block open at a time, deltas only to the open one,
+    /// `message_stop` last.
+    fn assemble(events: &[(String, Value)]) -> Result<Value, String> {
+        let mut message = Value::Null;
+        let mut open: Option<(usize, String)> = None;
+        for (i, (kind, data)) in events.iter().enumerate() {
+            match kind.as_str() {
+                "message_start" if i == 0 => message = data["message"].clone(),
+                "ping" => {}
+                "content_block_start" => {
+                    let content = message["content"].as_array_mut().ok_or("no message")?;
+                    if open.is_some() || data["index"] != content.len() {
+                        return Err(format!("block {} starts out of turn", data["index"]));
+                    }
+                    content.push(data["content_block"].clone());
+                    open = Some((content.len() - 1, String::new()));
+                }
+                "content_block_delta" => {
+                    let Some((index, json)) = &mut open else {
+                        return Err("a delta outside a block".into());
+                    };
+                    if data["index"] != *index {
+                        return Err(format!(
+                            "a delta to block {} while {index} is open",
+                            data["index"]
+                        ));
+                    }
+                    let block = &mut message["content"][*index];
+                    let delta = &data["delta"];
+                    match delta["type"].as_str() {
+                        Some("text_delta") => {
+                            let text = format!(
+                                "{}{}",
+                                block["text"].as_str().unwrap_or(""),
+                                delta["text"].as_str().unwrap()
+                            );
+                            block["text"] = json!(text);
+                        }
+                        Some("thinking_delta") => {
+                            let text = format!(
+                                "{}{}",
+                                block["thinking"].as_str().unwrap_or(""),
+                                delta["thinking"].as_str().unwrap()
+                            );
+                            block["thinking"] = json!(text);
+                        }
+                        Some("input_json_delta") => {
+                            json.push_str(delta["partial_json"].as_str().unwrap());
+                        }
+                        other => return Err(format!("a delta of type {other:?}")),
+                    }
+                }
+                "content_block_stop" => {
+                    let Some((index, json)) = open.take() else {
+                        return Err("a stop outside a block".into());
+                    };
+                    if data["index"] != index {
+                        return Err(format!(
+                            "block {} stopped while {index} is open",
+                            data["index"]
+                        ));
+                    }
+                    if !json.is_empty() {
+                        message["content"][index]["input"] =
+                            serde_json::from_str(&json).map_err(|e| format!("input JSON: {e}"))?;
+                    }
+                }
+                "message_delta" => {
+                    for key in ["stop_reason", "stop_sequence"] {
+                        message[key] = data["delta"][key].clone();
+                    }
+                    for (key, value) in data["usage"].as_object().ok_or("no usage")? {
+                        message["usage"][key] = value.clone();
+                    }
+                }
+                "message_stop" if i == events.len() - 1 && open.is_none() => {}
+                other => return Err(format!("{other} at {i}")),
+            }
+        }
+        match events.last() {
+            Some((kind, _)) if kind == "message_stop" => Ok(message),
+            _ => Err("no message_stop".into()),
+        }
+    }
+
+    proptest::proptest! {
+        /// However an answer's texts are cut into events, a client that
+        /// puts its stream together gets the message the same answer gives
+        /// whole, unstreamed, and the stream keeps Anthropic's order.
+        #[test]
+        fn any_cut_of_an_answer_streams_the_message_it_gives_whole(
+            (answer, cuts) in answers::answer()
+        ) {
+            let mut streamed = MessagesEvents::new("m", true, ShowGatewayTools::Fields);
+            for event in answer.events(&cuts) {
+                streamed.event(event);
+            }
+            streamed.end();
+            let events = events(&mut streamed);
+            let assembled = assemble(&events);
+            proptest::prop_assert!(assembled.is_ok(), "{:?}: {:#?}", assembled, events);
+            let mut whole = MessagesEvents::new("m", false, ShowGatewayTools::Fields);
+            for event in answer.events(&[]) {
+                whole.event(event);
+            }
+            whole.end();
+            let expected = whole.into_message().unwrap();
+            proptest::prop_assert_eq!(without_made_up(&assembled.unwrap()), without_made_up(&expected));
+            let texts = |kind: &str| -> String {
+                expected["content"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|b| b["type"] == kind)
+                    .map(|b| b[kind].as_str().unwrap())
+                    .collect()
+            };
+            proptest::prop_assert_eq!(texts("text"), answer.text.concat());
+            proptest::prop_assert_eq!(texts("thinking"), answer.reasoning.concat());
+        }
     }
 }

@@ -504,6 +504,7 @@ impl Sink for ResponsesEvents {
 mod tests {
     use super::*;
     use crate::exchange::Meta;
+    use crate::exchange::answers::{self, without_made_up};
 
     fn encoder(stream: bool) -> ResponsesEvents {
         let echo = Echo {
@@ -614,5 +615,98 @@ mod tests {
         let response = e.into_response().unwrap();
         assert_eq!(response["status"], "incomplete");
         assert_eq!(response["output"][0]["content"][0]["text"], "hi");
+    }
+
+    proptest::proptest! {
+        /// However an answer's texts are cut into events, its stream adds
+        /// up: events numbered from 0 without a gap; each output item added
+        /// once and done once, in order, done as the response holds it;
+        /// every item's deltas are its text or arguments; and the stream
+        /// ends with the response the same answer gives whole, unstreamed.
+        #[test]
+        fn any_cut_of_an_answer_streams_the_response_it_gives_whole(
+            (answer, cuts) in answers::answer()
+        ) {
+            let mut streamed = encoder(true);
+            for event in answer.events(&cuts) {
+                streamed.event(event);
+            }
+            streamed.end();
+            let events = events(&streamed.take());
+            let mut whole = encoder(false);
+            for event in answer.events(&[]) {
+                whole.event(event);
+            }
+            whole.end();
+            let expected = whole.into_response().unwrap();
+
+            for (i, (name, data)) in events.iter().enumerate() {
+                proptest::prop_assert_eq!(&data["sequence_number"], &json!(i));
+                proptest::prop_assert_eq!(&data["type"], &json!(name));
+            }
+            let (last, end) = events.last().unwrap();
+            let terminal = if answer.finish == "length" {
+                "response.incomplete"
+            } else {
+                "response.completed"
+            };
+            proptest::prop_assert_eq!(last, terminal);
+            let response = &end["response"];
+            proptest::prop_assert_eq!(without_made_up(response), without_made_up(&expected));
+            let output = response["output"].as_array().unwrap();
+            let added: Vec<u64> = events
+                .iter()
+                .filter(|(n, _)| n == "response.output_item.added")
+                .map(|(_, d)| d["output_index"].as_u64().unwrap())
+                .collect();
+            proptest::prop_assert_eq!(added, (0..output.len() as u64).collect::<Vec<_>>());
+            for (index, item) in output.iter().enumerate() {
+                let done: Vec<&Value> = events
+                    .iter()
+                    .filter(|(n, d)| n == "response.output_item.done" && d["output_index"] == index)
+                    .map(|(_, d)| &d["item"])
+                    .collect();
+                proptest::prop_assert_eq!(done, vec![item]);
+                let deltas = |kind: &str| -> String {
+                    events
+                        .iter()
+                        .filter(|(n, d)| n == kind && d["item_id"] == item["id"])
+                        .map(|(_, d)| d["delta"].as_str().unwrap())
+                        .collect()
+                };
+                let (delta, whole) = match item["type"].as_str() {
+                    Some("message") => ("response.output_text.delta", &item["content"][0]["text"]),
+                    Some("reasoning") => ("response.reasoning_text.delta", &item["content"][0]["text"]),
+                    Some("function_call") => ("response.function_call_arguments.delta", &item["arguments"]),
+                    Some("mcp_call") => ("response.mcp_call_arguments.delta", &item["arguments"]),
+                    other => panic!("an item of type {other:?}"),
+                };
+                proptest::prop_assert_eq!(&json!(deltas(delta)), whole);
+                // Text and reasoning come one item at a time (gateway calls
+                // run side by side).
+                if matches!(item["type"].as_str(), Some("message" | "reasoning")) {
+                    let at = |kind: &str| {
+                        events
+                            .iter()
+                            .position(|(n, d)| n == kind && d["output_index"] == index)
+                            .unwrap()
+                    };
+                    let between = &events[at("response.output_item.added")..at("response.output_item.done")];
+                    proptest::prop_assert!(
+                        between.iter().all(|(_, d)| d["output_index"] == index),
+                        "item {} overlaps another: {:?}", index, between
+                    );
+                }
+            }
+            let texts = |kind: &str| -> String {
+                output
+                    .iter()
+                    .filter(|i| i["type"] == kind)
+                    .map(|i| i["content"][0]["text"].as_str().unwrap())
+                    .collect()
+            };
+            proptest::prop_assert_eq!(texts("message"), answer.text.concat());
+            proptest::prop_assert_eq!(texts("reasoning"), answer.reasoning.concat());
+        }
     }
 }
