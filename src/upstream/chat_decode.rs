@@ -436,6 +436,7 @@ fn upstream_error(error: &Value) -> GatewayError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exchange::answers::cut;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -731,21 +732,6 @@ mod tests {
         assert!(events.contains(&Event::Text("I can't".into())));
     }
 
-    /// Pieces of `text` cut at `cuts` (char positions, any order, repeats
-    /// giving empty pieces).
-    fn cut_at(text: &str, cuts: &[usize]) -> Vec<String> {
-        let chars: Vec<char> = text.chars().collect();
-        let mut at: Vec<usize> = cuts.iter().map(|c| c % (chars.len() + 1)).collect();
-        at.sort_unstable();
-        let mut pieces = Vec::new();
-        let mut from = 0;
-        for to in at.into_iter().chain([chars.len()]) {
-            pieces.push(chars[from..to].iter().collect());
-            from = to;
-        }
-        pieces
-    }
-
     /// A chunk as OpenAI writes it: header fields, one choice, its delta.
     fn chunk(delta: &Value, finish: Option<&str>) -> String {
         format!(
@@ -760,8 +746,9 @@ mod tests {
 
     proptest! {
         /// However an answer is cut into chunks (reasoning, text and each
-        /// call's arguments at any points, the calls' fragments one after
-        /// the other or interleaved, a finish reason or only `[DONE]`), it
+        /// call's arguments at any points, a call's id and name on any of
+        /// its fragments, the calls' fragments one after the other or
+        /// interleaved, a finish reason or only `[DONE]`), it
         /// decodes to the same answer: one start, the reasoning and the text
         /// whole, every call whole and in index order, one finish, the usage.
         #[test]
@@ -770,6 +757,7 @@ mod tests {
             text in piece(),
             calls in proptest::collection::vec(("[a-z_]{1,8}", proptest::collection::btree_map("[a-z]{1,4}", piece(), 0..3)), 0..4),
             cuts in proptest::collection::vec(proptest::collection::vec(0usize..64, 0..6), 6),
+            carriers in proptest::collection::vec(0usize..64, 4),
             interleave in any::<bool>(),
             reason in any::<bool>(),
             usage in any::<bool>(),
@@ -779,25 +767,28 @@ mod tests {
                 .map(|(name, args)| (name, serde_json::to_string(&args).unwrap()))
                 .collect();
             let mut chunks = vec![chunk(&json!({"role": "assistant", "content": ""}), None)];
-            for p in cut_at(&reasoning, &cuts[0]) {
+            for p in cut(&reasoning, &cuts[0]) {
                 chunks.push(chunk(&json!({"reasoning_content": p}), None));
             }
-            for p in cut_at(&text, &cuts[1]) {
+            for p in cut(&text, &cuts[1]) {
                 chunks.push(chunk(&json!({"content": p}), None));
             }
-            // Each call's fragments: the first names it, the rest add
-            // arguments.
+            // Each call's fragments add arguments; one of them (usually
+            // the first) carries its id and name.
             let fragments: Vec<Vec<Value>> = calls
                 .iter()
                 .enumerate()
                 .map(|(i, (name, args))| {
-                    cut_at(args, &cuts[2 + i % 4])
+                    let pieces = cut(args, &cuts[2 + i % 4]);
+                    let named = if carriers[i] % 3 == 0 { carriers[i] % pieces.len() } else { 0 };
+                    pieces
                         .into_iter()
                         .enumerate()
-                        .map(|(k, p)| match k {
-                            0 => json!({"index": i, "id": format!("call_{i}"), "type": "function",
-                                        "function": {"name": name, "arguments": p}}),
-                            _ => json!({"index": i, "function": {"arguments": p}}),
+                        .map(|(k, p)| if k == named {
+                            json!({"index": i, "id": format!("call_{i}"), "type": "function",
+                                   "function": {"name": name, "arguments": p}})
+                        } else {
+                            json!({"index": i, "function": {"arguments": p}})
                         })
                         .collect()
                 })
