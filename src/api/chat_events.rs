@@ -199,6 +199,7 @@ impl Sink for ChatEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exchange::answers;
     use crate::exchange::{GatewayStatus, Usage};
 
     fn run(show: ShowGatewayTools, events: Vec<Event>) -> String {
@@ -294,5 +295,103 @@ mod tests {
             !out.contains("gateway_tool_calls") && !out.contains("<details"),
             "{out}"
         );
+    }
+
+    /// A stream put together the way OpenAI's SDKs do (content and
+    /// reasoning appended, calls by index, each gateway call's latest
+    /// state), as the message, finish reason and usage it adds up to. It
+    /// checks on the way: one choice, every chunk the same id, `[DONE]` last.
+    fn assemble(out: &str) -> Result<(Value, Value, Value), String> {
+        let mut message = json!({"role": "assistant", "content": null});
+        let (mut finish, mut usage, mut id) = (Value::Null, Value::Null, None);
+        let frames: Vec<&str> = out.split("\n\n").filter(|f| !f.is_empty()).collect();
+        if frames.last() != Some(&"data: [DONE]") {
+            return Err("no [DONE] at the end".into());
+        }
+        for frame in &frames[..frames.len() - 1] {
+            let data = frame.strip_prefix("data: ").ok_or("not a data line")?;
+            let chunk: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
+            if *id.get_or_insert_with(|| chunk["id"].clone()) != chunk["id"] {
+                return Err("the id changed".into());
+            }
+            if !chunk["usage"].is_null() {
+                usage = chunk["usage"].clone();
+            }
+            let choices = chunk["choices"].as_array().ok_or("no choices")?;
+            let Some(choice) = choices.first() else {
+                continue;
+            };
+            if choices.len() > 1 || choice["index"] != 0 {
+                return Err("another choice".into());
+            }
+            if !choice["finish_reason"].is_null() {
+                finish = choice["finish_reason"].clone();
+            }
+            let delta = &choice["delta"];
+            for key in ["content", "reasoning_content"] {
+                if let Some(text) = delta[key].as_str() {
+                    let had = message[key].as_str().unwrap_or("").to_owned();
+                    message[key] = json!(had + text);
+                }
+            }
+            for call in delta["tool_calls"].as_array().into_iter().flatten() {
+                let index = call["index"].as_u64().ok_or("a call without an index")? as usize;
+                let calls = message
+                    .as_object_mut()
+                    .unwrap()
+                    .entry("tool_calls")
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                    .unwrap();
+                if index == calls.len() {
+                    calls.push(json!({"id": call["id"], "type": call["type"], "function": {"name": "", "arguments": ""}}));
+                }
+                let known = calls.get_mut(index).ok_or("a call index skipped")?;
+                for key in ["name", "arguments"] {
+                    if let Some(part) = call["function"][key].as_str() {
+                        let had = known["function"][key].as_str().unwrap_or("").to_owned();
+                        known["function"][key] = json!(had + part);
+                    }
+                }
+            }
+            for call in delta["gateway_tool_calls"].as_array().into_iter().flatten() {
+                let calls = message
+                    .as_object_mut()
+                    .unwrap()
+                    .entry("gateway_tool_calls")
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                    .unwrap();
+                match calls.iter_mut().find(|c| c["id"] == call["id"]) {
+                    Some(known) => *known = call.clone(),
+                    None => calls.push(call.clone()),
+                }
+            }
+        }
+        Ok((message, finish, usage))
+    }
+
+    proptest::proptest! {
+        /// However an answer's texts are cut into events, a client that
+        /// puts its stream together gets the message, finish reason and
+        /// usage the same answer gives whole, unstreamed.
+        #[test]
+        fn any_cut_of_an_answer_streams_the_completion_it_gives_whole(
+            (answer, cuts) in answers::answer()
+        ) {
+            let out = run(ShowGatewayTools::Fields, answer.events(&cuts));
+            let assembled = assemble(&out);
+            proptest::prop_assert!(assembled.is_ok(), "{:?}: {}", assembled, out);
+            let (message, finish, usage) = assembled.unwrap();
+            let mut whole = crate::api::chat_message::ChatMessage::new(ShowGatewayTools::Fields);
+            for event in answer.events(&[]) {
+                whole.event(event);
+            }
+            let expected = whole.into_completion().unwrap();
+            let choice = &expected["choices"][0];
+            proptest::prop_assert_eq!(&message, &choice["message"]);
+            proptest::prop_assert_eq!(&finish, &choice["finish_reason"]);
+            proptest::prop_assert_eq!(&usage, &expected["usage"]);
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! [`Event`]s gathered into one `chat.completion` (conformance rule 16):
-//! the text of every round in `message.content` (null when only calls
-//! remain), the client's calls in `message.tool_calls`, the gateway's own
-//! calls in `message.gateway_tool_calls`, usage summed.
+//! the text of every round in `message.content` (null when the answer has
+//! no text but calls, gateway calls or reasoning), the client's calls in
+//! `message.tool_calls`, the gateway's own calls in
+//! `message.gateway_tool_calls`, usage summed.
 
 use serde_json::{Value, json};
 
@@ -42,7 +43,13 @@ impl ChatMessage {
         if let Some(error) = self.error {
             return Err(error);
         }
-        let content = if self.text.is_empty() && !self.calls.is_empty() {
+        // As a stream of the same answer adds up: without text, `null` when
+        // something else was said (calls, gateway calls shown, reasoning),
+        // `""` when nothing was.
+        let said = !self.calls.is_empty()
+            || !self.reasoning.is_empty()
+            || (self.show != ShowGatewayTools::None && !self.gateway.is_empty());
+        let content = if self.text.is_empty() && said {
             Value::Null
         } else {
             Value::String(self.text)
