@@ -44,6 +44,7 @@ pub const STORE_DROPPED: &str = "toolgate_store_dropped_total";
 pub const STORE_QUEUE_DEPTH: &str = "toolgate_store_queue_depth";
 pub const STORE_WRITE_SECONDS: &str = "toolgate_store_write_seconds";
 pub const STORE_UP: &str = "toolgate_store_up";
+pub const STORE_LINK_WAITS: &str = "toolgate_store_link_waits_total";
 pub const TOKENS: &str = "toolgate_tokens_total";
 pub const TRACE_SPANS: &str = "toolgate_trace_spans_total";
 
@@ -234,6 +235,10 @@ fn describe() {
         Unit::Seconds,
         "Time to write one batch of transcript rows."
     );
+    describe_counter!(
+        STORE_LINK_WAITS,
+        "Requests that waited link_wait_ms for another replica's record of their last answer in vain."
+    );
     describe_gauge!(
         STORE_UP,
         "1 while the transcript store takes writes, else 0."
@@ -306,6 +311,7 @@ pub fn declare_tools(config: &crate::config::Config) {
     }
     if config.store.is_some() {
         metrics::counter!(STORE_DROPPED).increment(0);
+        metrics::counter!(STORE_LINK_WAITS).increment(0);
     }
     if config.telemetry.is_some() {
         for outcome in ["exported", "failed", "dropped"] {

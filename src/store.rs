@@ -24,7 +24,7 @@ mod recorder;
 mod redact;
 mod writer;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -50,6 +50,8 @@ const QUEUE: usize = 16_384;
 const MISSED_CHATS: usize = 10_000;
 /// Conversation states remembered in memory per generation (two kept).
 const HEADS_PER_GENERATION: usize = 50_000;
+/// Last answers waited for in vain, remembered per generation (two kept).
+const AWAITED_PER_GENERATION: usize = 10_000;
 /// Assistant turns of a history tried when linking, newest first.
 const LINK_TRIES: usize = 8;
 /// The first pause between two lookups of a continued chat's head.
@@ -242,6 +244,10 @@ impl Shared {
 struct Heads {
     maps: Mutex<[HeadMap; 2]>,
     owners: Mutex<[OwnerMap; 2]>,
+    /// Last answers a request waited `link_wait_ms` for in vain (an edited
+    /// or made-up history, such as few-shot examples sent every time): a
+    /// later request ending with the same one looks once, without waiting.
+    awaited: Mutex<[HashSet<String>; 2]>,
 }
 
 /// Hash → the chats that reached it, with the messages each covers.
@@ -283,6 +289,27 @@ impl Heads {
             .or_else(|| maps[1].get(hash))
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// Notes that the answer ending in state `hash` was waited for in vain.
+    fn awaited_in_vain(&self, hash: &str) {
+        let mut sets = self
+            .awaited
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if sets[0].len() >= AWAITED_PER_GENERATION {
+            sets[1] = std::mem::take(&mut sets[0]);
+        }
+        sets[0].insert(hash.to_owned());
+    }
+
+    /// Whether the answer ending in state `hash` was waited for in vain.
+    fn was_awaited(&self, hash: &str) -> bool {
+        let sets = self
+            .awaited
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        sets[0].contains(hash) || sets[1].contains(hash)
     }
 
     fn own(&self, chat: Arc<str>, tenant: Arc<str>) {
@@ -495,8 +522,11 @@ impl Store {
         if best.open() && !tries.is_empty() && self.open().await {
             // While the last answer may still be landing (another replica
             // wrote it), the lookup is repeated within `link_wait_ms`; a
-            // database of one replica's is asked once.
-            let others = self.shared.db.get().is_some_and(Db::is_shared);
+            // database of one replica's is asked once, and so is a last
+            // answer that was waited for in vain before.
+            let last = tries[0].0.clone();
+            let others = self.shared.db.get().is_some_and(Db::is_shared)
+                && !self.shared.heads.was_awaited(&last);
             let started = tokio::time::Instant::now();
             let deadline = started + self.shared.config.link_wait;
             let hashes: Vec<String> = tries.into_iter().map(|(h, _)| h).collect();
@@ -531,7 +561,14 @@ impl Store {
                 let now = tokio::time::Instant::now();
                 let next = (now + (now - started) / 4).max(now + LINK_RETRY);
                 let next = next.min(deadline - LINK_RETRY);
-                if !others || next <= now {
+                if !others {
+                    break;
+                }
+                if next <= now {
+                    if best.open() {
+                        self.shared.heads.awaited_in_vain(&last);
+                        metrics::counter!(m::STORE_LINK_WAITS).increment(1);
+                    }
                     break;
                 }
                 tokio::time::sleep_until(next).await;

@@ -330,3 +330,53 @@ fn turns_alternating_between_replicas_record_every_message_once() {
     }
     assert_eq!(m.len(), 4 * ROWS, "{m:#?}");
 }
+
+/// Requests that waited `link_wait_ms` in vain, from the process's metrics.
+fn link_waits(gw: &Binary) -> u64 {
+    let metrics = get(&gw.url("/metrics")).text();
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("toolgate_store_link_waits_total"))
+        .unwrap_or_else(|| panic!("no link waits counter: {metrics}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// A history whose last answer toolgate never recorded (few-shot examples
+/// sent with every request) waits `link_wait_ms` once per replica: a later
+/// request ending with the same answer looks it up once and goes on.
+#[test]
+fn a_made_up_answer_is_waited_for_once() {
+    let pg = Postgres::start();
+    let gw = gateway_with(&pg.url(), "link_wait_ms = 300\n");
+    let shots = |question: &str| {
+        json!({"model": "demo", "messages": [
+            {"role": "user", "content": "Ask the calculator: what is `1 + 1`?"},
+            {"role": "assistant", "content": "The calculator says 2."},
+            {"role": "user", "content": question},
+        ]})
+    };
+    assert_eq!(link_waits(&gw), 0);
+    let first = post(
+        gw.port,
+        &shots("Ask the calculator: what is `2 + 2`?"),
+        None,
+    );
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(link_waits(&gw), 1, "the first request waits for the answer");
+    for question in ["Ask the calculator: what is `3 + 3`?", "And `4 + 4`?"] {
+        let r = post(gw.port, &shots(question), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(
+        link_waits(&gw),
+        1,
+        "the same made-up answer is not waited for again"
+    );
+    let other = json!({"model": "demo", "messages": [
+        {"role": "user", "content": "Ask the calculator: what is `5 + 5`?"},
+        {"role": "assistant", "content": "Another made-up answer."},
+        {"role": "user", "content": "Ask the calculator: what is `6 + 6`?"},
+    ]});
+    assert_eq!(post(gw.port, &other, None).status, 200);
+    assert_eq!(link_waits(&gw), 2, "another made-up answer is");
+}
