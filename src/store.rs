@@ -560,7 +560,7 @@ impl Store {
                 // answer.
                 let now = tokio::time::Instant::now();
                 let next = (now + (now - started) / 4).max(now + LINK_RETRY);
-                let next = next.min(deadline - LINK_RETRY);
+                let next = next.min(deadline.checked_sub(LINK_RETRY).unwrap_or(started));
                 if !others {
                     break;
                 }
