@@ -17,6 +17,7 @@
 mod batch;
 mod db;
 mod file_watch;
+mod generations;
 mod link;
 mod live;
 pub mod record;
@@ -24,7 +25,7 @@ mod recorder;
 mod redact;
 mod writer;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -36,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Record, StoreConfig};
 use crate::metrics as m;
 use db::Db;
+use generations::Generations;
 use link::Choice;
 use live::Live;
 pub use record::{ChatSummary, Kept, Message, StoredMessage};
@@ -238,97 +240,62 @@ impl Shared {
 
 /// Conversation states toolgate answered recently: hash → (chat, length)
 /// (hashes start from the tenant, so a lookup is the tenant's own), and the
-/// tenant of each chat this replica recorded. Two generations bound the
-/// memory; the older is dropped when the newer fills.
-#[derive(Default)]
+/// tenant of each chat this replica recorded, each in bounded memory.
 struct Heads {
-    maps: Mutex<[HeadMap; 2]>,
-    owners: Mutex<[OwnerMap; 2]>,
+    /// Hash → the chats that reached it, with the messages each covers.
+    states: Generations<String, Vec<(Arc<str>, i64)>>,
+    /// Chat → its tenant.
+    owners: Generations<Arc<str>, Arc<str>>,
     /// Last answers a request waited `link_wait_ms` for in vain (an edited
     /// or made-up history, such as few-shot examples sent every time): a
     /// later request ending with the same one looks once, without waiting.
-    awaited: Mutex<[HashSet<String>; 2]>,
+    awaited: Generations<String, ()>,
 }
 
-/// Hash → the chats that reached it, with the messages each covers.
-type HeadMap = HashMap<String, Vec<(Arc<str>, i64)>>;
-/// Chat → its tenant.
-type OwnerMap = HashMap<Arc<str>, Arc<str>>;
-
 impl Heads {
+    fn new() -> Self {
+        Heads {
+            states: Generations::new(HEADS_PER_GENERATION),
+            owners: Generations::new(HEADS_PER_GENERATION),
+            awaited: Generations::new(AWAITED_PER_GENERATION),
+        }
+    }
+
     /// Keeps a state `chat` reached (two chats at most per state: a
     /// second makes it ambiguous for a request that names no chat).
     fn remember(&self, hash: String, chat: Arc<str>, len: i64) {
-        let mut maps = self
-            .maps
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if maps[0].len() >= HEADS_PER_GENERATION {
-            maps[1] = std::mem::take(&mut maps[0]);
-        }
-        let mut chats = maps[0]
-            .remove(&hash)
-            .or_else(|| maps[1].get(&hash).cloned())
-            .unwrap_or_default();
-        chats.retain(|(c, _)| *c != chat);
-        chats.push((chat, len));
-        if chats.len() > 2 {
-            chats.remove(0);
-        }
-        maps[0].insert(hash, chats);
+        self.states.update(hash, |chats| {
+            let mut chats = chats.unwrap_or_default();
+            chats.retain(|(c, _)| *c != chat);
+            chats.push((chat, len));
+            if chats.len() > 2 {
+                chats.remove(0);
+            }
+            chats
+        });
     }
 
     /// The chats that reached state `hash`.
     fn find(&self, hash: &str) -> Vec<(Arc<str>, i64)> {
-        let maps = self
-            .maps
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        maps[0]
-            .get(hash)
-            .or_else(|| maps[1].get(hash))
-            .cloned()
-            .unwrap_or_default()
+        self.states.get(hash).unwrap_or_default()
     }
 
     /// Notes that the answer ending in state `hash` was waited for in vain.
     fn awaited_in_vain(&self, hash: &str) {
-        let mut sets = self
-            .awaited
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if sets[0].len() >= AWAITED_PER_GENERATION {
-            sets[1] = std::mem::take(&mut sets[0]);
-        }
-        sets[0].insert(hash.to_owned());
+        self.awaited.insert(hash.to_owned(), ());
     }
 
     /// Whether the answer ending in state `hash` was waited for in vain.
     fn was_awaited(&self, hash: &str) -> bool {
-        let sets = self
-            .awaited
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        sets[0].contains(hash) || sets[1].contains(hash)
+        self.awaited.get(hash).is_some()
     }
 
     fn own(&self, chat: Arc<str>, tenant: Arc<str>) {
-        let mut owners = self
-            .owners
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if owners[0].len() >= HEADS_PER_GENERATION {
-            owners[1] = std::mem::take(&mut owners[0]);
-        }
-        owners[0].insert(chat, tenant);
+        self.owners.insert(chat, tenant);
     }
 
     fn owner(&self, chat: &str) -> Option<Arc<str>> {
-        let owners = self
-            .owners
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        owners[0].get(chat).or_else(|| owners[1].get(chat)).cloned()
+        self.owners.get(chat)
     }
 }
 
@@ -364,7 +331,7 @@ impl Shared {
             opened: tokio::sync::Notify::new(),
             tx,
             health: Mutex::new(Some("connecting".into())),
-            heads: Heads::default(),
+            heads: Heads::new(),
             live: Live::default(),
             last_drop_log: Mutex::new(None),
             queued: Mutex::new(HashMap::new()),
