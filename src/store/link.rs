@@ -30,18 +30,18 @@ pub enum Choice<C> {
 /// said it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision<C> {
+    /// The chat, if any.
     pub choice: Choice<C>,
     /// The state that decided, newest first; `None` when none did.
     pub depth: Option<usize>,
 }
 
 impl<C> Decision<C> {
-    /// Whether looking again may decide better. The newest state is the
-    /// history's last answer: when it was not found, and either nothing was
-    /// or only the state just before it (the request that answer answered),
-    /// the replica that gave the answer may still be writing it. A history
-    /// found further back was edited after that point: nothing newer will
-    /// land.
+    /// Whether looking again may decide better. The newest state ends with
+    /// the history's last answer: when it was not found, and either nothing
+    /// was or only the state of the answer before it, the replica that gave
+    /// the last answer may still be writing it. A history found further
+    /// back was edited after that point: nothing newer will land.
     pub fn open(&self) -> bool {
         matches!(self.depth, None | Some(1))
     }
