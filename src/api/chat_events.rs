@@ -297,6 +297,14 @@ mod tests {
         );
     }
 
+    /// The list at `key` of `message`, made empty when missing.
+    fn list<'a>(message: &'a mut Value, key: &str) -> &'a mut Vec<Value> {
+        if message[key].is_null() {
+            message[key] = json!([]);
+        }
+        message[key].as_array_mut().unwrap()
+    }
+
     /// A stream put together the way OpenAI's SDKs do (content and
     /// reasoning appended, calls by index, each gateway call's latest
     /// state), as the message, finish reason and usage it adds up to. It
@@ -330,38 +338,24 @@ mod tests {
             let delta = &choice["delta"];
             for key in ["content", "reasoning_content"] {
                 if let Some(text) = delta[key].as_str() {
-                    let had = message[key].as_str().unwrap_or("").to_owned();
-                    message[key] = json!(had + text);
+                    answers::append(&mut message[key], text);
                 }
             }
             for call in delta["tool_calls"].as_array().into_iter().flatten() {
                 let index = call["index"].as_u64().ok_or("a call without an index")? as usize;
-                let calls = message
-                    .as_object_mut()
-                    .unwrap()
-                    .entry("tool_calls")
-                    .or_insert_with(|| json!([]))
-                    .as_array_mut()
-                    .unwrap();
+                let calls = list(&mut message, "tool_calls");
                 if index == calls.len() {
                     calls.push(json!({"id": call["id"], "type": call["type"], "function": {"name": "", "arguments": ""}}));
                 }
                 let known = calls.get_mut(index).ok_or("a call index skipped")?;
                 for key in ["name", "arguments"] {
                     if let Some(part) = call["function"][key].as_str() {
-                        let had = known["function"][key].as_str().unwrap_or("").to_owned();
-                        known["function"][key] = json!(had + part);
+                        answers::append(&mut known["function"][key], part);
                     }
                 }
             }
             for call in delta["gateway_tool_calls"].as_array().into_iter().flatten() {
-                let calls = message
-                    .as_object_mut()
-                    .unwrap()
-                    .entry("gateway_tool_calls")
-                    .or_insert_with(|| json!([]))
-                    .as_array_mut()
-                    .unwrap();
+                let calls = list(&mut message, "gateway_tool_calls");
                 match calls.iter_mut().find(|c| c["id"] == call["id"]) {
                     Some(known) => *known = call.clone(),
                     None => calls.push(call.clone()),

@@ -609,21 +609,9 @@ mod tests {
                     let block = &mut message["content"][*index];
                     let delta = &data["delta"];
                     match delta["type"].as_str() {
-                        Some("text_delta") => {
-                            let text = format!(
-                                "{}{}",
-                                block["text"].as_str().unwrap_or(""),
-                                delta["text"].as_str().unwrap()
-                            );
-                            block["text"] = json!(text);
-                        }
-                        Some("thinking_delta") => {
-                            let text = format!(
-                                "{}{}",
-                                block["thinking"].as_str().unwrap_or(""),
-                                delta["thinking"].as_str().unwrap()
-                            );
-                            block["thinking"] = json!(text);
+                        Some(kind @ ("text_delta" | "thinking_delta")) => {
+                            let field = kind.trim_end_matches("_delta");
+                            answers::append(&mut block[field], delta[field].as_str().unwrap());
                         }
                         Some("input_json_delta") => {
                             json.push_str(delta["partial_json"].as_str().unwrap());

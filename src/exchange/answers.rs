@@ -179,3 +179,10 @@ pub fn without_made_up(value: &Value) -> Value {
         other => other.clone(),
     }
 }
+
+/// Appends `text` to the string at `field` (null counts as empty), as SDKs
+/// add up a stream's deltas.
+pub fn append(field: &mut Value, text: &str) {
+    let had = field.as_str().unwrap_or("");
+    *field = Value::String(format!("{had}{text}"));
+}
