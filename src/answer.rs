@@ -208,26 +208,69 @@ impl<O: Output> Output for Recording<'_, O> {
     }
 }
 
-/// A transcript recorder for this request, when the store records it.
-pub async fn recorder(
-    runtime: &Runtime,
-    provider: &Provider,
-    tenant: &Tenant,
-    request: &Map<String, Value>,
-    headers: &HeaderMap,
-) -> Option<Recorder> {
-    let store = runtime.store.as_ref()?;
-    let model = request.get("model").and_then(Value::as_str).unwrap_or("");
-    store
-        .begin(Begin {
-            tenant: &tenant.name,
-            provider: &provider.name,
-            model,
-            request,
-            chat_header: headers.get(CHAT_HEADER).and_then(|v| v.to_str().ok()),
-            gateway_tools: provider.tools.gateway.is_some(),
-        })
-        .await
+/// One client request's transcript, whichever providers it takes: begun by
+/// the first provider that tries the request, handed on to the next one
+/// when that one fails before answering (`failover`), taken by the one
+/// that answers. A request is one exchange in one chat, whatever it took
+/// to answer; when no provider answers, the request is recorded with why.
+#[derive(Default)]
+pub struct Transcript {
+    recorder: Option<Recorder>,
+    /// Whether it was begun: a request `[store] record` leaves out stays out.
+    begun: bool,
+}
+
+impl Transcript {
+    /// Records this request, now tried with `provider` (the chat it
+    /// continues linked on the first try only); whether it is recorded.
+    pub async fn begin(
+        &mut self,
+        runtime: &Runtime,
+        provider: &Provider,
+        tenant: &Tenant,
+        request: &Map<String, Value>,
+        headers: &HeaderMap,
+    ) -> bool {
+        let model = request.get("model").and_then(Value::as_str).unwrap_or("");
+        if std::mem::replace(&mut self.begun, true) {
+            if let Some(recorder) = &mut self.recorder {
+                recorder.retarget(&provider.name, model);
+            }
+        } else if let Some(store) = runtime.store.as_ref() {
+            self.recorder = store
+                .begin(Begin {
+                    tenant: &tenant.name,
+                    provider: &provider.name,
+                    model,
+                    request,
+                    chat_header: headers.get(CHAT_HEADER).and_then(|v| v.to_str().ok()),
+                    gateway_tools: provider.tools.gateway.is_some(),
+                })
+                .await;
+        }
+        self.recorder.is_some()
+    }
+
+    /// The recorder, for the provider that answers.
+    pub fn take(&mut self) -> Option<Recorder> {
+        self.recorder.take()
+    }
+
+    /// The request is over: if no provider took its transcript, it is
+    /// recorded as refused, with the error or status the client got.
+    pub fn settle(&mut self, result: &Result<Response<Body>, GatewayError>) {
+        let Some(mut recorder) = self.recorder.take() else {
+            return;
+        };
+        match result {
+            Err(e) => recorder.refuse(&e.to_string(), e.code()),
+            Ok(r) if !r.status().is_success() => recorder.refuse(
+                &format!("The upstream answered with HTTP {}", r.status().as_u16()),
+                "upstream_status",
+            ),
+            Ok(_) => {}
+        }
+    }
 }
 
 /// Tells the client which chat its exchange was recorded in.
@@ -238,12 +281,13 @@ pub fn tag_chat(response: &mut Response<Body>, chat: Option<&str>) {
 }
 
 /// What a door hands over: the request, the client's request head (its
-/// path, query and headers) and who sent it.
-pub struct Ask {
+/// path, query and headers), who sent it, and the request's transcript.
+pub struct Ask<'t> {
     pub request: Request,
     pub uri: Uri,
     pub headers: HeaderMap,
     pub tenant: Arc<Tenant>,
+    pub transcript: &'t mut Transcript,
 }
 
 /// The provider's gateway tools for this request (none when it has none),
@@ -272,26 +316,28 @@ pub fn offer(
 pub async fn start(
     runtime: Arc<Runtime>,
     provider: Arc<Provider>,
-    ask: Ask,
+    ask: Ask<'_>,
 ) -> Result<Started, GatewayError> {
     let Ask {
         mut request,
         uri,
         headers,
         tenant,
+        transcript,
     } = ask;
     if provider.tools.gateway.is_some() {
         // Toolgate's own `details` blocks, sent back verbatim: the model and
         // the chat linking see the history as if they were not there.
         crate::tools::show::strip_history(&mut request.messages);
     }
-    let recorder = match (&runtime.store, serde_json::to_value(&request)) {
+    if runtime.store.is_some()
         // Transcripts keep the request as Chat Completions JSON.
-        (Some(_), Ok(Value::Object(chat))) => {
-            recorder(&runtime, &provider, &tenant, &chat, &headers).await
-        }
-        _ => None,
-    };
+        && let Ok(Value::Object(chat)) = serde_json::to_value(&request)
+    {
+        transcript
+            .begin(&runtime, &provider, &tenant, &chat, &headers)
+            .await;
+    }
     let offer = offer(&runtime, &provider, &tenant)?;
     let tools = &provider.tools;
     if !offer.is_empty() && tools.mode != Mode::ToNatural {
@@ -328,6 +374,8 @@ pub async fn start(
         max_parallel,
         max_result_chars: tools.max_tool_result_chars,
     };
+    // Until the first round answers, the transcript stays the request's:
+    // a provider that fails here hands it on (or it is recorded refused).
     let first = plan.upstream.send(rounds.request()).await?;
     if !first.status().is_success() {
         return Ok(Started::Refused(first));
@@ -337,7 +385,7 @@ pub async fn start(
         rounds,
         first,
         runtime,
-        recorder,
+        recorder: transcript.take(),
         tenant,
     })))
 }

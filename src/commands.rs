@@ -1,33 +1,21 @@
 //! The subcommands besides serving. `render` and `parse` run the same code
-//! the gateway runs, without a network, so a user can see what a natural-mode
-//! provider would receive and what a model output turns into; `tools` lists
-//! the gateway tools; `probe` measures which syntax a model follows.
+//! the gateway runs, so a user can see exactly what a provider would
+//! receive (`render` sends the request through the gateway to a listener on
+//! loopback) and what a model output turns into; `tools` lists the gateway
+//! tools; `probe` measures which syntax a model follows.
 
 pub mod probe;
+pub mod render;
+
+pub use render::{Render, Rendered, render};
 
 use serde_json::{Value, json};
 
-use crate::config::{Config, Mode};
+use crate::config::Config;
 use crate::natural::parser::{Event, Parser, ParserOptions};
 use crate::natural::syntax::Syntax;
 use crate::natural::tools::ToolSet;
 use crate::natural::validate::SchemaCache;
-
-/// The request body that would go upstream for `provider`, pretty-printed.
-pub fn render(config: &Config, provider: &str, request: &[u8]) -> Result<String, String> {
-    let p = config
-        .provider(provider)
-        .ok_or_else(|| format!("no provider named {provider:?} in the config"))?;
-    let body = match p.tools.mode {
-        Mode::Natural => crate::natural::Engine::new(config)
-            .render(provider, request)
-            .map_err(|e| e.to_string())?,
-        _ => request.to_vec(),
-    };
-    let value: Value =
-        serde_json::from_slice(&body).map_err(|e| format!("the request is not JSON: {e}"))?;
-    Ok(serde_json::to_string_pretty(&value).unwrap_or_default())
-}
 
 /// What `text` (a model's whole output) turns into with these tools:
 /// `{"content", "tool_calls", "invalid"}` as pretty JSON. Invalid blocks are
@@ -101,7 +89,8 @@ pub async fn tools(config: &Config, wait: std::time::Duration) -> (String, Resul
                 "MCP server `{name}` did not start within {}s",
                 wait.as_secs()
             )),
-            State::Down { error } => failed.push(format!("MCP server `{name}`: {error}")),
+            // A one-shot command retries nothing: the reason alone.
+            State::Down { error, .. } => failed.push(format!("MCP server `{name}`: {error}")),
         }
     }
     for http in &config.http_tools {
@@ -111,7 +100,13 @@ pub async fn tools(config: &Config, wait: std::time::Duration) -> (String, Resul
             http.parameters.clone(),
             crate::tools::ToolKind::Http(http.clone()),
         );
-        listed.push(describe(&tool, &format!("http tool {}", http.url)));
+        let url = http.url.to_string();
+        let source = format!("http tool {}", crate::config::redact::url(&url));
+        listed.push(describe(&tool, &source));
+        // Calling the tool would run it: the listing only connects.
+        if let Err(why) = reachable(&http.url, wait).await {
+            failed.push(format!("http tool `{}`: {why}", http.name));
+        }
     }
     for b in crate::tools::builtin::Builtin::ALL {
         let tool = crate::tools::GatewayTool::new(
@@ -150,6 +145,24 @@ pub async fn tools(config: &Config, wait: std::time::Duration) -> (String, Resul
     (text, result)
 }
 
+/// Whether a TCP connection to `url`'s host and port opens within `wait`.
+async fn reachable(url: &http::Uri, wait: std::time::Duration) -> Result<(), String> {
+    let host = url.host().unwrap_or_default();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = url.port_u16().unwrap_or(match url.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    });
+    match tokio::time::timeout(wait, tokio::net::TcpStream::connect((host, port))).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("cannot connect to {host}:{port}: {e}")),
+        Err(_) => Err(format!(
+            "cannot connect to {host}:{port} within {}s",
+            wait.as_secs()
+        )),
+    }
+}
+
 fn describe(tool: &crate::tools::GatewayTool, source: &str) -> Value {
     json!({
         "name": tool.name,
@@ -177,17 +190,5 @@ mod tests {
         );
         assert_eq!(out["invalid"].as_array().unwrap().len(), 1);
         assert!(out["content"].as_str().unwrap().starts_with("Sure."));
-    }
-
-    #[test]
-    fn render_shows_contracts_for_a_natural_provider() {
-        let config = Config::from_toml(crate::config::EMBEDDED_DEFAULT).unwrap();
-        let request = format!(
-            r#"{{"model":"demo","messages":[{{"role":"user","content":"hi"}}],"tools":{TOOLS}}}"#
-        );
-        let out = render(&config, "demo", request.as_bytes()).unwrap();
-        assert!(out.contains("## GetWeather"), "{out}");
-        assert!(!out.contains("\"tools\""), "{out}");
-        assert!(render(&config, "nope", b"{}").is_err());
     }
 }

@@ -10,10 +10,11 @@ pub mod auth;
 mod env;
 pub mod gateway_tools;
 pub mod raw;
-mod redact;
+pub mod redact;
 pub mod store;
 pub mod telemetry;
 pub mod upstream;
+mod userinfo;
 pub mod vocabulary;
 
 use std::collections::HashMap;
@@ -27,7 +28,7 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use globset::{Glob, GlobSet, GlobSetBuilder};
-use http::header::HeaderMap;
+use http::header::{HeaderMap, HeaderValue};
 use http::uri::{Authority, Scheme};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -97,6 +98,9 @@ pub struct Config {
     pub telemetry: Option<TelemetryConfig>,
     /// What was loaded, kept for `toolgate check` (printed with secrets redacted).
     pub raw: RawConfig,
+    /// What is valid but likely not meant, one sentence each (`check`
+    /// prints them, serving logs them).
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -241,6 +245,15 @@ impl Config {
             // figment reports the syntax error below, with its place.
             Err(_) => text,
         };
+        // The `server` and `telemetry` keys set from the environment, so
+        // that an error on one names the variable to fix.
+        applied.extend(std::env::vars_os().filter_map(|(k, _)| {
+            let var = k.into_string().ok()?;
+            let key = var.strip_prefix("TOOLGATE_")?;
+            let path = key.to_ascii_lowercase().replace("__", ".");
+            (path.starts_with("server.") || path.starts_with("telemetry."))
+                .then_some(env::Applied { var, path })
+        }));
         let figment = Figment::new().merge(Toml::string(&text)).merge(
             Env::prefixed("TOOLGATE_")
                 .split("__")
@@ -318,6 +331,20 @@ impl Config {
                     format!("duplicate provider name {:?}", p.name),
                 ));
             }
+            if let Some(q) = raw.providers[..i]
+                .iter()
+                .find(|q| q.name.eq_ignore_ascii_case(&p.name))
+            {
+                return Err(ConfigError::new(
+                    format!("{path}.name"),
+                    format!(
+                        "{:?} differs from provider {:?} only in case: a TOOLGATE_PROVIDERS__{}__… override could not tell them apart",
+                        p.name,
+                        q.name,
+                        p.name.to_ascii_uppercase()
+                    ),
+                ));
+            }
             let mut provider = provider(&path, p)?;
             provider.tools.gateway = gateway_tools::settings(
                 &format!("{path}.tools"),
@@ -343,6 +370,7 @@ impl Config {
                 ));
             }
         }
+        let warnings = warnings(&providers);
         Ok(Config {
             server,
             providers,
@@ -351,10 +379,11 @@ impl Config {
             store,
             telemetry,
             raw,
+            warnings,
         })
     }
 
-    /// The effective config as TOML, with header values that look secret redacted.
+    /// The effective config as TOML, with every credential redacted.
     pub fn to_redacted_toml(&self) -> String {
         redact::redacted_toml(&self.raw)
     }
@@ -384,9 +413,72 @@ fn figment_error(err: figment::Error) -> ConfigError {
             }
             "missing required key".to_owned()
         }
+        figment::error::Kind::UnknownVariant(found, expected) => {
+            format!(
+                "unknown value {found:?}; expected one of: {}",
+                expected.join(", ")
+            )
+        }
+        figment::error::Kind::Message(text) => one_line(text),
         other => other.to_string(),
     };
     ConfigError::new(path, message)
+}
+
+/// A TOML parser's report (a header, the line with a caret under the
+/// place, then the reason, over several lines) as one line:
+/// `line 3, column 14: number too large to fit in target type: `backoff_ms = 1…``.
+fn one_line(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+    let Some(place) = lines
+        .first()
+        .and_then(|l| l.strip_prefix("TOML parse error at "))
+    else {
+        return lines
+            .iter()
+            .filter(|l| !l.trim().is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(": ");
+    };
+    let quoted = lines
+        .iter()
+        .filter_map(|l| l.split_once(" | ").map(|(_, code)| code.trim()))
+        .find(|code| !code.is_empty() && !code.chars().all(|c| c == '^' || c == ' '));
+    let reason: Vec<&str> = lines[1..]
+        .iter()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('|') && !l.contains(" | "))
+        .map(|l| l.trim())
+        .collect();
+    let mut out = format!("{place}: {}", reason.join(" "));
+    if reason.iter().any(|r| r.contains("too large")) {
+        out.push_str(" (at most 9223372036854775807)");
+    }
+    if let Some(code) = quoted {
+        let code: String = code.chars().take(80).collect();
+        out.push_str(&format!(": `{code}`"));
+    }
+    out
+}
+
+/// What a valid config likely did not mean.
+fn warnings(providers: &[Arc<Provider>]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, p) in providers.iter().enumerate() {
+        for t in &p.targets {
+            if let Target::Http(h) = &t.endpoint
+                && !h.base_path.ends_with("/v1")
+            {
+                out.push(format!(
+                    "`providers[{i}]` ({}): the base URL's path {:?} does not end in /v1, so chat requests go to {}/chat/completions; most servers want …/v1",
+                    p.name,
+                    h.base_path,
+                    h.base_path
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// figment paths are `["providers", "0", "name"]`; we print `providers[0].name`.
@@ -539,6 +631,14 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
             "must be non-empty, without '/' or whitespace (it is the routing prefix `name/model`)",
         ));
     }
+    if name.contains("__") {
+        return Err(ConfigError::new(
+            format!("{path}.name"),
+            format!(
+                "{name:?} contains \"__\", which separates the parts of a TOOLGATE_PROVIDERS__<name>__<KEY> override: no override could name it"
+            ),
+        ));
+    }
     let mut globs = GlobSetBuilder::new();
     for (j, pattern) in raw.models.iter().enumerate() {
         let glob = Glob::new(pattern).map_err(|e| {
@@ -599,10 +699,15 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
     })
 }
 
-pub(crate) fn http_target(path: &str, url: &str) -> Result<HttpTarget, ConfigError> {
+/// A provider's URL, and the `Authorization` its userinfo stood for.
+pub(crate) fn http_target(
+    path: &str,
+    url: &str,
+) -> Result<(HttpTarget, Option<HeaderValue>), ConfigError> {
+    let (url, basic) = userinfo::split(path, url)?;
     let uri: http::Uri = url
         .parse()
-        .map_err(|_| ConfigError::new(path, format!("not a URL: {url:?}")))?;
+        .map_err(|_| ConfigError::new(path, format!("not a URL: {:?}", redact::url(&url))))?;
     let scheme = uri
         .scheme()
         .cloned()
@@ -610,17 +715,21 @@ pub(crate) fn http_target(path: &str, url: &str) -> Result<HttpTarget, ConfigErr
     let (Some(scheme), Some(authority)) = (scheme, uri.authority().cloned()) else {
         return Err(ConfigError::new(
             path,
-            format!("must be an absolute http:// or https:// URL: {url:?}"),
+            format!(
+                "must be an absolute http:// or https:// URL: {:?}",
+                redact::url(&url)
+            ),
         ));
     };
     if uri.query().is_some() {
         return Err(ConfigError::new(path, "must not carry a query string"));
     }
-    Ok(HttpTarget {
+    let target = HttpTarget {
         scheme,
         authority,
         base_path: uri.path().trim_end_matches('/').to_owned(),
-    })
+    };
+    Ok((target, basic))
 }
 
 fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {

@@ -96,6 +96,14 @@ pub enum GatewayError {
     /// `max_buffered_request_bytes` are held by requests being read.
     #[error("The gateway is holding too many request bytes at once; retry shortly")]
     BufferFull,
+    /// The caller has as many of something open (live views) as it may.
+    #[error("{message}")]
+    TooManyRequests {
+        /// What is at its limit, and which key sets it.
+        message: String,
+        /// The error's `code`.
+        code: &'static str,
+    },
     /// A tool server this provider's gateway tools need is not available.
     #[error("The tool server `{server}` {reason}; this provider's requests wait until it is back")]
     ToolServerUnavailable {
@@ -136,6 +144,7 @@ impl GatewayError {
             | GatewayError::ToolServerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
             GatewayError::ModelNotAllowed(_) | GatewayError::Forbidden(_) => StatusCode::FORBIDDEN,
+            GatewayError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -150,7 +159,9 @@ impl GatewayError {
             | GatewayError::BodyTimeout { .. } => "invalid_request_error",
             GatewayError::Unauthorized => "authentication_error",
             GatewayError::ModelNotAllowed(_) | GatewayError::Forbidden(_) => "permission_error",
-            GatewayError::Overloaded | GatewayError::BufferFull => "rate_limit_error",
+            GatewayError::Overloaded
+            | GatewayError::BufferFull
+            | GatewayError::TooManyRequests { .. } => "rate_limit_error",
             GatewayError::ToolServerUnavailable { .. } | GatewayError::StoreUnavailable(_) => {
                 "server_error"
             }
@@ -167,7 +178,8 @@ impl GatewayError {
             GatewayError::PayloadTooLarge { .. } => "request_too_large",
             GatewayError::UpstreamUnreachable { .. } => "upstream_unreachable",
             GatewayError::UpstreamTimeout { .. } => "upstream_timeout",
-            GatewayError::UpstreamInvalid { code, .. } => code,
+            GatewayError::UpstreamInvalid { code, .. }
+            | GatewayError::TooManyRequests { code, .. } => code,
             GatewayError::InvalidToolCall { .. } => "invalid_tool_call",
             GatewayError::Unauthorized => "invalid_api_key",
             GatewayError::ModelNotAllowed(_) => "model_not_allowed",
@@ -215,6 +227,7 @@ impl GatewayError {
             GatewayError::Overloaded
                 | GatewayError::BufferFull
                 | GatewayError::ToolServerUnavailable { .. }
+                | GatewayError::TooManyRequests { .. }
         ) {
             response
                 .headers_mut()

@@ -34,6 +34,8 @@ use http_body::Body as HttpBody;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 
+use crate::api::live_views::LiveViews;
+use crate::api::transcripts::Transcripts;
 use crate::body::drain::DrainGuard;
 use crate::body::observed::{Guard, Observed, RequestLog};
 use crate::body::stall::StallGuard;
@@ -61,6 +63,8 @@ pub struct Gateway {
     steps: Arc<StepStore>,
     /// Transcripts, when `[store]` is configured (kept across reloads).
     store: Option<Arc<Store>>,
+    /// The transcript API's store and its open live views.
+    transcripts: Option<Transcripts>,
     /// Upstream targets' health, kept across reloads for unchanged targets.
     health: HealthBook,
     metrics: PrometheusHandle,
@@ -91,7 +95,15 @@ impl Gateway {
             }
         });
         let health = HealthBook::default();
+        let transcripts = store
+            .clone()
+            .zip(config.store.as_ref())
+            .map(|(store, c)| Transcripts {
+                store,
+                views: LiveViews::new(c.live_views),
+            });
         Gateway {
+            transcripts,
             limits: Limits::new(&config.server),
             runtime: ArcSwap::from_pointee(Runtime::new(
                 config,
@@ -133,13 +145,20 @@ impl Gateway {
         }
         self.tools.reload(&config);
         self.limits.resize(&config.server);
+        let config = Arc::new(config);
         self.runtime.store(Arc::new(Runtime::new(
-            Arc::new(config),
+            config.clone(),
             self.tools.clone(),
             self.steps.clone(),
             self.store.clone(),
             &self.health,
         )));
+        // A live view lasts only while its key still names its viewer.
+        if let Some(transcripts) = &self.transcripts {
+            transcripts
+                .views
+                .recheck(|key| auth::viewer_of(&config, key));
+        }
         metrics::counter!(crate::metrics::CONFIG_RELOADS, "outcome" => "success").increment(1);
         tracing::info!("config reloaded");
         Ok(())
@@ -225,8 +244,8 @@ impl Gateway {
             };
         let response = match auth::tenant(&runtime.config, &req) {
             Err(e) => shape(e),
-            Ok(_) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
-                models::list_models(&runtime.config)
+            Ok(tenant) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
+                models::list_models(&runtime.config, &tenant)
             }
             Ok(tenant) if path.starts_with("/v1/responses/") && req.method() != Method::POST => {
                 log.tenant = Some(tenant.name.clone());

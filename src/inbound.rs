@@ -158,12 +158,17 @@ pub fn find_model(headers: &HeaderMap, body: &[u8]) -> Result<Option<ModelField>
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     if let Some(boundary) = multipart_boundary(content_type) {
-        return Ok(multipart_model(body, boundary));
+        return multipart_model(body, boundary);
     }
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
     let peek: Peek<'_> = serde_json::from_slice(body).map_err(|e| {
+        // Servers read a repeated key differently (the first, the last):
+        // the model the key's policy allowed must be the one that runs.
+        if e.to_string().starts_with("duplicate field `model`") {
+            return repeated_model();
+        }
         GatewayError::bad_request(format!("The request body is not valid JSON: {e}"), None)
     })?;
     let Some(raw) = peek.model else {
@@ -207,36 +212,111 @@ fn multipart_boundary(content_type: &str) -> Option<&str> {
     })
 }
 
+fn repeated_model() -> GatewayError {
+    GatewayError::bad_request(
+        "`model` is given more than once; send it once",
+        Some("model"),
+    )
+}
+
 /// The `model` form field of a multipart body (audio transcription uploads).
-fn multipart_model(body: &[u8], boundary: &str) -> Option<ModelField> {
+/// A part is the `model` field when its `Content-Disposition` names it so,
+/// quoted or not, in any case of `name` (as the servers behind toolgate
+/// read it); a second one is refused.
+fn multipart_model(body: &[u8], boundary: &str) -> Result<Option<ModelField>, GatewayError> {
     let delimiter = format!("--{boundary}");
     let finder = memchr::memmem::Finder::new(delimiter.as_bytes());
     let mut positions = finder.find_iter(body).peekable();
+    let mut found: Option<ModelField> = None;
     while let Some(start) = positions.next() {
         let end = positions.peek().copied().unwrap_or(body.len());
         let part = &body[start + delimiter.len()..end];
-        let header_end = memchr::memmem::find(part, b"\r\n\r\n")?;
-        let head = std::str::from_utf8(&part[..header_end]).ok()?;
-        let is_model = head.lines().any(|l| {
-            let l = l.to_ascii_lowercase();
-            l.starts_with("content-disposition:") && l.contains("name=\"model\"")
+        let Some(header_end) = memchr::memmem::find(part, b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&part[..header_end]);
+        let is_model = head.lines().any(|line| {
+            line.split_once(':').is_some_and(|(name, value)| {
+                name.trim().eq_ignore_ascii_case("content-disposition")
+                    && form_name(value).is_some_and(|n| n == "model")
+            })
         });
-        if is_model {
-            let value_start = start + delimiter.len() + header_end + 4;
-            let value_end = end
-                .checked_sub(2)
-                .filter(|&e| e >= value_start && &body[e..end] == b"\r\n")?;
-            let name = std::str::from_utf8(&body[value_start..value_end])
-                .ok()?
-                .to_owned();
-            return Some(ModelField {
-                name,
-                span: value_start..value_end,
-                json: false,
-            });
+        if !is_model {
+            continue;
         }
+        if found.is_some() {
+            return Err(repeated_model());
+        }
+        let value_start = start + delimiter.len() + header_end + 4;
+        let Some(value_end) = end
+            .checked_sub(2)
+            .filter(|&e| e >= value_start && &body[e..end] == b"\r\n")
+        else {
+            continue;
+        };
+        let name = std::str::from_utf8(&body[value_start..value_end])
+            .map_err(|_| GatewayError::bad_request("`model` must be UTF-8 text", Some("model")))?
+            .to_owned();
+        found = Some(ModelField {
+            name,
+            span: value_start..value_end,
+            json: false,
+        });
     }
-    None
+    Ok(found)
+}
+
+/// The `name` parameter of a `Content-Disposition: form-data; …` value
+/// (RFC 7578 §4.2): quoted (with `\"` escapes) or a bare token, `name*`
+/// (RFC 5987, `utf-8''…`) too; `filename` is another parameter.
+fn form_name(value: &str) -> Option<String> {
+    let mut rest = value.split_once(';')?.1;
+    loop {
+        let (key, after) = rest.split_once('=')?;
+        let key = key.trim().to_ascii_lowercase();
+        let after = after.trim_start();
+        let (text, next) = if let Some(quoted) = after.strip_prefix('"') {
+            let mut text = String::new();
+            let mut chars = quoted.char_indices();
+            let mut close = None;
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => {
+                        if let Some((_, escaped)) = chars.next() {
+                            text.push(escaped);
+                        }
+                    }
+                    '"' => {
+                        close = Some(i);
+                        break;
+                    }
+                    c => text.push(c),
+                }
+            }
+            let close = close?;
+            let tail = &quoted[close + 1..];
+            (text, tail.split_once(';').map_or("", |(_, t)| t))
+        } else {
+            let (text, tail) = after.split_once(';').unwrap_or((after, ""));
+            (text.trim().to_owned(), tail)
+        };
+        match key.as_str() {
+            "name" => return Some(text),
+            "name*" => {
+                let encoded = text.rsplit_once('\'').map_or(text.as_str(), |(_, v)| v);
+                return Some(
+                    percent_encoding::percent_decode_str(encoded)
+                        .decode_utf8_lossy()
+                        .into_owned(),
+                );
+            }
+            _ => {}
+        }
+        if next.is_empty() {
+            return None;
+        }
+        rest = next;
+    }
 }
 
 #[cfg(test)]
@@ -269,6 +349,46 @@ mod tests {
         assert_eq!(e.to_json()["error"]["param"], "model");
         assert_eq!(find_model(&json_headers(), b"{}").unwrap(), None);
         assert_eq!(find_model(&json_headers(), b"").unwrap(), None);
+    }
+
+    #[test]
+    fn a_repeated_model_is_refused_however_it_is_written() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            CONTENT_TYPE,
+            "multipart/form-data; boundary=XyZ".parse().unwrap(),
+        );
+        let part = |disposition: &str, value: &str| {
+            format!("--XyZ\r\nContent-Disposition: {disposition}\r\n\r\n{value}\r\n")
+        };
+        for second in [
+            "form-data; name=\"model\"",
+            "form-data; name=model",
+            "FORM-DATA; NAME=\"model\"",
+            "form-data; name*=utf-8''%6Dodel",
+        ] {
+            let body = format!(
+                "{}{}--XyZ--\r\n",
+                part("form-data; name=\"model\"", "plain-cheap"),
+                part(second, "plain-EXPENSIVE")
+            );
+            let e = find_model(&h, body.as_bytes()).unwrap_err();
+            assert_eq!(e.to_json()["error"]["param"], "model", "{second}");
+            assert!(e.to_string().contains("more than once"), "{e}");
+        }
+        // `filename="model"` names a file, not the field.
+        let body = format!(
+            "{}{}--XyZ--\r\n",
+            part("form-data; name=\"file\"; filename=\"model\"", "RIFF"),
+            part("form-data; name=model", "whisper-1")
+        );
+        assert_eq!(
+            find_model(&h, body.as_bytes()).unwrap().unwrap().name,
+            "whisper-1"
+        );
+        // And in JSON.
+        let e = find_model(&json_headers(), br#"{"model": "a", "model": "b"}"#).unwrap_err();
+        assert!(e.to_string().contains("more than once"), "{e}");
     }
 
     #[test]

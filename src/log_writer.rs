@@ -189,7 +189,7 @@ fn through_tracing(line: &request_line::RequestLine) {
         target: REQUEST_TARGET,
         provider = &*line.provider,
         tenant = line.tenant.as_deref(),
-        model = %Untrusted(&line.model),
+        model = line.model.as_str(),
         target = line.target.as_deref(),
         attempts = line.target.is_some().then_some(line.attempts),
         route = line.route,
@@ -199,28 +199,10 @@ fn through_tracing(line: &request_line::RequestLine) {
         duration_ms = line.duration.as_micros() as f64 / 1e3,
         bytes_out = line.bytes_out,
         complete = line.complete,
-        error = line.error.as_deref().map(|e| tracing::field::display(Untrusted(e))),
+        error = line.error.as_deref(),
         trace_id = line.trace_id.as_deref(),
         "request"
     );
-}
-
-/// A string from a client, a model or an upstream, for a log field: control
-/// characters are escaped (`\n`, `\u{1b}`), so a model name cannot end the
-/// line and forge another, nor drive the terminal.
-pub struct Untrusted<'a>(pub &'a str);
-
-impl std::fmt::Display for Untrusted<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for c in self.0.chars() {
-            if c.is_control() {
-                write!(f, "{}", c.escape_default())?;
-            } else {
-                f.write_fmt(format_args!("{c}"))?;
-            }
-        }
-        Ok(())
-    }
 }
 
 fn lock() -> MutexGuard<'static, Vec<u8>> {
@@ -252,8 +234,9 @@ pub struct LineWriter {
 
 impl Write for LineWriter {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let shown = without_credentials(bytes);
         let mut buffer = lock();
-        buffer.extend_from_slice(bytes);
+        buffer.extend_from_slice(&shown);
         if self.urgent || buffer.len() >= MAX_BUFFER {
             write_out(buffer, io::stderr().lock());
         }
@@ -262,6 +245,19 @@ impl Write for LineWriter {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+/// A log line with the credentials of every URL in it hidden: whatever
+/// wrote it (a library's own error, say) may quote one.
+fn without_credentials(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    use std::borrow::Cow;
+    if memchr::memmem::find(bytes, b"://").is_none() {
+        return Cow::Borrowed(bytes);
+    }
+    match crate::config::redact::in_text(&String::from_utf8_lossy(bytes)) {
+        Cow::Owned(hidden) => Cow::Owned(hidden.into_bytes()),
+        Cow::Borrowed(_) => Cow::Borrowed(bytes),
     }
 }
 
@@ -318,6 +314,18 @@ mod tests {
     }
 
     #[test]
+    fn credentials_in_urls_never_reach_the_output() {
+        let line = b"ERROR rmcp: url: \"http://u:pw@h/mcp?token=T9\"\n";
+        let text = String::from_utf8(without_credentials(line).into_owned()).unwrap();
+        assert!(!text.contains("pw") && !text.contains("T9"), "{text}");
+        assert!(text.contains("token=<redacted>"), "{text}");
+        assert!(matches!(
+            without_credentials(b"plain line\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
     fn a_worker_holds_at_most_max_pending_lines() {
         // On a thread of its own: the pending list is thread-local.
         std::thread::spawn(|| {
@@ -344,12 +352,5 @@ mod tests {
         })
         .join()
         .unwrap();
-    }
-
-    #[test]
-    fn untrusted_strings_cannot_forge_lines() {
-        let shown = Untrusted("gpt\nINFO forged line\u{1b}[31m").to_string();
-        assert_eq!(shown, "gpt\\nINFO forged line\\u{1b}[31m");
-        assert_eq!(Untrusted("modèle-1").to_string(), "modèle-1");
     }
 }

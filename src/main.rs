@@ -28,11 +28,22 @@ struct Cli {
 enum Command {
     /// Validate the config and print the effective config with secrets redacted.
     Check,
-    /// Print the request a provider would receive, for a request JSON read from stdin.
+    /// Print the body a provider would receive for a request JSON read from stdin
+    /// (its first round, gateway tools included), sent through the gateway to a
+    /// loopback listener instead of the provider.
     Render {
-        /// The provider (by name) whose transform to apply.
+        /// The provider (by name) the request goes to.
         #[arg(long)]
         provider: String,
+        /// The door the request comes in at.
+        #[arg(long, default_value = "/v1/chat/completions")]
+        path: String,
+        /// Print the body exactly as it would be sent, not pretty-printed.
+        #[arg(long)]
+        raw: bool,
+        /// Seconds to wait for the MCP servers to list their tools.
+        #[arg(long, default_value_t = 30)]
+        wait: u64,
     },
     /// Print the content and tool calls a model output (read from stdin) turns into.
     Parse {
@@ -106,14 +117,39 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Check) => {
             print!("{}", config.to_redacted_toml());
+            for warning in &config.warnings {
+                eprintln!("toolgate: warning: {warning}");
+            }
             eprintln!("toolgate: config OK");
             ExitCode::SUCCESS
         }
-        Some(Command::Render { provider }) => {
+        Some(Command::Render {
+            provider,
+            path,
+            raw,
+            wait,
+        }) => {
             let result = read_stdin()
                 .map_err(|e| format!("cannot read stdin: {e}"))
-                .and_then(|input| toolgate::commands::render(&config, &provider, input.as_bytes()));
-            print_result(result)
+                .and_then(|input| {
+                    let what = toolgate::commands::Render {
+                        provider: &provider,
+                        path: &path,
+                        request: input.as_bytes(),
+                        wait: std::time::Duration::from_secs(wait),
+                    };
+                    toolgate::commands::render(&config, &what)
+                });
+            match result {
+                Ok(rendered) if raw => {
+                    use std::io::Write;
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(&rendered.body).and_then(|()| out.flush());
+                    ExitCode::SUCCESS
+                }
+                Ok(rendered) => print_result(Ok(rendered.pretty())),
+                Err(e) => print_result(Err(e)),
+            }
         }
         Some(Command::Tools { wait }) => list_tools(&config, wait),
         Some(Command::Probe {
@@ -289,6 +325,9 @@ fn print_result(result: Result<String, String>) -> ExitCode {
 
 fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
     init_tracing("info");
+    for warning in &config.warnings {
+        tracing::warn!("config: {warning}");
+    }
     // The main thread is worker 0: it also accepts and deals connections.
     let started = toolgate::workers::tokio_runtime().and_then(|tokio_runtime| {
         let others = toolgate::workers::Workers::start(config.server.workers.get() - 1)?;
@@ -308,7 +347,8 @@ fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
             eprintln!("toolgate: [telemetry]: {e}");
             return ExitCode::FAILURE;
         }
-        tracing::info!(endpoint = %telemetry.traces_url, sample_ratio = telemetry.sample_ratio, "exporting traces");
+        let endpoint = toolgate::config::redact::url(&telemetry.traces_url);
+        tracing::info!(endpoint = %endpoint, sample_ratio = telemetry.sample_ratio, "exporting traces");
     }
     let dealer = toolgate::workers::Dealer::new(workers.handles());
     let gateway = Arc::new(toolgate::gateway::Gateway::new(Arc::new(config)));

@@ -45,6 +45,7 @@ pub const STORE_QUEUE_DEPTH: &str = "toolgate_store_queue_depth";
 pub const STORE_WRITE_SECONDS: &str = "toolgate_store_write_seconds";
 pub const STORE_UP: &str = "toolgate_store_up";
 pub const STORE_LINK_WAITS: &str = "toolgate_store_link_waits_total";
+pub const LIVE_VIEWS: &str = "toolgate_live_views";
 pub const TOKENS: &str = "toolgate_tokens_total";
 pub const TRACE_SPANS: &str = "toolgate_trace_spans_total";
 
@@ -242,6 +243,10 @@ fn describe() {
     describe_gauge!(
         STORE_UP,
         "1 while the transcript store takes writes, else 0."
+    );
+    describe_gauge!(
+        LIVE_VIEWS,
+        "Transcript live views (/toolgate/api/chats/{id}/events) open now."
     );
 }
 

@@ -447,7 +447,7 @@ impl Store {
         let tenant = request.tenant;
         let mut chain = link::Chain::for_tenant(tenant);
         let tries = link::prefixes(&mut chain, messages, LINK_TRIES);
-        let (chat, known) = self.link(tenant, tries, header).await;
+        let (chat, known) = self.link(&request, tries, header).await;
         let known = (known.max(0) as usize).min(messages.len());
         self.shared.heads.own(chat.clone(), tenant.clone());
         self.shared.live.start(&chat);
@@ -461,18 +461,20 @@ impl Store {
         ))
     }
 
-    /// The chat of `tenant`'s that a history continues and how many of its
-    /// messages are recorded already, given the states it reached
-    /// ([`link::prefixes`]). A header naming a chat that is not the
-    /// tenant's own starts a new chat, with an id of toolgate's.
+    /// The chat of the request's tenant's that a history continues and how
+    /// many of its messages are recorded already, given the states it
+    /// reached ([`link::prefixes`]). A header naming a chat that is not the
+    /// tenant's own (nor claimed by it now) starts a new chat, with an id of
+    /// toolgate's.
     async fn link(
         &self,
-        tenant: &Arc<str>,
+        request: &Begin<'_>,
         tries: Vec<(String, usize)>,
         header: Option<&str>,
     ) -> (Arc<str>, i64) {
+        let tenant = request.tenant;
         let header = match header {
-            Some(h) if self.owned_by(h, tenant).await => Some(h),
+            Some(h) if self.claim(h, request).await => Some(h),
             _ => None,
         };
         let fresh = || match header {
@@ -547,10 +549,14 @@ impl Store {
         }
     }
 
-    /// Whether chat `id` is `tenant`'s, or is no one's yet (a client may
-    /// name a new chat). Unsure (the database is not connected, or does not
-    /// answer within the linking deadline) counts as not.
-    async fn owned_by(&self, id: &str, tenant: &Arc<str>) -> bool {
+    /// Whether chat `id` is `request`'s tenant's: already, or claimed now.
+    /// A chat no one has is claimed at first sight with one conditional
+    /// insert, so of two tenants naming one new id at once, on one replica
+    /// or two, exactly one gets it; the other is told it is taken. Unsure
+    /// (the database is not connected, or does not answer within the
+    /// linking deadline) counts as not.
+    async fn claim(&self, id: &str, request: &Begin<'_>) -> bool {
+        let tenant = request.tenant;
         if let Some(owner) = self.shared.heads.owner(id) {
             return owner == *tenant;
         }
@@ -558,16 +564,27 @@ impl Store {
             return false;
         }
         let shared = self.shared.clone();
-        let chat = id.to_owned();
-        let lookup = self.runtime.spawn(async move {
+        let (chat, owner, provider, model) = (
+            id.to_owned(),
+            tenant.clone(),
+            request.provider.to_owned(),
+            request.model.to_owned(),
+        );
+        let claim = self.runtime.spawn(async move {
             match shared.db.get() {
-                Some(db) => db.chat(&chat).await.map(|c| c.map(|c| c.tenant)),
-                None => Ok(None),
+                Some(db) => db
+                    .claim(&chat, &owner, &provider, &model, now_ms())
+                    .await
+                    .ok()
+                    .flatten(),
+                None => None,
             }
         });
-        match tokio::time::timeout(self.shared.config.link_wait, lookup).await {
-            Ok(Ok(Ok(None))) => true,
-            Ok(Ok(Ok(Some(owner)))) => *owner == **tenant,
+        match tokio::time::timeout(self.shared.config.link_wait, claim).await {
+            Ok(Ok(Some(owner))) if *owner == **tenant => {
+                self.shared.heads.own(Arc::from(id), tenant.clone());
+                true
+            }
             _ => false,
         }
     }
@@ -639,13 +656,17 @@ impl Store {
     }
 
     /// Live rows of `chat`, and the rows its answers in flight made so far
-    /// (not in the database yet); see [`Store::unsubscribe`].
-    pub fn subscribe(&self, chat: &str) -> (broadcast::Receiver<Arc<Message>>, Vec<Arc<Message>>) {
-        self.shared.live.subscribe(chat)
-    }
-
-    pub fn unsubscribe(&self, chat: &str, receiver: broadcast::Receiver<Arc<Message>>) {
-        self.shared.live.unsubscribe(chat, receiver);
+    /// (not in the database yet). The viewer is gone when the [`Viewing`]
+    /// is dropped, however its task ends: a view aborted mid-stream leaves
+    /// nothing behind.
+    pub fn subscribe(&self, chat: &str) -> (Viewing, Vec<Arc<Message>>) {
+        let (rx, recent) = self.shared.live.subscribe(chat);
+        let viewing = Viewing {
+            shared: self.shared.clone(),
+            chat: Arc::from(chat),
+            rx: Some(rx),
+        };
+        (viewing, recent)
     }
 
     /// Keeps `tenant`'s Responses API answer for `previous_response_id`
@@ -768,6 +789,31 @@ impl Store {
             std::thread::sleep(Duration::from_millis(10));
         }
         let _ = thread.join();
+    }
+}
+
+/// A viewer of a chat's live rows (see [`Store::subscribe`]).
+pub struct Viewing {
+    shared: Arc<Shared>,
+    chat: Arc<str>,
+    rx: Option<broadcast::Receiver<Arc<Message>>>,
+}
+
+impl Viewing {
+    /// The next live row.
+    pub async fn recv(&mut self) -> Result<Arc<Message>, broadcast::error::RecvError> {
+        match &mut self.rx {
+            Some(rx) => rx.recv().await,
+            None => Err(broadcast::error::RecvError::Closed),
+        }
+    }
+}
+
+impl Drop for Viewing {
+    fn drop(&mut self) {
+        if let Some(rx) = self.rx.take() {
+            self.shared.live.unsubscribe(&self.chat, rx);
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 
@@ -56,10 +56,15 @@ pub fn install(config: &TelemetryConfig) -> Result<(), String> {
     }
     // reqwest (the exporter's client) takes rustls' process-wide provider.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut headers = std::collections::HashMap::new();
+    if let Some(value) = config.authorization.as_ref().and_then(|v| v.to_str().ok()) {
+        headers.insert("authorization".to_owned(), value.to_owned());
+    }
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
         .with_endpoint(config.traces_url.clone())
+        .with_headers(headers)
         .with_timeout(EXPORT_TIMEOUT)
         .build()
         .map_err(|e| format!("cannot build the OTLP exporter: {e}"))?;

@@ -221,10 +221,10 @@ impl Tools {
                             reason: "is still starting".into(),
                         });
                     }
-                    State::Down { error } => {
+                    State::Down { error, retry_in } => {
                         return Err(Unavailable {
                             server: server.name.clone(),
-                            reason: format!("is down: {error}"),
+                            reason: format!("is down: {}", State::down_reason(error, *retry_in)),
                         });
                     }
                 },

@@ -190,9 +190,22 @@ pub async fn noting_attempts<F: Future>(f: F) -> (F::Output, Attempted) {
 fn note_attempt(target: &Arc<str>) {
     let _ = ATTEMPTED.try_with(|a| {
         let mut a = a.borrow_mut();
-        a.target = Some(target.clone());
-        a.attempts += 1;
+        if !a.settled {
+            a.target = Some(target.clone());
+            a.attempts += 1;
+        }
     });
+}
+
+/// A provider's first send returned: what follows is not counted.
+fn settle_attempts() {
+    let _ = ATTEMPTED.try_with(|a| a.borrow_mut().settled = true);
+}
+
+/// A request fails over to another provider: its attempts are counted
+/// anew (the log line names the provider that answered, or failed last).
+pub fn count_attempts_anew() {
+    let _ = ATTEMPTED.try_with(|a| *a.borrow_mut() = Attempted::default());
 }
 
 impl Upstreams {
@@ -270,6 +283,16 @@ impl Upstreams {
     /// never follows a byte of an answer. The response body is guarded by
     /// the idle timeout.
     pub async fn send(
+        &self,
+        provider: &Provider,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Response<Body>, GatewayError> {
+        let result = self.send_attempts(provider, req).await;
+        settle_attempts();
+        result
+    }
+
+    async fn send_attempts(
         &self,
         provider: &Provider,
         req: Request<Full<Bytes>>,

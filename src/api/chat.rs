@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::Response;
 
-use crate::answer::{self, Ask, Started};
+use crate::answer::{self, Ask, Started, Transcript};
 use crate::api::chat_events::ChatEvents;
 use crate::api::chat_message::ChatMessage;
 use crate::body::Body;
@@ -24,6 +24,7 @@ pub async fn handle(
     tenant: Arc<Tenant>,
     parts: http::request::Parts,
     bytes: Bytes,
+    transcript: &mut Transcript,
 ) -> Result<Response<Body>, GatewayError> {
     let request = Request::from_chat(super::json_object(&bytes)?)?;
     // Parsed: the raw body is not held for the rest of the answer.
@@ -35,6 +36,7 @@ pub async fn handle(
         uri: parts.uri,
         headers: parts.headers,
         tenant,
+        transcript,
     };
     let running = match answer::start(runtime, provider, ask).await? {
         Started::Refused(response) => return Ok(response),

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Response, header};
 use serde_json::{Value, json};
 
-use crate::answer::{self, Ask, Started};
+use crate::answer::{self, Ask, Started, Transcript};
 use crate::api::messages_events::{MessagesEvents, error_body};
 use crate::api::messages_request;
 use crate::body::{self, Body};
@@ -41,6 +41,7 @@ pub async fn handle(
     tenant: Arc<Tenant>,
     parts: http::request::Parts,
     bytes: Bytes,
+    transcript: &mut Transcript,
 ) -> Result<Response<Body>, GatewayError> {
     if parts.uri.path().trim_end_matches('/') == "/v1/messages/count_tokens" {
         let request = super::json_object(&bytes)?;
@@ -59,6 +60,7 @@ pub async fn handle(
         uri,
         headers: parts.headers,
         tenant,
+        transcript,
     };
     let running = match answer::start(runtime, provider, ask).await? {
         Started::Refused(response) => return Ok(response),

@@ -370,7 +370,8 @@ fn error_type(error: &GatewayError) -> &'static str {
         401 => "authentication_error",
         403 => "permission_error",
         404 => "not_found_error",
-        429 | 503 => "overloaded_error",
+        429 => "rate_limit_error",
+        503 => "overloaded_error",
         _ => "api_error",
     }
 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::Response;
 use serde_json::Value;
 
-use crate::answer::{self, Ask, Started};
+use crate::answer::{self, Ask, Started, Transcript};
 use crate::api::responses_events::ResponsesEvents;
 use crate::api::responses_request;
 use crate::body::Body;
@@ -24,6 +24,7 @@ pub async fn handle(
     tenant: Arc<Tenant>,
     mut parts: http::request::Parts,
     bytes: Bytes,
+    transcript: &mut Transcript,
 ) -> Result<Response<Body>, GatewayError> {
     let mut request = super::json_object(&bytes)?;
     // Parsed: the raw body is not held for the rest of the answer.
@@ -96,6 +97,7 @@ pub async fn handle(
         uri,
         headers: parts.headers,
         tenant,
+        transcript,
     };
     let running = match answer::start(runtime, provider, ask).await? {
         Started::Refused(response) => return Ok(response),

@@ -17,6 +17,7 @@ use http::{HeaderValue, Method, Response, header};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
+use super::live_views::{LiveViews, Ticket};
 use crate::body::{self, Body};
 use crate::error::GatewayError;
 use crate::store::{Message, Store, StoreError};
@@ -35,12 +36,27 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 const MAX_EVENTS: Duration = Duration::from_secs(3600);
 
 /// Who reads the transcripts.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Viewer {
     /// An admin key: every tenant's chats.
     Admin,
     /// A client key (or, without `[server.auth]`, anyone): this tenant's.
     Tenant(Arc<str>),
+}
+
+/// A request to the transcript API: who reads, and the key it presented
+/// (empty without `[server.auth]`), which its live views are counted by
+/// and identified by again when the keys change.
+pub struct Reader {
+    pub viewer: Viewer,
+    pub key: Arc<[u8]>,
+}
+
+/// The transcripts a gateway with a `[store]` serves, and their open live
+/// views.
+pub struct Transcripts {
+    pub store: Arc<Store>,
+    pub views: Arc<LiveViews>,
 }
 
 impl Viewer {
@@ -90,8 +106,8 @@ pub fn private(mut r: Response<Body>) -> Response<Body> {
 }
 
 pub async fn handle(
-    store: Option<&Arc<Store>>,
-    viewer: &Viewer,
+    transcripts: Option<&Transcripts>,
+    reader: &Reader,
     method: &Method,
     path: &str,
     query: Option<&str>,
@@ -102,15 +118,16 @@ pub async fn handle(
             path: path.to_owned(),
         });
     }
+    let transcripts = transcripts.ok_or_else(|| {
+        GatewayError::NotFound("Transcripts are off: configure a [store] to record them".into())
+    })?;
     let Some(rest) = path.strip_prefix("/toolgate/api/chats") else {
         return Err(GatewayError::UnknownRoute {
             method: method.to_string(),
             path: path.to_owned(),
         });
     };
-    let store = store.ok_or_else(|| {
-        GatewayError::NotFound("Transcripts are off: configure a [store] to record them".into())
-    })?;
+    let (store, viewer) = (&transcripts.store, &reader.viewer);
     let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
     match segments.as_slice() {
         [] => list(store, viewer, query).await,
@@ -124,7 +141,13 @@ pub async fn handle(
             {
                 return Err(no_chat(id));
             }
-            Ok(events(store.clone(), viewer.clone(), (*id).to_owned()))
+            let ticket = transcripts.views.open(&reader.key, viewer)?;
+            Ok(events(
+                store.clone(),
+                viewer.clone(),
+                (*id).to_owned(),
+                ticket,
+            ))
         }
         _ => Err(GatewayError::UnknownRoute {
             method: method.to_string(),
@@ -212,89 +235,91 @@ fn frame(kind: &str, message: &impl std::fmt::Display) -> Bytes {
 }
 
 /// Replays the chat's stored messages, then streams its live ones, as long
-/// as the chat is the viewer's to see.
-fn events(store: Arc<Store>, viewer: Viewer, id: String) -> Response<Body> {
+/// as the chat is the viewer's to see and its key still names the viewer
+/// (`ticket`, which also holds the view's place among the open ones).
+fn events(store: Arc<Store>, viewer: Viewer, id: String, ticket: Ticket) -> Response<Body> {
     let body = body::channel::spawn(64, move |tx| async move {
-        // Subscribed first, so nothing written meanwhile is missed; then
-        // the stored rows, and the rows of answers in flight (which reach
-        // the database when they end) that are not stored yet. Live rows
-        // already sent are skipped by sequence number.
-        let (mut live, in_flight) = store.subscribe(&id);
-        let mut last = i64::MIN;
-        let mut sent = std::collections::HashSet::new();
-        match store.chat(&id).await {
-            Ok(Some((chat, stored))) => {
-                if !viewer.sees(&chat.tenant) {
-                    store.unsubscribe(&id, live);
-                    return;
-                }
-                for m in stored {
-                    last = last.max(m.sequence);
-                    sent.insert(m.id);
-                    if tx.send(frame(&m.kind, &m.message)).await.is_err() {
-                        store.unsubscribe(&id, live);
-                        return;
-                    }
-                }
-            }
-            // A chat whose first answer is still in flight: its owner is
-            // known to this replica only.
-            _ if !in_flight.is_empty()
-                && !store
-                    .owner(&id)
-                    .await
-                    .is_ok_and(|o| o.is_some_and(|o| viewer.sees(&o))) =>
-            {
-                store.unsubscribe(&id, live);
-                return;
-            }
-            _ => {}
+        let closed = ticket.closed.clone();
+        tokio::select! {
+            () = replay_then_follow(&store, &viewer, &id, &tx) => {}
+            () = closed.cancelled() => {}
         }
-        for m in in_flight.iter().filter(|m| !sent.contains(&m.id)) {
-            if !send_live(&tx, m, &mut last).await {
-                store.unsubscribe(&id, live);
-                return;
-            }
-        }
-        let _ = tx.send(Bytes::from_static(b": replayed\n\n")).await;
-        let deadline = tokio::time::Instant::now() + MAX_EVENTS;
-        loop {
-            let next = tokio::select! {
-                m = live.recv() => m,
-                () = tokio::time::sleep(KEEP_ALIVE) => {
-                    if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
-                        break;
-                    }
-                    continue;
-                }
-                () = tokio::time::sleep_until(deadline) => break,
-            };
-            let sent = match next {
-                // Checked per row: the chat may have begun after the viewer came.
-                Ok(m)
-                    if !store
-                        .owner(&id)
-                        .await
-                        .is_ok_and(|o| o.is_some_and(|o| viewer.sees(&o))) =>
-                {
-                    drop(m);
-                    break;
-                }
-                Ok(m) => send_live(&tx, &m, &mut last).await,
-                // A slow viewer missed rows: it reloads the chat.
-                Err(RecvError::Lagged(_)) => tx
-                    .send(Bytes::from_static(b"event: reload\ndata: {}\n\n"))
-                    .await
-                    .is_ok(),
-                Err(RecvError::Closed) => break,
-            };
-            if !sent {
-                break;
-            }
-        }
-        store.unsubscribe(&id, live);
+        drop(ticket);
     });
     super::event_stream(body)
+}
+
+async fn replay_then_follow(
+    store: &Store,
+    viewer: &Viewer,
+    id: &str,
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
+) {
+    // Subscribed first, so nothing written meanwhile is missed; then the
+    // stored rows, and the rows of answers in flight (which reach the
+    // database when they end) that are not stored yet. Live rows already
+    // sent are skipped by sequence number. The subscription ends with
+    // `live`, however this task ends.
+    let (mut live, in_flight) = store.subscribe(id);
+    let mut last = i64::MIN;
+    let mut sent = std::collections::HashSet::new();
+    let sees = async |store: &Store| {
+        store
+            .owner(id)
+            .await
+            .is_ok_and(|o| o.is_some_and(|o| viewer.sees(&o)))
+    };
+    match store.chat(id).await {
+        Ok(Some((chat, stored))) => {
+            if !viewer.sees(&chat.tenant) {
+                return;
+            }
+            for m in stored {
+                last = last.max(m.sequence);
+                sent.insert(m.id);
+                if tx.send(frame(&m.kind, &m.message)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        // A chat whose first answer is still in flight: its owner is known
+        // to this replica only.
+        _ if !in_flight.is_empty() && !sees(store).await => return,
+        _ => {}
+    }
+    for m in in_flight.iter().filter(|m| !sent.contains(&m.id)) {
+        if !send_live(tx, m, &mut last).await {
+            return;
+        }
+    }
+    let _ = tx.send(Bytes::from_static(b": replayed\n\n")).await;
+    let deadline = tokio::time::Instant::now() + MAX_EVENTS;
+    loop {
+        let next = tokio::select! {
+            m = live.recv() => m,
+            () = tokio::time::sleep(KEEP_ALIVE) => {
+                if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            () = tokio::time::sleep_until(deadline) => return,
+        };
+        let sent = match next {
+            // Checked per row: the chat may have begun after the viewer came.
+            Ok(_) if !sees(store).await => return,
+            Ok(m) => send_live(tx, &m, &mut last).await,
+            // A slow viewer missed rows: it reloads the chat.
+            Err(RecvError::Lagged(_)) => tx
+                .send(Bytes::from_static(b"event: reload\ndata: {}\n\n"))
+                .await
+                .is_ok(),
+            Err(RecvError::Closed) => return,
+        };
+        if !sent {
+            return;
+        }
+    }
 }
 
 async fn send_live(tx: &tokio::sync::mpsc::Sender<Bytes>, m: &Message, last: &mut i64) -> bool {

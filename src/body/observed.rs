@@ -56,6 +56,9 @@ pub struct RequestLog {
 pub struct Attempted {
     pub target: Option<Arc<str>>,
     pub attempts: u32,
+    /// The first send returned: later sends (the rounds of a gateway-tools
+    /// answer, repairs) are not attempts of the request's.
+    pub settled: bool,
 }
 
 /// Something held until a response body ends and then dropped (a

@@ -26,8 +26,9 @@ pub const ANONYMOUS: &str = "anonymous";
 pub struct Tenant {
     /// Names it in logs, in the transcript API and in stored rows.
     pub name: Arc<str>,
-    /// `models`: globs over the requested `model`; `None` allows any.
-    models: Option<GlobSet>,
+    /// `models`: globs over the requested `model`, compiled and as
+    /// written; `None` allows any.
+    models: Option<(GlobSet, Vec<String>)>,
     /// `gateway_tools`: the entries (as a provider's `gateway_tools` names
     /// them) this tenant may be offered; `None` allows all.
     gateway_tools: Option<HashSet<String>>,
@@ -49,7 +50,12 @@ impl Tenant {
 
     /// Whether the tenant may ask for `model` (as the client wrote it).
     pub fn allows_model(&self, model: &str) -> bool {
-        self.models.as_ref().is_none_or(|m| m.is_match(model))
+        self.models.as_ref().is_none_or(|(m, _)| m.is_match(model))
+    }
+
+    /// The `models` globs as written, when the tenant is limited to some.
+    pub fn model_patterns(&self) -> Option<&[String]> {
+        self.models.as_ref().map(|(_, written)| written.as_slice())
     }
 
     /// Whether the tenant may be offered the tools of this `gateway_tools`
@@ -199,7 +205,9 @@ fn auth_from(
         let models = entry
             .models
             .as_ref()
-            .map(|globs| model_globs(&format!("{path}.models"), globs))
+            .map(|globs| {
+                model_globs(&format!("{path}.models"), globs).map(|set| (set, globs.clone()))
+            })
             .transpose()?;
         let gateway_tools = match &entry.gateway_tools {
             None => None,

@@ -145,7 +145,8 @@ pub fn mcp_servers(raw: &[RawMcpServer]) -> Result<Vec<Arc<McpServerConfig>>, Co
                 }
             }
             (None, Some(url)) => {
-                http_url(&format!("{path}.url"), url)?;
+                let mut headers = headers(&format!("{path}.headers"), &s.headers)?;
+                let uri = http_url(&format!("{path}.url"), url, &mut headers)?;
                 if !s.env.is_empty() {
                     return Err(ConfigError::new(
                         format!("{path}.env"),
@@ -153,8 +154,8 @@ pub fn mcp_servers(raw: &[RawMcpServer]) -> Result<Vec<Arc<McpServerConfig>>, Co
                     ));
                 }
                 McpTransport::Http {
-                    url: url.clone(),
-                    headers: headers(&format!("{path}.headers"), &s.headers)?,
+                    url: uri.to_string(),
+                    headers,
                 }
             }
             (Some(_), Some(_)) => {
@@ -212,7 +213,8 @@ pub fn http_tools(
                 ),
             ));
         }
-        let url = http_url(&format!("{path}.url"), &t.url)?;
+        let mut headers = headers(&format!("{path}.headers"), &t.headers)?;
+        let url = http_url(&format!("{path}.url"), &t.url, &mut headers)?;
         let parameters = match &t.parameters {
             None => serde_json::json!({"type": "object", "properties": {}}),
             Some(p) => schema(&format!("{path}.parameters"), p)?,
@@ -222,7 +224,7 @@ pub fn http_tools(
             description: t.description.clone(),
             url,
             parameters,
-            headers: headers(&format!("{path}.headers"), &t.headers)?,
+            headers,
             timeout: secs(&format!("{path}.timeout_secs"), t.timeout_secs)?,
         }));
     }
@@ -263,9 +265,13 @@ pub fn settings(
         } else if let Some(tool) = http.iter().find(|t| &t.name == entry) {
             ToolSource::Http(tool.clone())
         } else {
+            let builtin = Builtin::ALL.iter().find(|b| b.name() == entry);
+            let hint = builtin.map_or(String::new(), |b| {
+                format!("; the built-in tool is named \"builtin:{}\"", b.name())
+            });
             return Err(ConfigError::new(
                 &key_path,
-                format!("names no [[mcp_servers]] or [[http_tools]] entry: {entry:?}"),
+                format!("names no [[mcp_servers]] or [[http_tools]] entry: {entry:?}{hint}"),
             ));
         };
         if sources.contains(&source) {
@@ -321,17 +327,32 @@ fn source_name(path: &str, name: &str) -> Result<(), ConfigError> {
     }
 }
 
-fn http_url(path: &str, url: &str) -> Result<http::Uri, ConfigError> {
+/// A tool's URL, checked, without userinfo: that becomes an
+/// `Authorization` header among `headers` (unless they set one).
+fn http_url(
+    path: &str,
+    url: &str,
+    headers: &mut Vec<(HeaderName, HeaderValue)>,
+) -> Result<http::Uri, ConfigError> {
+    let (url, basic) = super::userinfo::split(path, url)?;
+    let shown = super::redact::url(&url);
     let uri: http::Uri = url
         .parse()
-        .map_err(|_| ConfigError::new(path, format!("not a URL: {url:?}")))?;
+        .map_err(|_| ConfigError::new(path, format!("not a URL: {shown:?}")))?;
     let ok = matches!(uri.scheme(), Some(s) if *s == Scheme::HTTP || *s == Scheme::HTTPS)
         && uri.authority().is_some();
     if !ok {
         return Err(ConfigError::new(
             path,
-            format!("must be an absolute http:// or https:// URL: {url:?}"),
+            format!("must be an absolute http:// or https:// URL: {shown:?}"),
         ));
+    }
+    if let Some(basic) = basic
+        && !headers
+            .iter()
+            .any(|(n, _)| n == http::header::AUTHORIZATION)
+    {
+        headers.push((http::header::AUTHORIZATION, basic));
     }
     Ok(uri)
 }
@@ -422,6 +443,11 @@ mod tests {
         assert_eq!(err.path, "providers[0].tools.gateway_tools[0]", "{err}");
         let err = load("", r#"gateway_tools = ["builtin:teleport"]"#).unwrap_err();
         assert!(err.message.contains("builtin:calculator"), "{err}");
+        let err = load("", r#"gateway_tools = ["calculator"]"#).unwrap_err();
+        assert!(
+            err.message.contains("named \"builtin:calculator\""),
+            "{err}"
+        );
         let err = load(
             "[[mcp_servers]]\nname = \"s\"\ncommand = [\"x\"]\nurl = \"http://a/\"\n",
             "",

@@ -14,6 +14,15 @@ pub struct StoreConfig {
     /// How long linking may wait for the database (`link_wait_ms`).
     pub link_wait: Duration,
     pub redact: Vec<RedactPath>,
+    /// Live views open at once, in all and with one key.
+    pub live_views: LiveViewLimits,
+}
+
+/// `max_live_views` and `max_live_views_per_key`, both at least 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveViewLimits {
+    pub total: usize,
+    pub per_key: usize,
 }
 
 /// Where the store lives. The URL is complete (a PostgreSQL password from
@@ -59,6 +68,14 @@ pub fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
             format!("must be 1 to {LINK_WAIT_MAX_MS}"),
         ));
     }
+    for (key, value) in [
+        ("store.max_live_views", raw.max_live_views),
+        ("store.max_live_views_per_key", raw.max_live_views_per_key),
+    ] {
+        if value == 0 {
+            return Err(ConfigError::new(key, "must be at least 1"));
+        }
+    }
     let redact = raw
         .redact
         .iter()
@@ -73,6 +90,10 @@ pub fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
         retention: Duration::from_secs(u64::from(raw.retention_days) * 86_400),
         link_wait: Duration::from_millis(u64::from(raw.link_wait_ms)),
         redact,
+        live_views: LiveViewLimits {
+            total: raw.max_live_views,
+            per_key: raw.max_live_views_per_key.min(raw.max_live_views),
+        },
     })
 }
 
@@ -228,6 +249,8 @@ mod tests {
             retention_days: 30,
             link_wait_ms: 100,
             redact: vec![],
+            max_live_views: 1000,
+            max_live_views_per_key: 16,
         };
         assert!(matches!(
             store(&raw("sqlite::memory:")).unwrap().backend,
@@ -255,6 +278,8 @@ mod tests {
             retention_days: 30,
             link_wait_ms: ms,
             redact: vec![],
+            max_live_views: 1000,
+            max_live_views_per_key: 16,
         };
         assert_eq!(
             store(&raw(250)).unwrap().link_wait,

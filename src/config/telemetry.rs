@@ -1,6 +1,6 @@
 //! `[telemetry]` validated: where OpenTelemetry traces go.
 
-use http::Uri;
+use http::{HeaderValue, Uri};
 
 use super::ConfigError;
 use super::raw::RawTelemetry;
@@ -10,8 +10,10 @@ const MAX_QUEUE_SPANS: usize = 1 << 20;
 
 #[derive(Debug, Clone)]
 pub struct TelemetryConfig {
-    /// `{otlp_endpoint}/v1/traces`.
+    /// `{otlp_endpoint}/v1/traces`, without userinfo.
     pub traces_url: String,
+    /// The `Authorization` the endpoint's userinfo stood for.
+    pub authorization: Option<HeaderValue>,
     pub service_name: String,
     /// In `0.0..=1.0`.
     pub sample_ratio: f64,
@@ -20,7 +22,11 @@ pub struct TelemetryConfig {
 }
 
 pub fn telemetry(raw: &RawTelemetry) -> Result<TelemetryConfig, ConfigError> {
-    let base = raw.otlp_endpoint.trim_end_matches('/');
+    let (base, authorization) = super::userinfo::split(
+        "telemetry.otlp_endpoint",
+        raw.otlp_endpoint.trim_end_matches('/'),
+    )?;
+    let base = base.as_str();
     if base.is_empty() {
         return Err(ConfigError::new(
             "telemetry.otlp_endpoint",
@@ -30,14 +36,15 @@ pub fn telemetry(raw: &RawTelemetry) -> Result<TelemetryConfig, ConfigError> {
     let uri: Uri = base.parse().map_err(|e| {
         ConfigError::new(
             "telemetry.otlp_endpoint",
-            format!("not a URL ({e}): {base:?}"),
+            format!("not a URL ({e}): {:?}", super::redact::url(base)),
         )
     })?;
     if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
         return Err(ConfigError::new(
             "telemetry.otlp_endpoint",
             format!(
-                "must be an http:// or https:// URL of an OTLP/HTTP receiver, like \"http://otel-collector:4318\"; got {base:?}"
+                "must be an http:// or https:// URL of an OTLP/HTTP receiver, like \"http://otel-collector:4318\"; got {:?}",
+                super::redact::url(base)
             ),
         ));
     }
@@ -61,6 +68,7 @@ pub fn telemetry(raw: &RawTelemetry) -> Result<TelemetryConfig, ConfigError> {
     }
     Ok(TelemetryConfig {
         traces_url: format!("{base}/v1/traces"),
+        authorization,
         service_name: raw.service_name.clone(),
         sample_ratio: raw.sample_ratio,
         capture_content: raw.capture_content,

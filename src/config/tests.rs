@@ -201,3 +201,97 @@ fn resilience_settings_are_checked_with_their_paths() {
         "{err}"
     );
 }
+
+#[test]
+fn failover_lists_are_checked_for_repeats_and_gateway_tools() {
+    let twice = "[[providers]]\nname = \"a\"\nbase_url = \"http://x/v1\"\nfailover = [\"b\", \"b\"]\n[[providers]]\nname = \"b\"\nbase_url = \"http://y/v1\"\n";
+    let err = Config::from_toml(twice).unwrap_err();
+    assert_eq!(err.path, "providers[0].failover[1]", "{err}");
+    assert!(err.message.contains("listed twice"), "{err}");
+    let tools = "[[providers]]\nname = \"a\"\nbase_url = \"http://x/v1\"\nfailover = [\"b\"]\n[providers.tools]\ngateway_tools = [\"builtin:calculator\"]\n[[providers]]\nname = \"b\"\nbase_url = \"http://y/v1\"\n";
+    let err = Config::from_toml(tools).unwrap_err();
+    assert_eq!(err.path, "providers[0].failover[0]", "{err}");
+    assert!(
+        err.message.contains("`b`")
+            && err.message.contains("`a`")
+            && err.message.contains("builtin:calculator"),
+        "names both providers and the tool: {err}"
+    );
+    let same = tools.replace(
+        "base_url = \"http://y/v1\"\n",
+        "base_url = \"http://y/v1\"\n[providers.tools]\ngateway_tools = [\"builtin:calculator\", \"builtin:clock\"]\n",
+    );
+    assert!(Config::from_toml(&same).is_ok());
+}
+
+#[test]
+fn provider_names_no_override_could_tell_apart_are_refused() {
+    let err = Config::from_toml(
+        "[[providers]]\nname = \"a\"\nbase_url = \"http://x/v1\"\n[[providers]]\nname = \"A\"\nbase_url = \"http://y/v1\"\n",
+    )
+    .unwrap_err();
+    assert_eq!(err.path, "providers[1].name", "{err}");
+    assert!(err.message.contains("only in case"), "{err}");
+    let err = Config::from_toml("[[providers]]\nname = \"my__p\"\nbase_url = \"http://x/v1\"\n")
+        .unwrap_err();
+    assert_eq!(err.path, "providers[0].name", "{err}");
+    assert!(err.message.contains("__"), "{err}");
+}
+
+#[test]
+fn errors_are_one_line_without_stray_quotes() {
+    let err = Config::from_toml("[[providers]]\nname = \"a\"\nbase_url = \"http://x/v1\"\n[providers.retry]\nbackoff_ms = 18446744073709551615\n").unwrap_err().to_string();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("line 5") && err.contains("too large") && err.contains("backoff_ms"),
+        "{err}"
+    );
+    let err = Config::from_toml("[[providers]\nname = \"a\"\n")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("line 1"), "{err}");
+    let err =
+        Config::from_toml(&format!("{MINIMAL}[providers.tools]\nmode = \"magic\"\n")).unwrap_err();
+    assert_eq!(err.path, "providers[0].tools.mode");
+    assert!(!err.message.contains("`one of"), "{err}");
+    assert!(
+        err.message.contains("passthrough, natural, to_natural"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_base_url_without_v1_is_warned_about() {
+    let c = Config::from_toml("[[providers]]\nname = \"a\"\nbase_url = \"http://x:1\"\n").unwrap();
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert!(
+        c.warnings[0].contains("/chat/completions"),
+        "{:?}",
+        c.warnings
+    );
+    assert!(Config::from_toml(MINIMAL).unwrap().warnings.is_empty());
+}
+
+#[test]
+fn userinfo_in_a_url_becomes_an_authorization_header() {
+    let c = Config::from_toml(
+        "[[providers]]\nname = \"a\"\nbase_url = \"http://u:pw@127.0.0.1:1/v1\"\n[[http_tools]]\nname = \"t\"\nurl = \"http://u:pw@127.0.0.1:2/t\"\n",
+    )
+    .unwrap();
+    let Target::Http(h) = &c.providers[0].targets[0].endpoint else {
+        panic!("http")
+    };
+    assert_eq!(h.authority.as_str(), "127.0.0.1:1");
+    assert_eq!(
+        c.providers[0].targets[0].authorization.as_ref().unwrap(),
+        "Basic dTpwdw=="
+    );
+    let tool = &c.http_tools[0];
+    assert_eq!(tool.url.authority().unwrap().as_str(), "127.0.0.1:2");
+    assert!(
+        tool.headers
+            .iter()
+            .any(|(n, v)| n == http::header::AUTHORIZATION && v == "Basic dTpwdw==")
+    );
+}

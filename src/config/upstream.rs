@@ -111,7 +111,7 @@ pub fn targets(
         }
         return Ok(out);
     }
-    let endpoint = endpoint(
+    let (endpoint, basic) = endpoint(
         path,
         raw.base_url.as_deref(),
         raw.demo.as_ref(),
@@ -122,7 +122,7 @@ pub fn targets(
         identity: identity(&endpoint, raw.base_url.as_deref(), "0"),
         endpoint,
         weight: 1,
-        authorization: authorization.cloned(),
+        authorization: credential(path, authorization, basic)?,
         headers: headers.clone(),
     }])
 }
@@ -157,7 +157,7 @@ fn target(
             format!("must be from 1 to {MAX_WEIGHT}"),
         ));
     }
-    let endpoint = endpoint(
+    let (endpoint, basic) = endpoint(
         at,
         raw.base_url.as_deref(),
         raw.demo.as_ref(),
@@ -167,6 +167,7 @@ fn target(
         Some(var) => Some(key(&format!("{at}.api_key_env"), var, api)?),
         None => authorization.cloned(),
     };
+    let authorization = credential(at, authorization.as_ref(), basic)?;
     let mut headers = provider_headers.clone();
     add_headers(at, &raw.headers, &mut headers)?;
     Ok(UpstreamTarget {
@@ -186,14 +187,18 @@ fn identity(endpoint: &Target, url: Option<&str>, label: &str) -> String {
     }
 }
 
+/// The target, and the `Authorization` its URL's userinfo stood for.
 fn endpoint(
     path: &str,
     base_url: Option<&str>,
     demo: Option<&RawDemo>,
     both: &str,
-) -> Result<Target, ConfigError> {
+) -> Result<(Target, Option<HeaderValue>), ConfigError> {
     match (base_url, demo) {
-        (Some(url), None) => Ok(Target::Http(http_target(&format!("{path}.base_url"), url)?)),
+        (Some(url), None) => {
+            let (target, basic) = http_target(&format!("{path}.base_url"), url)?;
+            Ok((Target::Http(target), basic))
+        }
         (None, Some(demo)) => {
             if demo.chunk_chars == 0 {
                 return Err(ConfigError::new(
@@ -201,16 +206,33 @@ fn endpoint(
                     "must be at least 1",
                 ));
             }
-            Ok(Target::Demo(DemoConfig {
+            let demo = DemoConfig {
                 chunk_chars: demo.chunk_chars,
                 chunk_delay: Duration::from_millis(demo.chunk_delay_ms),
-            }))
+            };
+            Ok((Target::Demo(demo), None))
         }
         (Some(_), Some(_)) => Err(ConfigError::new(format!("{path}.demo"), both)),
         (None, None) => Err(ConfigError::new(
             format!("{path}.base_url"),
             "missing required key (or a `demo` table for the built-in model)",
         )),
+    }
+}
+
+/// The credential a target sends: its `api_key_env`'s (or the provider's),
+/// or its URL's userinfo; both at once is an error.
+fn credential(
+    path: &str,
+    key: Option<&HeaderValue>,
+    basic: Option<HeaderValue>,
+) -> Result<Option<HeaderValue>, ConfigError> {
+    match (key, basic) {
+        (Some(_), Some(_)) => Err(ConfigError::new(
+            format!("{path}.base_url"),
+            "carries credentials (user:password@) and the provider has `api_key_env` too: keep one",
+        )),
+        (key, basic) => Ok(key.cloned().or(basic)),
     }
 }
 
@@ -312,13 +334,38 @@ pub fn health(path: &str, raw: &raw::RawHealth) -> Result<HealthPolicy, ConfigEr
     })
 }
 
-/// Checks every provider's `failover` list: configured providers only, not
-/// itself, and no cycle through the lists.
+/// Checks every provider's `failover` list: configured providers only, each
+/// once, not itself, each offering the gateway tools the provider offers
+/// (a model that calls one of them through a provider that does not run it
+/// would hand the call's text to the client), and no cycle through the
+/// lists.
 pub fn check_failover(providers: &[raw::RawProvider]) -> Result<(), ConfigError> {
     let index = |name: &str| providers.iter().position(|p| p.name == name);
     for (i, p) in providers.iter().enumerate() {
         for (j, name) in p.failover.iter().enumerate() {
             let path = format!("providers[{i}].failover[{j}]");
+            if p.failover[..j].contains(name) {
+                return Err(ConfigError::new(path, format!("{name:?} is listed twice")));
+            }
+            if let Some(k) = index(name) {
+                let missing: Vec<&str> = p
+                    .tools
+                    .gateway_tools
+                    .iter()
+                    .filter(|t| !providers[k].tools.gateway_tools.contains(t))
+                    .map(String::as_str)
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(ConfigError::new(
+                        path,
+                        format!(
+                            "`{name}` does not offer gateway tools `{}` offers ({}): its model could call them and nothing would run them; give `{name}` the same `gateway_tools`",
+                            p.name,
+                            missing.join(", ")
+                        ),
+                    ));
+                }
+            }
             match index(name) {
                 None => {
                     return Err(ConfigError::new(

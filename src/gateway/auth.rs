@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use http::{Request, header};
 
-use crate::api::transcripts::Viewer;
+use crate::api::transcripts::{Reader, Viewer};
 use crate::config::{Caller, Config, Tenant};
 use crate::error::GatewayError;
 
@@ -24,14 +24,28 @@ pub fn tenant<B>(config: &Config, req: &Request<B>) -> Result<Arc<Tenant>, Gatew
 
 /// Who reads the transcript API: an admin key sees every tenant, a client
 /// key its own tenant, and without `[server.auth]` everyone is anonymous.
-pub fn viewer<B>(config: &Config, req: &Request<B>) -> Result<Viewer, GatewayError> {
-    let Some(auth) = &config.server.auth else {
-        return Ok(Viewer::Tenant(Tenant::anonymous().name.clone()));
+pub fn reader<B>(config: &Config, req: &Request<B>) -> Result<Reader, GatewayError> {
+    let key = presented(req).unwrap_or_default();
+    let viewer = viewer_of(config, key).ok_or(GatewayError::Unauthorized)?;
+    let key = if config.server.auth.is_some() {
+        key
+    } else {
+        b""
     };
-    match presented(req).and_then(|key| auth.identify(key)) {
-        Some(Caller::Admin) => Ok(Viewer::Admin),
-        Some(Caller::Client(tenant)) => Ok(Viewer::Tenant(tenant.name.clone())),
-        None => Err(GatewayError::Unauthorized),
+    Ok(Reader {
+        viewer,
+        key: std::sync::Arc::from(key),
+    })
+}
+
+/// Who `key` reads the transcripts as under `config`; `None`: no one.
+pub fn viewer_of(config: &Config, key: &[u8]) -> Option<Viewer> {
+    let Some(auth) = &config.server.auth else {
+        return Some(Viewer::Tenant(Tenant::anonymous().name.clone()));
+    };
+    match auth.identify(key)? {
+        Caller::Admin => Some(Viewer::Admin),
+        Caller::Client(tenant) => Some(Viewer::Tenant(tenant.name.clone())),
     }
 }
 

@@ -1,28 +1,36 @@
-//! `GET /v1/models`: the models the config routes.
+//! `GET /v1/models`: the models the config routes that the key may use.
 
 use http::{HeaderValue, Response, header};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::body::{self, Body};
-use crate::config::Config;
+use crate::config::{Config, Tenant};
+use crate::router;
 
 /// Literal patterns are models; globs are not listable, so they are
-/// listed as `provider/*` to show the prefix route exists.
-pub(super) fn list_models(config: &Config) -> Response<Body> {
-    let mut data = Vec::new();
+/// listed as `provider/*` to show the prefix route exists. A key limited
+/// to some models sees only those: the literal models it may use, and its
+/// own `models` entries that route somewhere (a glob listed as written).
+pub(super) fn list_models(config: &Config, tenant: &Tenant) -> Response<Body> {
+    let mut data: Vec<Value> = Vec::new();
+    let entry = |id: &str, owner: &str| json!({"id": id, "object": "model", "created": 0, "owned_by": owner});
     for p in &config.providers {
         let mut any_glob = false;
         for pattern in &p.model_patterns {
-            if pattern.contains(['*', '?', '[', '{']) {
+            if is_glob(pattern) {
                 any_glob = true;
-            } else {
-                data.push(
-                    json!({"id": pattern, "object": "model", "created": 0, "owned_by": p.name}),
-                );
+            } else if tenant.allows_model(pattern) {
+                data.push(entry(pattern, &p.name));
             }
         }
-        if any_glob || p.model_patterns.is_empty() {
-            data.push(json!({"id": format!("{}/*", p.name), "object": "model", "created": 0, "owned_by": p.name}));
+        if tenant.model_patterns().is_none() && (any_glob || p.model_patterns.is_empty()) {
+            data.push(entry(&format!("{}/*", p.name), &p.name));
+        }
+    }
+    for pattern in tenant.model_patterns().unwrap_or_default() {
+        let listed = data.iter().any(|d| d["id"] == pattern.as_str());
+        if !listed && let Some(route) = router::route(&config.providers, pattern) {
+            data.push(entry(pattern, &route.provider.name));
         }
     }
     let mut r = Response::new(body::json(&json!({"object": "list", "data": data})));
@@ -31,4 +39,8 @@ pub(super) fn list_models(config: &Config) -> Response<Body> {
         HeaderValue::from_static("application/json"),
     );
     r
+}
+
+fn is_glob(pattern: &str) -> bool {
+    pattern.contains(['*', '?', '[', '{'])
 }

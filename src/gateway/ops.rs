@@ -35,26 +35,8 @@ impl Gateway {
                 })
             }
             (_, path) if path.starts_with("/toolgate/api/") => {
-                let runtime = self.runtime.load_full();
-                let viewer = match auth::viewer(&runtime.config, &req) {
-                    Ok(viewer) => viewer,
-                    Err(e) => return crate::api::transcripts::private(e.into_response()),
-                };
-                let query = req.uri().query();
-                crate::api::transcripts::private(
-                    match crate::api::transcripts::handle(
-                        self.store.as_ref(),
-                        &viewer,
-                        req.method(),
-                        path,
-                        query,
-                    )
-                    .await
-                    {
-                        Ok(r) => r,
-                        Err(e) => e.into_response(),
-                    },
-                )
+                let (parts, _) = req.into_parts();
+                self.transcript_api(&Request::from_parts(parts, ())).await
             }
             (method, path) => GatewayError::UnknownRoute {
                 method: method.to_string(),
@@ -62,6 +44,24 @@ impl Gateway {
             }
             .into_response(),
         }
+    }
+
+    /// The transcript API (`/toolgate/api/…`), answered `no-store`.
+    async fn transcript_api(&self, req: &Request<()>) -> Response<Body> {
+        let runtime = self.runtime.load_full();
+        let reader = match auth::reader(&runtime.config, req) {
+            Ok(reader) => reader,
+            Err(e) => return crate::api::transcripts::private(e.into_response()),
+        };
+        let answer = crate::api::transcripts::handle(
+            self.transcripts.as_ref(),
+            &reader,
+            req.method(),
+            req.uri().path(),
+            req.uri().query(),
+        )
+        .await;
+        crate::api::transcripts::private(answer.unwrap_or_else(GatewayError::into_response))
     }
 
     /// `/readyz`: 503 while draining, or while a tool server that a provider
@@ -84,7 +84,12 @@ impl Gateway {
             let line = match &*state {
                 crate::tools::mcp::State::Up { tools, .. } => format!("up, {} tools", tools.len()),
                 crate::tools::mcp::State::Starting => "starting".to_owned(),
-                crate::tools::mcp::State::Down { error } => format!("down: {error}"),
+                crate::tools::mcp::State::Down { error, retry_in } => {
+                    format!(
+                        "down: {}",
+                        crate::tools::mcp::State::down_reason(error, *retry_in)
+                    )
+                }
             };
             // By default a tool server that is down takes out only the
             // providers that offer it (they answer 503 on their own).

@@ -11,6 +11,7 @@ use http_body_util::Full;
 
 use super::limits::Limits;
 use super::plan::{Door, Route, Shape, plan};
+use crate::answer::Transcript;
 use crate::body::observed::{Guard, RequestLog};
 use crate::body::{Body, BoxError};
 use crate::config::{Provider, Tenant};
@@ -61,6 +62,8 @@ where
             Some("model"),
         )
     })?;
+    // Logged even when it routes nowhere: the operator sees what was asked.
+    log.model.clone_from(&field.name);
     // The key's policy, before anything is sent anywhere.
     if !tenant.allows_model(&field.name) {
         return Err(GatewayError::ModelNotAllowed(field.name.clone()));
@@ -79,7 +82,11 @@ where
     drop(route);
     let mut kept = Some((parts, bytes));
     let mut chain = std::iter::once(primary).chain(failovers).peekable();
-    while let Some((provider, model)) = chain.next() {
+    let mut transcript = Transcript::default();
+    let result = loop {
+        let Some((provider, model)) = chain.next() else {
+            unreachable!("the last provider's result is returned")
+        };
         let next = chain.peek().map(|(p, _)| p.name.clone());
         // Every provider but the last gets a copy: the request stays whole
         // until one of them answers.
@@ -96,18 +103,29 @@ where
             bytes
         };
         log.model = model;
-        let result = dispatch(runtime, tenant, parts, bytes, &provider, log).await;
+        crate::upstream::count_attempts_anew();
+        let result = dispatch(
+            runtime,
+            tenant,
+            parts,
+            bytes,
+            &provider,
+            log,
+            &mut transcript,
+        )
+        .await;
         let Some(to) = next else {
-            return result;
+            break result;
         };
         if !failed_before_answering(&result) {
-            return result;
+            break result;
         }
         let from = provider.name.clone();
         tracing::warn!(from = %from, to = %to, "every attempt failed before an answer; failing over");
         metrics::counter!(crate::metrics::FAILOVERS, "from" => from, "to" => to).increment(1);
-    }
-    unreachable!("the last provider's result is returned")
+    };
+    transcript.settle(&result);
+    result
 }
 
 /// Whether a provider failed before any byte of an answer: its targets
@@ -143,6 +161,7 @@ async fn dispatch(
     bytes: Bytes,
     provider: &Arc<Provider>,
     log: &mut RequestLog,
+    transcript: &mut Transcript,
 ) -> Result<Response<Body>, GatewayError> {
     if let Some(handles) = runtime.metrics_of(provider) {
         log.provider = Some(handles.clone());
@@ -159,15 +178,15 @@ async fn dispatch(
     let (runtime, provider, tenant) = match plan.route {
         Route::ChatAnswer => {
             let handle = crate::api::chat::handle;
-            return answer(handle, runtime, provider, tenant, parts, bytes).await;
+            return answer(handle, runtime, provider, tenant, parts, bytes, transcript).await;
         }
         Route::ResponsesAnswer => {
             let handle = crate::api::responses::handle;
-            return answer(handle, runtime, provider, tenant, parts, bytes).await;
+            return answer(handle, runtime, provider, tenant, parts, bytes, transcript).await;
         }
         Route::MessagesAnswer => {
             let handle = crate::api::messages::handle;
-            return answer(handle, runtime, provider, tenant, parts, bytes).await;
+            return answer(handle, runtime, provider, tenant, parts, bytes, transcript).await;
         }
         Route::AnthropicOnly => {
             return Err(GatewayError::bad_request(
@@ -191,23 +210,14 @@ async fn dispatch(
     };
     // With a store, a chat exchange may be recorded: its answer is read on
     // the way to the client (and passed on unchanged).
-    let recorder = if plan.tap {
-        match serde_json::from_slice::<serde_json::Value>(&bytes) {
+    let tap = plan.tap
+        && match serde_json::from_slice::<serde_json::Value>(&bytes) {
             Ok(serde_json::Value::Object(request)) => {
-                Box::pin(crate::answer::recorder(
-                    runtime,
-                    provider,
-                    tenant,
-                    &request,
-                    &parts.headers,
-                ))
-                .await
+                Box::pin(transcript.begin(runtime, provider, tenant, &request, &parts.headers))
+                    .await
             }
-            _ => None,
-        }
-    } else {
-        None
-    };
+            _ => false,
+        };
     let response = match plan.route {
         Route::Natural => {
             Box::pin(runtime.natural.handle(
@@ -234,8 +244,12 @@ async fn dispatch(
             runtime.upstreams.send(provider, request).await
         }
     }?;
+    // An answer takes the transcript; a refusal leaves it to the request.
+    let recorder = (tap && response.status().is_success())
+        .then(|| transcript.take())
+        .flatten();
     Ok(match recorder {
-        Some(recorder) if response.status().is_success() => {
+        Some(recorder) => {
             let chat = recorder.chat_id().to_owned();
             let streamed = super::is_event_stream(&response);
             let (parts, body) = response.into_parts();
@@ -249,18 +263,25 @@ async fn dispatch(
 }
 
 /// A door's answer path: what `api::{chat, responses, messages}::handle` are.
-type DoorHandler<F> =
-    fn(Arc<Runtime>, Arc<Provider>, Arc<Tenant>, http::request::Parts, Bytes) -> F;
+type DoorHandler<'t, F> = fn(
+    Arc<Runtime>,
+    Arc<Provider>,
+    Arc<Tenant>,
+    http::request::Parts,
+    Bytes,
+    &'t mut Transcript,
+) -> F;
 
 /// A request answered by one of the doors' answer paths (`handle` is the
 /// door's handler), its future boxed.
-async fn answer<F>(
-    handle: DoorHandler<F>,
+async fn answer<'t, F>(
+    handle: DoorHandler<'t, F>,
     runtime: &Arc<Runtime>,
     provider: &Arc<Provider>,
     tenant: &Arc<Tenant>,
     parts: http::request::Parts,
     bytes: Bytes,
+    transcript: &'t mut Transcript,
 ) -> Result<Response<Body>, GatewayError>
 where
     F: Future<Output = Result<Response<Body>, GatewayError>>,
@@ -271,6 +292,7 @@ where
         tenant.clone(),
         parts,
         bytes,
+        transcript,
     ))
     .await
 }

@@ -66,7 +66,7 @@ impl RequestLine {
             debug_str(tenant, out);
         }
         out.extend_from_slice(b" model=");
-        untrusted(&self.model, out);
+        debug_str(&self.model, out);
         if let Some(target) = &self.target {
             out.extend_from_slice(b" target=");
             debug_str(target, out);
@@ -92,7 +92,7 @@ impl RequestLine {
         });
         if let Some(error) = &self.error {
             out.extend_from_slice(b" error=");
-            untrusted(error, out);
+            debug_str(error, out);
         }
         if let Some(trace_id) = &self.trace_id {
             out.extend_from_slice(b" trace_id=");
@@ -113,7 +113,7 @@ impl RequestLine {
             json_str(tenant, out);
         }
         out.extend_from_slice(b",\"model\":");
-        json_untrusted(&self.model, out);
+        json_str(&self.model, out);
         if let Some(target) = &self.target {
             out.extend_from_slice(b",\"target\":");
             json_str(target, out);
@@ -139,7 +139,7 @@ impl RequestLine {
         });
         if let Some(error) = &self.error {
             out.extend_from_slice(b",\"error\":");
-            json_untrusted(error, out);
+            json_str(error, out);
         }
         if let Some(trace_id) = &self.trace_id {
             out.extend_from_slice(b",\"trace_id\":");
@@ -209,16 +209,6 @@ fn debug_str(s: &str, out: &mut Vec<u8>) {
     }
 }
 
-/// A string from a client, a model or an upstream: control characters are
-/// escaped (`\n`, `\u{1b}`), so it cannot end the line and forge another.
-fn untrusted(s: &str, out: &mut Vec<u8>) {
-    if !s.chars().any(char::is_control) {
-        out.extend_from_slice(s.as_bytes());
-        return;
-    }
-    let _ = write!(VecWriter(out), "{}", super::Untrusted(s));
-}
-
 fn json_str(s: &str, out: &mut Vec<u8>) {
     if plain(s) {
         out.push(b'"');
@@ -227,15 +217,6 @@ fn json_str(s: &str, out: &mut Vec<u8>) {
     } else {
         // Serializing a `str` into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut *out, s);
-    }
-}
-
-/// The escaped text (as in the text layout) as a JSON string.
-fn json_untrusted(s: &str, out: &mut Vec<u8>) {
-    if !s.chars().any(char::is_control) {
-        json_str(s, out);
-    } else {
-        json_str(&super::Untrusted(s).to_string(), out);
     }
 }
 
@@ -438,6 +419,10 @@ mod tests {
             RequestLine {
                 error: Some("cut".into()),
                 trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+                ..base.clone()
+            },
+            RequestLine {
+                model: "m tenant=\"admin\" status=200".into(),
                 ..base.clone()
             },
             RequestLine {

@@ -108,20 +108,6 @@ impl Engine {
         }
     }
 
-    /// The upstream request body natural mode would send (for `toolgate render`).
-    pub fn render(&self, provider: &str, body: &[u8]) -> Result<Vec<u8>, GatewayError> {
-        let state = self.providers.get(provider).ok_or_else(|| {
-            GatewayError::bad_request(
-                format!("provider `{provider}` is not in natural mode"),
-                None,
-            )
-        })?;
-        match request::rewrite(body, &state.options, &state.contracts)? {
-            Rewrite::Unchanged => Ok(body.to_vec()),
-            Rewrite::Rewritten { body, .. } => Ok(body),
-        }
-    }
-
     /// `early_calls`: the answer is read by toolgate itself (a round of the
     /// answer path), so each call is written as soon as it is ready; a
     /// client gets its calls at the end of the choice.

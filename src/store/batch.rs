@@ -277,6 +277,7 @@ mod tests {
                 writes.push(Write::Message(Arc::new(Message {
                     id: format!("m{i}"),
                     chat_id: Arc::from("c0"),
+                    tenant: Arc::from("t0"),
                     role: "user",
                     kind: crate::store::record::Kind::Text,
                     created_at: 0,

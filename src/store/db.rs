@@ -130,7 +130,9 @@ impl Db {
     }
 
     /// Writes `batch` in one transaction, multi-row inserts of a few shapes
-    /// per table, prepared once and kept (see [`batch::plan`]). A connection whose batch failed (a full disk fails
+    /// per table, prepared once and kept (see [`batch::plan`]). Chats come
+    /// first, each taking only its owner's updates; then messages and
+    /// heads, each landing only in a chat its own tenant owns. A connection whose batch failed (a full disk fails
     /// the commit itself) is closed, never returned to the pool: it may
     /// still sit inside the transaction, seeing its own uncommitted rows and
     /// locking out the others.
@@ -140,22 +142,6 @@ impl Db {
             let mut conn = pool.acquire().await?;
             let written: Result<(), sqlx::Error> = async {
                 let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                for rows in &planned.messages {
-                    let mut insert = QueryBuilder::new(
-                        "INSERT INTO messages (id, chat_id, role, kind, created_at, sequence, message_json) ",
-                    );
-                    insert.push_values(rows, |mut row, m| {
-                        row.push_bind(m.id.as_str())
-                            .push_bind(&*m.chat_id)
-                            .push_bind(m.role)
-                            .push_bind(m.kind.as_str())
-                            .push_bind(m.created_at)
-                            .push_bind(m.sequence)
-                            .push_bind(&*m.json);
-                    });
-                    insert.push(" ON CONFLICT (id) DO NOTHING");
-                    insert.build().execute(&mut *tx).await?;
-                }
                 for rows in &planned.chats {
                     // A chat only ever takes its own tenant's updates.
                     let mut insert = QueryBuilder::new(
@@ -182,9 +168,35 @@ impl Db {
                     );
                     insert.build().execute(&mut *tx).await?;
                 }
+                // A message lands only in a chat of its own tenant's (the
+                // chats above come first, so a new chat's row is there).
+                for rows in &planned.messages {
+                    let mut insert = QueryBuilder::new(
+                        "INSERT INTO messages (id, chat_id, role, kind, created_at, sequence, message_json) \
+                         SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7 FROM (",
+                    );
+                    insert.push_values(rows, |mut row, m| {
+                        row.push_bind(m.id.as_str())
+                            .push_bind(&*m.chat_id)
+                            .push_bind(m.role)
+                            .push_bind(m.kind.as_str())
+                            .push_bind(m.created_at)
+                            .push_bind(m.sequence)
+                            .push_bind(&*m.json)
+                            .push_bind(&*m.tenant);
+                    });
+                    insert.push(
+                        ") AS v WHERE EXISTS (SELECT 1 FROM chats WHERE chats.id = v.column2 AND chats.tenant = v.column8) \
+                         ON CONFLICT (id) DO NOTHING",
+                    );
+                    insert.build().execute(&mut *tx).await?;
+                }
+                // A head leads only to a chat of its own tenant's.
                 for rows in &planned.heads {
-                    let mut insert =
-                        QueryBuilder::new("INSERT INTO heads (hash, chat_id, len, created_at, tenant) ");
+                    let mut insert = QueryBuilder::new(
+                        "INSERT INTO heads (hash, chat_id, len, created_at, tenant) \
+                         SELECT v.column1, v.column2, v.column3, v.column4, v.column5 FROM (",
+                    );
                     insert.push_values(rows, |mut row, h| {
                         row.push_bind(h.hash.as_str())
                             .push_bind(&*h.chat_id)
@@ -192,7 +204,10 @@ impl Db {
                             .push_bind(h.at)
                             .push_bind(&*h.tenant);
                     });
-                    insert.push(" ON CONFLICT (hash, chat_id) DO NOTHING");
+                    insert.push(
+                        ") AS v WHERE EXISTS (SELECT 1 FROM chats WHERE chats.id = v.column2 AND chats.tenant = v.column5) \
+                         ON CONFLICT (hash, chat_id) DO NOTHING",
+                    );
                     insert.build().execute(&mut *tx).await?;
                 }
                 for rows in &planned.responses {
@@ -230,6 +245,36 @@ impl Db {
                 let _ = sqlx::Connection::close(conn.detach()).await;
             }
             written
+        })
+    }
+
+    /// Claims chat `id` for `tenant` if no one has it yet (one conditional
+    /// insert: of two tenants claiming one id at once, exactly one makes
+    /// the row), and answers who owns it now.
+    pub async fn claim(
+        &self,
+        id: &str,
+        tenant: &str,
+        provider: &str,
+        model: &str,
+        at: i64,
+    ) -> Result<Option<String>, sqlx::Error> {
+        on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO chats (id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant) \
+                 VALUES ($1, $2, $2, $3, $4, '', 0, 0, $5) ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(id)
+            .bind(at)
+            .bind(provider)
+            .bind(model)
+            .bind(tenant)
+            .execute(pool)
+            .await?;
+            sqlx::query_scalar("SELECT tenant FROM chats WHERE id = $1")
+                .bind(id)
+                .fetch_optional(pool)
+                .await
         })
     }
 

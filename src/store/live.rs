@@ -138,6 +138,7 @@ mod tests {
     fn row(chat: &Arc<str>, n: usize) -> Arc<Message> {
         Arc::new(Message::new(
             chat.clone(),
+            Arc::from("t"),
             "user",
             Kind::Text,
             serde_json::json!({"text": n.to_string()}),

@@ -41,6 +41,9 @@ impl Kind {
 pub struct Message {
     pub id: String,
     pub chat_id: Arc<str>,
+    /// The tenant whose request made it: the row lands only in a chat of
+    /// the same tenant's.
+    pub tenant: Arc<str>,
     pub role: &'static str,
     pub kind: Kind,
     pub created_at: i64,
@@ -52,9 +55,16 @@ pub struct Message {
 }
 
 impl Message {
-    /// A new row of chat `chat_id`: the kind's own `fields` (an object)
-    /// and the DTO's common ones (id, chat, role, kind, time, sequence).
-    pub fn new(chat_id: Arc<str>, role: &'static str, kind: Kind, fields: Value) -> Message {
+    /// A new row of `tenant`'s chat `chat_id`: the kind's own `fields` (an
+    /// object) and the DTO's common ones (id, chat, role, kind, time,
+    /// sequence).
+    pub fn new(
+        chat_id: Arc<str>,
+        tenant: Arc<str>,
+        role: &'static str,
+        kind: Kind,
+        fields: Value,
+    ) -> Message {
         let (id, sequence) = next_id();
         let created_at = sequence / 1000;
         let dto = Dto {
@@ -73,6 +83,7 @@ impl Message {
         Message {
             id,
             chat_id,
+            tenant,
             role,
             kind,
             created_at,
@@ -277,6 +288,7 @@ mod tests {
     fn a_message_is_its_fields_then_the_common_ones() {
         let m = Message::new(
             Arc::from("c1"),
+            Arc::from("t"),
             "user",
             Kind::Text,
             serde_json::json!({"text": "hi \"there\"", "id": "not kept"}),

@@ -101,6 +101,13 @@ impl Recorder {
         &self.chat_id
     }
 
+    /// The request is now tried with another provider (failover): the
+    /// chat's row names the one that answers.
+    pub fn retarget(&mut self, provider: &str, model: &str) {
+        provider.clone_into(&mut self.provider);
+        model.clone_into(&mut self.model);
+    }
+
     fn request_message(&mut self, index: usize, message: &Value) {
         let redacted;
         let message = if redact::reaches(&self.shared.config.redact, index) {
@@ -143,7 +150,13 @@ impl Recorder {
     /// Publishes one row and keeps it for the exchange's unit (queued
     /// when the answer ends, or every [`PENDING_MAX`] rows of a long one).
     fn row(&mut self, role: &'static str, kind: Kind, fields: Value) {
-        let message = Arc::new(Message::new(self.chat_id.clone(), role, kind, fields));
+        let message = Arc::new(Message::new(
+            self.chat_id.clone(),
+            self.tenant.clone(),
+            role,
+            kind,
+            fields,
+        ));
         self.messages += 1;
         self.shared.live.publish(&self.chat_id, &message);
         self.pending.push(Write::Message(message));
@@ -279,6 +292,12 @@ impl Recorder {
     /// calls that arrived among them), and one `error` row saying why (the
     /// code and the message the client got).
     pub fn fail(&mut self, error: &crate::error::GatewayError) {
+        self.refuse(&error.to_string(), error.code());
+    }
+
+    /// The request ended in an error (`text`, `code`: what the client got),
+    /// before or after its answer began: the rows so far, then the error.
+    pub fn refuse(&mut self, text: &str, code: &str) {
         if self.closed {
             return;
         }
@@ -289,7 +308,7 @@ impl Recorder {
         self.row(
             "assistant",
             Kind::Error,
-            json!({"text": error.to_string(), "code": error.code()}),
+            json!({"text": text, "code": code}),
         );
     }
 
@@ -441,6 +460,10 @@ mod tests {
             retention: Duration::from_secs(86_400),
             link_wait: Duration::from_millis(100),
             redact,
+            live_views: crate::config::store::LiveViewLimits {
+                total: 10,
+                per_key: 10,
+            },
         };
         let shared = Arc::new(Shared::new(config, tx));
         (shared, rx)

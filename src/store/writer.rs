@@ -142,6 +142,7 @@ async fn mark_missed(shared: &Shared, db: &Db) {
         );
         rows.push(Write::Message(Arc::new(Message::new(
             chat.id.clone(),
+            chat.tenant.clone(),
             "assistant",
             Kind::Error,
             serde_json::json!({"text": text, "code": "not_recorded"}),

@@ -65,12 +65,23 @@ pub enum State {
     },
     Down {
         error: String,
+        /// When the next attempt to connect starts (none: no more).
+        retry_in: Option<Duration>,
     },
 }
 
 impl State {
     pub fn is_up(&self) -> bool {
         matches!(self, State::Up { .. })
+    }
+
+    /// Why a server is down and when it is tried again, as the gateway
+    /// reports it (`/readyz`, a `503`).
+    pub fn down_reason(error: &str, retry_in: Option<Duration>) -> String {
+        match retry_in {
+            Some(after) => format!("{error} (retrying in {:.1}s)", after.as_secs_f64()),
+            None => error.to_owned(),
+        }
     }
 }
 
@@ -177,6 +188,7 @@ impl McpHost {
                 for config in configs {
                     let state = State::Down {
                         error: format!("the tools thread did not start: {e}"),
+                        retry_in: None,
                     };
                     servers.insert(
                         config.name.clone(),
@@ -256,6 +268,7 @@ impl McpHost {
             Some(s) => s.state.borrow().clone(),
             None => Arc::new(State::Down {
                 error: "not configured".into(),
+                retry_in: None,
             }),
         }
     }
@@ -336,9 +349,10 @@ impl McpHost {
 fn describe(e: &ServiceError) -> String {
     match e {
         ServiceError::McpError(e) => format!("the server answered with an error: {}", e.message),
-        ServiceError::TransportSend(e) => {
-            format!("the request could not be sent to the server: {}", e.error)
-        }
+        ServiceError::TransportSend(e) => format!(
+            "the request could not be sent to the server: {}",
+            crate::config::redact::in_text(&e.error.to_string())
+        ),
         ServiceError::TransportClosed => "the connection to the server closed".into(),
         ServiceError::UnexpectedResponse => "the server sent an answer of the wrong kind".into(),
         ServiceError::Cancelled { .. } => "the call was cancelled".into(),
@@ -487,10 +501,7 @@ async fn supervise(server: Arc<Server>) {
         } else {
             tracing::debug!(server = ?name, error = ?why, retry_in_ms = backoff.as_millis() as u64, "MCP server is still down");
         }
-        set_down(
-            &server,
-            format!("{why} (retrying in {:.1}s)", backoff.as_secs_f64()),
-        );
+        set_down(&server, why.clone(), Some(backoff));
         tokio::select! {
             () = server.stop.cancelled() => break,
             () = tokio::time::sleep(backoff) => {}
@@ -502,9 +513,11 @@ async fn supervise(server: Arc<Server>) {
     // (`reconcile` zeroes it for a server a reload removed).
 }
 
-fn set_down(server: &Server, error: String) {
+fn set_down(server: &Server, error: String, retry_in: Option<Duration>) {
     metrics::gauge!(m::MCP_SERVER_UP, "server" => server.config.name.clone()).set(0.0);
-    server.state.send_replace(Arc::new(State::Down { error }));
+    server
+        .state
+        .send_replace(Arc::new(State::Down { error, retry_in }));
 }
 
 type Running = rmcp::service::RunningService<RoleClient, Handler>;
@@ -674,7 +687,8 @@ fn cause(error: &(dyn std::error::Error + 'static)) -> String {
     if line.is_empty() {
         "the connection failed".to_owned()
     } else {
-        line
+        // The HTTP client's errors quote the URL, query token and all.
+        crate::config::redact::in_text(&line).into_owned()
     }
 }
 

@@ -421,12 +421,38 @@ fn too_large(what: String) -> GatewayError {
     }
 }
 
-/// The upstream's own in-stream error, as a gateway error the client sees.
+/// An in-stream error, as a gateway error the client sees. A round of a
+/// natural-mode provider is read through toolgate's own rewriter, whose
+/// errors (an invalid call with `on_invalid = "error"`, a stream cut or
+/// too large) keep their code and message: the client and the log then say
+/// what happened, not "the upstream failed". Anything else is the
+/// upstream's own.
 fn upstream_error(error: &Value) -> GatewayError {
     let message = error
         .get("message")
         .and_then(Value::as_str)
         .unwrap_or("the upstream reported an error");
+    let code = error.get("code").and_then(Value::as_str).unwrap_or("");
+    const OWN: &[&str] = &[
+        "upstream_stream_cut",
+        "upstream_stream_too_large",
+        "upstream_stream_truncated",
+        "upstream_stream_error",
+        "upstream_invalid_event",
+        "upstream_invalid_body",
+        "upstream_empty_stream",
+    ];
+    if code == "invalid_tool_call" {
+        return GatewayError::InvalidToolCall {
+            message: message.to_owned(),
+        };
+    }
+    if let Some(own) = OWN.iter().find(|c| **c == code) {
+        return GatewayError::UpstreamInvalid {
+            message: message.to_owned(),
+            code: own,
+        };
+    }
     GatewayError::UpstreamInvalid {
         message: format!("The upstream failed: {message}"),
         code: "upstream_error",

@@ -237,10 +237,22 @@ fn env_overrides_apply_strays_are_ignored_and_typos_rejected() {
         ("TOOLGATE_TELEMETRY__SAMPLE_RATIO", "2"),
     ]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("telemetry.sample_ratio"));
-    let out = run(&[("TOOLGATE_SERVER__LISTN", "0.0.0.0:1")]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("server.listn"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("telemetry.sample_ratio") && err.contains("TOOLGATE_TELEMETRY__SAMPLE_RATIO"),
+        "{err}"
+    );
+    // An error on a key the environment set names the variable to fix.
+    for (var, value, key) in [
+        ("TOOLGATE_SERVER__LISTN", "0.0.0.0:1", "server.listn"),
+        ("TOOLGATE_SERVER__WORKERS", "lots", "server.workers"),
+    ] {
+        let out = run(&[(var, value)]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key) && err.contains(var), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
 }
 
 /// `TOOLGATE_PROVIDERS__<name>__<KEY>` changes the named provider's keys,
@@ -359,4 +371,30 @@ fn an_open_store_on_the_network_is_refused_unless_asked_for() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("allow_open_store"));
+}
+
+/// `toolgate tools` with an HTTP tool nothing listens for: exit 1 naming
+/// it (the listing is still printed); a one-shot command says nothing of
+/// retrying.
+#[test]
+fn tools_names_a_dead_http_tool_and_fails() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let path = temp_file(
+        "dead-tool.toml",
+        &format!(
+            "[[providers]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:9/v1\"\n[[http_tools]]\nname = \"lookup\"\nurl = \"http://127.0.0.1:{port}/lookup\"\n"
+        ),
+    );
+    let out = Command::new(BIN)
+        .args(["tools", "--wait", "2", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("http tool `lookup`"), "{err}");
+    assert!(!err.contains("retrying"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"lookup\""));
 }

@@ -22,7 +22,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 /// Keys of the in-process gateways, set once before any of them starts.
-fn keys() {
+pub(crate) fn keys() {
     static KEYS: Once = Once::new();
     KEYS.call_once(|| {
         // SAFETY: set once, before any gateway of this binary reads the
@@ -46,12 +46,12 @@ const KEY_ENV: [(&str, &str); 5] = [
 ];
 
 /// `[server.auth]` with three named tenants, plain keys and an admin key.
-const AUTH: &str = "[server.auth]\napi_keys_env = \"TENANCY_TEST_PLAIN\"\nadmin_keys_env = \"TENANCY_TEST_ADMIN\"\n\
+pub(crate) const AUTH: &str = "[server.auth]\napi_keys_env = \"TENANCY_TEST_PLAIN\"\nadmin_keys_env = \"TENANCY_TEST_ADMIN\"\n\
     [[server.auth.keys]]\nname = \"team-a\"\nkey_env = \"TENANCY_TEST_A\"\n\
     [[server.auth.keys]]\nname = \"team-b\"\nkey_env = \"TENANCY_TEST_B\"\n\
     [[server.auth.keys]]\nname = \"team-c\"\nkey_env = \"TENANCY_TEST_C\"\n";
 
-async fn call(
+pub(crate) async fn call(
     method: Method,
     url: &str,
     key: &str,
@@ -570,7 +570,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-const TENANT_KEYS: [&str; 3] = ["key-a-1", "key-b-1", "key-c-1"];
+pub(crate) const TENANT_KEYS: [&str; 3] = ["key-a-1", "key-b-1", "key-c-1"];
 
 /// Runs `ops` against one gateway; returns a leak found, if any.
 async fn interleave(ops: Vec<Op>) -> Result<(), String> {

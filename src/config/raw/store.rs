@@ -21,6 +21,20 @@ pub struct RawStore {
     /// JSON paths into the conversation stored as `"[redacted]"`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redact: Vec<String>,
+    /// Live views (`/toolgate/api/chats/{id}/events`) open at once, in all.
+    #[serde(default = "default_live_views")]
+    pub max_live_views: usize,
+    /// Live views open at once with one key.
+    #[serde(default = "default_live_views_per_key")]
+    pub max_live_views_per_key: usize,
+}
+
+fn default_live_views() -> usize {
+    1000
+}
+
+fn default_live_views_per_key() -> usize {
+    16
 }
 
 fn default_retention() -> u32 {

@@ -1,0 +1,122 @@
+//! Live views (`/toolgate/api/chats/{id}/events`): a view lasts only while
+//! its key still names its viewer (a reload that removes the key closes
+//! it), and views are bounded per key and in all (`429` beyond), their
+//! places given back however they end.
+
+use crate::common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::TestGateway;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use toolgate::config::Config;
+
+fn auth(keys: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[server.auth]\nadmin_keys_env = \"LIVE_VIEWS_ADMIN\"\n\
+         [[server.auth.keys]]\nname = \"team-a\"\nkey_env = \"{keys}\"\n\
+         [[server.auth.keys]]\nname = \"team-b\"\nkey_env = \"LIVE_VIEWS_B\"\n\
+         [store]\nurl = \"sqlite::memory:\"\nmax_live_views = 3\nmax_live_views_per_key = 2\n\
+         [[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 0\n"
+    )
+}
+
+fn set_keys() {
+    // SAFETY: these variables are this module's own, set before its
+    // gateways read them, to the same values every time.
+    unsafe {
+        std::env::set_var("LIVE_VIEWS_A", "va-1,va-2");
+        std::env::set_var("LIVE_VIEWS_A_SHORT", "va-1");
+        std::env::set_var("LIVE_VIEWS_B", "vb-1");
+        std::env::set_var("LIVE_VIEWS_ADMIN", "v-admin");
+    }
+}
+
+/// Opens a live view with `key`: its status, and the body to read on.
+async fn open(gw: &TestGateway, key: &str, chat: &str) -> (u16, Incoming) {
+    let request = Request::get(gw.url(&format!("/toolgate/api/chats/{chat}/events")))
+        .header("authorization", format!("Bearer {key}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = common::client().request(request).await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.into_body())
+}
+
+/// Whether the view's stream ends within `wait` (frames before the end
+/// are read and dropped).
+async fn ends_within(body: &mut Incoming, wait: Duration) -> bool {
+    tokio::time::timeout(wait, async {
+        while let Some(frame) = body.frame().await {
+            if frame.is_err() {
+                break;
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test]
+async fn a_reload_that_removes_a_key_closes_its_views() {
+    set_keys();
+    let gw = TestGateway::start(&auth("LIVE_VIEWS_A")).await;
+    let (status, mut removed) = open(&gw, "va-2", "chat-x").await;
+    assert_eq!(status, 200);
+    let (status, mut kept) = open(&gw, "va-1", "chat-y").await;
+    assert_eq!(status, 200);
+    let (status, mut admin) = open(&gw, "v-admin", "chat-z").await;
+    assert_eq!(status, 200);
+    // Nothing ends them before the reload.
+    assert!(!ends_within(&mut removed, Duration::from_millis(200)).await);
+    // `va-2` leaves team-a's keys.
+    let config = Config::from_toml(&auth("LIVE_VIEWS_A_SHORT")).unwrap();
+    gw.gateway.reload(config).unwrap();
+    assert!(
+        ends_within(&mut removed, Duration::from_secs(5)).await,
+        "the removed key's view is closed"
+    );
+    assert!(
+        !ends_within(&mut kept, Duration::from_millis(300)).await,
+        "a kept key's view stays"
+    );
+    assert!(!ends_within(&mut admin, Duration::from_millis(100)).await);
+    let (status, _) = open(&gw, "va-2", "chat-x").await;
+    assert_eq!(status, 401, "and the key opens no other");
+}
+
+#[tokio::test]
+async fn views_are_bounded_per_key_and_in_all_and_their_places_come_back() {
+    set_keys();
+    let gw = TestGateway::start(&auth("LIVE_VIEWS_A")).await;
+    let (s1, v1) = open(&gw, "va-1", "made-up-1").await;
+    let (s2, _v2) = open(&gw, "va-1", "made-up-2").await;
+    assert_eq!((s1, s2), (200, 200));
+    let (status, body) = open(&gw, "va-1", "made-up-3").await;
+    let text = String::from_utf8_lossy(&body.collect().await.unwrap().to_bytes()).into_owned();
+    assert_eq!(status, 429, "a third view with one key: {text}");
+    assert!(text.contains("max_live_views_per_key"), "{text}");
+    // Another key of the same tenant counts apart; three in all.
+    let (s3, _v3) = open(&gw, "va-2", "made-up-3").await;
+    assert_eq!(s3, 200);
+    let (status, _) = open(&gw, "vb-1", "made-up-4").await;
+    assert_eq!(status, 429, "the gateway's bound");
+    // A client that leaves gives its place back.
+    drop(v1);
+    let mut opened = None;
+    for _ in 0..50 {
+        let (s, body) = open(&gw, "vb-1", "made-up-4").await;
+        if s == 200 {
+            opened = Some(body);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        opened.is_some(),
+        "the place of a view whose client left is free again"
+    );
+}

@@ -1,0 +1,159 @@
+//! No credential the config holds reaches `toolgate check`'s output or a
+//! log line at any level, and client-chosen values in the request line
+//! cannot add fields to it.
+
+use crate::common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use common::agent::{calls_sse, sse, text_sse};
+use common::binary::Binary;
+use common::{Mock, Recorded, Reply};
+use serde_json::json;
+
+const SECRETS: [&str; 6] = [
+    "SECRET-A1",
+    "SECRET-B2",
+    "SECRET-C3",
+    "SECRET-D4",
+    "SECRET-E5",
+    "SECRET-F6",
+];
+
+/// The secrets as they would show in clear or inside a Basic header.
+fn shown_forms() -> Vec<String> {
+    let mut forms: Vec<String> = SECRETS.iter().map(|s| (*s).to_owned()).collect();
+    for (user, secret) in [
+        ("user", "SECRET-A1"),
+        ("u", "SECRET-C3"),
+        ("tenant", "SECRET-E5"),
+    ] {
+        forms.push(base64::engine::general_purpose::STANDARD.encode(format!("{user}:{secret}")));
+    }
+    forms
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A config holding a credential in every place one goes: an HTTP tool's
+/// userinfo and query, an MCP server's userinfo, query and header, the
+/// OTLP endpoint's userinfo, a provider's header.
+fn config(upstream: &str, tool: &str) -> String {
+    let (mcp, otlp) = (free_port(), free_port());
+    let tool = tool.replace("http://", "");
+    format!(
+        r#"[[providers]]
+name = "up"
+base_url = "{upstream}"
+models = ["m"]
+headers = {{ "X-Team-Token" = "SECRET-F6" }}
+[providers.tools]
+gateway_tools = ["lookup"]
+[[http_tools]]
+name = "lookup"
+url = "http://user:SECRET-A1@{tool}/lookup?api_key=SECRET-B2"
+[[mcp_servers]]
+name = "remote"
+url = "http://u:SECRET-C3@127.0.0.1:{mcp}/mcp?token=SECRET-D4"
+[telemetry]
+otlp_endpoint = "http://tenant:SECRET-E5@127.0.0.1:{otlp}"
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_reaches_check_or_any_log_line() {
+    let tool = Mock::start(|_: &Recorded| Reply::json(r#"{"found": "yes"}"#)).await;
+    let model = Mock::start(|r: &Recorded| {
+        let asked_before = r.json()["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if asked_before {
+            sse(text_sse("Found it."))
+        } else {
+            sse(calls_sse(&[("lookup", "{}")]))
+        }
+    })
+    .await;
+    let toml = config(&model.url(), &tool.url());
+    // `check`.
+    let dir = std::env::temp_dir().join(format!("toolgate-secrets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("secrets.toml");
+    std::fs::write(&path, &toml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for secret in shown_forms() {
+        assert!(
+            !printed.contains(&secret),
+            "check printed {secret}:\n{printed}"
+        );
+    }
+    // Serving, at every level: start-up, a request calling the HTTP tool,
+    // the MCP server failing to connect, the exporter failing to export.
+    let gw = Binary::start(&toml, &[("TOOLGATE_LOG", "trace")]);
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "Look it up"}]});
+    let r = common::post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("Found it."), "{}", r.text());
+    let called = tool.last();
+    assert_eq!(
+        called.uri, "/v1/lookup?api_key=SECRET-B2",
+        "the tool gets its query"
+    );
+    assert_eq!(
+        called.headers["authorization"],
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("user:SECRET-A1")
+        ),
+        "the URL's userinfo is sent as what it means"
+    );
+    // A model name that looks like more fields stays one quoted value.
+    let forged = json!({"model": "m tenant=\"admin\"", "messages": []});
+    common::post(&gw.url("/v1/chat/completions"), &forged.to_string()).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = gw.log.lock().unwrap().clone();
+        let mcp_failed = log.iter().any(|l| l.contains("MCP server is down"));
+        let forged_logged = log
+            .iter()
+            .any(|l| l.contains("model=\"m tenant=\\\"admin\\\"\""));
+        if (mcp_failed && forged_logged) || Instant::now() > deadline {
+            assert!(mcp_failed, "the MCP server's failure was logged");
+            assert!(forged_logged, "the model is one quoted value: {log:#?}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Trace export is tried (and fails) in the background.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = gw.log.lock().unwrap().clone();
+    assert!(log.len() > 50, "trace level logs much: {}", log.len());
+    for line in &log {
+        for secret in shown_forms() {
+            assert!(!line.contains(&secret), "a log line holds {secret}: {line}");
+        }
+    }
+}
