@@ -7,6 +7,7 @@
 //! the key path it is about.
 
 pub mod auth;
+pub mod cors;
 mod env;
 pub mod gateway_tools;
 pub mod raw;
@@ -128,6 +129,8 @@ pub struct ServerConfig {
     /// anonymous tenant.
     pub auth: Option<Arc<Auth>>,
     pub readiness: Readiness,
+    /// `[server.cors]`; `None`: browsers may not call across origins.
+    pub cors: Option<cors::Cors>,
 }
 
 #[derive(Debug)]
@@ -575,6 +578,7 @@ fn server(raw: &raw::RawServer) -> Result<ServerConfig, ConfigError> {
             None => Vec::new(),
         },
         tls: raw.tls.as_ref().map(tls).transpose()?,
+        cors: raw.cors.as_ref().map(cors::cors).transpose()?,
         // Read once the tools are known (`keys[].gateway_tools` names them).
         auth: None,
         readiness: raw.readiness,

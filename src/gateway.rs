@@ -232,7 +232,17 @@ impl Gateway {
         let runtime = self.runtime.load_full();
         let mut log = RequestLog::start(route_of(path));
         log.busy = busy;
-        log.trace = crate::telemetry::server_span::start(req.headers(), req.method(), path);
+        log.request_id = req
+            .headers()
+            .get(crate::server::layers::REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(Box::from);
+        log.trace = crate::telemetry::server_span::start(
+            req.headers(),
+            req.method(),
+            path,
+            log.request_id.as_deref(),
+        );
         let h2_stall = (req.version() == http::Version::HTTP_2)
             .then_some(runtime.config.server.write_stall_timeout);
         // The Messages door answers errors in Anthropic's shape.

@@ -201,6 +201,7 @@ fn through_tracing(line: &request_line::RequestLine) {
         complete = line.complete,
         error = line.error.as_deref(),
         trace_id = line.trace_id.as_deref(),
+        request_id = line.request_id.as_deref(),
         "request"
     );
 }
@@ -344,6 +345,7 @@ mod tests {
                 complete: true,
                 error: None,
                 trace_id: None,
+                request_id: None,
             };
             for _ in 1..MAX_PENDING {
                 assert!(!hold(line.clone()));

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
-use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -22,6 +22,7 @@ use crate::gateway::Gateway;
 use crate::workers::Dealer;
 
 mod conn;
+pub mod layers;
 mod sniff;
 mod sweep;
 
@@ -37,6 +38,7 @@ const MAX_HEADER_BYTES: usize = 64 * 1024;
 struct Engines {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
+    layers: layers::Layers,
 }
 
 impl Engines {
@@ -53,7 +55,11 @@ impl Engines {
             // A peer that stops answering pings is gone: free its streams.
             .keep_alive_interval(server.h2_keepalive)
             .keep_alive_timeout(server.h2_keepalive);
-        Engines { http1, http2 }
+        Engines {
+            http1,
+            http2,
+            layers: layers::Layers::new(server),
+        }
     }
 
     /// Serves one connection, already past TLS, in the protocol it speaks.
@@ -74,12 +80,13 @@ impl Engines {
             None => sniff::sniff(&mut io).await?,
         };
         let tracked = activity.clone();
-        let service = service_fn(move |req| {
+        let gateway = tower::service_fn(move |req| {
             let gateway = gateway.clone();
             // Held until hyper drops the response body: the connection is busy until then.
             let in_flight = tracked.begin();
             async move { Ok::<_, Infallible>(gateway.serve(req, Some(Guard::new(in_flight))).await) }
         });
+        let service = TowerToHyperService::new(self.layers.around(gateway));
         let io = TokioIo::new(sniff::Rewound::new(prefix, io));
         match protocol {
             sniff::Protocol::Http1 => {

@@ -669,6 +669,38 @@ impl Store {
         (viewing, recent)
     }
 
+    /// A consistent copy of a SQLite store, as an open file of its own
+    /// (already unlinked: it is gone when the handle is closed); `None` for
+    /// PostgreSQL. The copy is made by the store's one connection, so the
+    /// writer waits while it is made (rows queue meanwhile).
+    pub async fn snapshot(&self) -> Result<Option<std::fs::File>, StoreError> {
+        let dir = self
+            .shared
+            .db
+            .get()
+            .and_then(|db| db.file().and_then(std::path::Path::parent))
+            .filter(|d| !d.as_os_str().is_empty())
+            .map_or_else(std::env::temp_dir, std::path::Path::to_path_buf);
+        let path = dir.join(format!(".toolgate-backup-{}.db", next_id().0));
+        let name = path.display().to_string();
+        let made = self
+            .read(move |shared| async move {
+                let db = shared.db.get().ok_or(StoreError::NotReady)?;
+                db.snapshot(&name)
+                    .await
+                    .map_err(|e| StoreError::Database(e.to_string()))
+            })
+            .await;
+        if !made? {
+            return Ok(None);
+        }
+        let opened = std::fs::File::open(&path);
+        let _ = std::fs::remove_file(&path);
+        opened
+            .map(Some)
+            .map_err(|e| StoreError::Database(format!("cannot read the copy: {e}")))
+    }
+
     /// Keeps `tenant`'s Responses API answer for `previous_response_id`
     /// (queued), with the chat its exchange was recorded in.
     pub fn save_response(

@@ -121,6 +121,9 @@ pub async fn handle(
     let transcripts = transcripts.ok_or_else(|| {
         GatewayError::NotFound("Transcripts are off: configure a [store] to record them".into())
     })?;
+    if path == "/toolgate/api/backup" {
+        return backup(&transcripts.store, reader).await;
+    }
     let Some(rest) = path.strip_prefix("/toolgate/api/chats") else {
         return Err(GatewayError::UnknownRoute {
             method: method.to_string(),
@@ -154,6 +157,54 @@ pub async fn handle(
             path: path.to_owned(),
         }),
     }
+}
+
+/// `GET /toolgate/api/backup`: a consistent copy of a SQLite store, made
+/// while toolgate runs, streamed as a database file `sqlite3` opens. An
+/// admin key's (or anyone's without `[server.auth]`, where one tenant
+/// owns every row).
+async fn backup(store: &Store, reader: &Reader) -> Result<Response<Body>, GatewayError> {
+    if reader.viewer != Viewer::Admin && !reader.key.is_empty() {
+        return Err(GatewayError::Forbidden(
+            "The backup holds every tenant's transcripts: it takes an admin key".into(),
+        ));
+    }
+    let Some(file) = store.snapshot().await.map_err(unavailable)? else {
+        return Err(GatewayError::bad_request(
+            "The store is PostgreSQL: back it up with pg_dump",
+            None,
+        ));
+    };
+    let size = file.metadata().map(|m| m.len()).ok();
+    let body = body::channel::spawn(4, move |tx| async move {
+        use tokio::io::AsyncReadExt;
+        let mut file = tokio::fs::File::from_std(file);
+        loop {
+            let mut chunk = bytes::BytesMut::with_capacity(256 * 1024);
+            match file.read_buf(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if tx.send(chunk.freeze()).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/vnd.sqlite3"),
+    );
+    h.insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_static("attachment; filename=\"toolgate-transcripts.db\""),
+    );
+    if let Some(size) = size {
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+    }
+    Ok(r)
 }
 
 fn unavailable(e: StoreError) -> GatewayError {

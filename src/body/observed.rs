@@ -47,6 +47,8 @@ pub struct RequestLog {
     pub drained: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// The request's server span, when traces are on.
     pub trace: Option<crate::telemetry::Context>,
+    /// `x-request-id`.
+    pub request_id: Option<Box<str>>,
     finished: bool,
 }
 
@@ -102,6 +104,7 @@ impl RequestLog {
             busy: None,
             drained: None,
             trace: None,
+            request_id: None,
             finished: false,
         }
     }
@@ -166,6 +169,7 @@ impl Drop for RequestLog {
             complete: self.finished && self.failed.is_none() && !drained,
             error,
             trace_id,
+            request_id: self.request_id.take(),
         });
     }
 }

@@ -83,6 +83,9 @@ pub struct RawServer {
     /// servers that are down are named) or `"strict"` (every offered tool
     /// server up too).
     pub readiness: Readiness,
+    /// Browsers' cross-origin calls; off when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cors: Option<super::cors::RawCors>,
 }
 
 /// `server.readiness`.
@@ -161,6 +164,7 @@ impl Default for RawServer {
             auth: None,
             allow_open_store: false,
             readiness: Readiness::Serving,
+            cors: None,
         }
     }
 }

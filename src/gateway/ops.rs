@@ -35,8 +35,19 @@ impl Gateway {
                 })
             }
             (_, path) if path.starts_with("/toolgate/api/") => {
+                // Lists and chats are JSON that compresses well; the
+                // events stream (SSE) is left as it is.
                 let (parts, _) = req.into_parts();
-                self.transcript_api(&Request::from_parts(parts, ())).await
+                let api = tower::service_fn(|req: Request<()>| async move {
+                    Ok::<_, std::convert::Infallible>(self.transcript_api(&req).await)
+                });
+                let compressed = tower::ServiceBuilder::new()
+                    .layer(tower_http::compression::CompressionLayer::new().gzip(true))
+                    .service(api);
+                match tower::ServiceExt::oneshot(compressed, Request::from_parts(parts, ())).await {
+                    Ok(response) => response.map(body::boxed),
+                    Err(never) => match never {},
+                }
             }
             (method, path) => GatewayError::UnknownRoute {
                 method: method.to_string(),

@@ -24,6 +24,10 @@ pub(super) fn refuse_reload(old: &Config, new: &Config) -> Option<ReloadRefused>
     if admin(old) != admin(new) {
         return Some(ReloadRefused("server.auth.admin_keys_env"));
     }
+    if old.raw.server.cors != new.raw.server.cors {
+        // The CORS layer is built once, around every connection's service.
+        return Some(ReloadRefused("server.cors"));
+    }
     if old.raw.telemetry != new.raw.telemetry {
         // The exporter is started once, at boot.
         return Some(ReloadRefused("telemetry"));

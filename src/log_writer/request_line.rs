@@ -39,6 +39,8 @@ pub struct RequestLine {
     pub error: Option<String>,
     /// The request's trace (32 hex digits), when traces are on.
     pub trace_id: Option<Box<str>>,
+    /// `x-request-id`: the client's, or one toolgate made.
+    pub request_id: Option<Box<str>>,
 }
 
 /// The two layouts tracing-subscriber writes (without ANSI colours).
@@ -98,6 +100,10 @@ impl RequestLine {
             out.extend_from_slice(b" trace_id=");
             debug_str(trace_id, out);
         }
+        if let Some(request_id) = &self.request_id {
+            out.extend_from_slice(b" request_id=");
+            debug_str(request_id, out);
+        }
         out.push(b'\n');
     }
 
@@ -144,6 +150,10 @@ impl RequestLine {
         if let Some(trace_id) = &self.trace_id {
             out.extend_from_slice(b",\"trace_id\":");
             json_str(trace_id, out);
+        }
+        if let Some(request_id) = &self.request_id {
+            out.extend_from_slice(b",\"request_id\":");
+            json_str(request_id, out);
         }
         out.extend_from_slice(b"},\"target\":\"toolgate::request\"}\n");
     }
@@ -381,6 +391,7 @@ mod tests {
             complete: true,
             error: None,
             trace_id: None,
+            request_id: None,
         };
         let cases = [
             RequestLine {
@@ -419,6 +430,7 @@ mod tests {
             RequestLine {
                 error: Some("cut".into()),
                 trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+                request_id: Some("req-7f3a".into()),
                 ..base.clone()
             },
             RequestLine {

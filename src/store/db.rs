@@ -467,6 +467,22 @@ impl Db {
         Ok(removed)
     }
 
+    /// Writes a consistent copy of a SQLite store to `path` (`VACUUM INTO`:
+    /// the copy is a database of its own, compacted, that `sqlite3` opens);
+    /// `Ok(false)` for PostgreSQL, which `pg_dump` copies.
+    pub async fn snapshot(&self, path: &str) -> Result<bool, sqlx::Error> {
+        match self {
+            Db::Sqlite(pool, _) => {
+                sqlx::query("VACUUM INTO $1")
+                    .bind(path)
+                    .execute(pool)
+                    .await?;
+                Ok(true)
+            }
+            Db::Postgres(_) => Ok(false),
+        }
+    }
+
     pub async fn close(&self) {
         on_pool!(self, pool => pool.close().await);
     }

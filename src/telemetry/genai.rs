@@ -27,6 +27,8 @@ pub const HTTP_ROUTE: &str = "http.route";
 pub const TENANT: &str = "toolgate.tenant";
 pub const TARGET: &str = "toolgate.target";
 pub const ATTEMPT: &str = "toolgate.attempt";
+/// The request's `x-request-id` (the HTTP conventions' request header attribute).
+pub const REQUEST_ID: &str = "http.request.header.x-request-id";
 
 /// Starts a span under `parent` and returns the context holding it.
 pub fn start(

@@ -10,13 +10,21 @@ use super::genai as g;
 /// and the route's template (`POST /v1/chat/completions`,
 /// `GET /v1/responses/{id}`), or the method alone for a path toolgate does
 /// not know: a client-chosen path never becomes a span name.
-pub fn start(headers: &http::HeaderMap, method: &http::Method, path: &str) -> Option<Context> {
+pub fn start(
+    headers: &http::HeaderMap,
+    method: &http::Method,
+    path: &str,
+    request_id: Option<&str>,
+) -> Option<Context> {
     super::get()?;
     let parent = super::propagate::extract(headers);
     let mut attributes = vec![
         KeyValue::new(g::HTTP_METHOD, method.to_string()),
         KeyValue::new(g::URL_PATH, path.to_owned()),
     ];
+    if let Some(id) = request_id {
+        attributes.push(KeyValue::new(g::REQUEST_ID, id.to_owned()));
+    }
     let name = match route(path) {
         Some(route) => {
             attributes.push(KeyValue::new(g::HTTP_ROUTE, route));

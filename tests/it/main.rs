@@ -29,6 +29,7 @@ mod natural_history;
 mod natural_props;
 mod natural_request;
 mod operations;
+mod operators;
 mod probe;
 mod real_upstream;
 mod resilience;
