@@ -727,9 +727,13 @@ def check_dashboard(jsons: dict) -> None:
                    "toolgate_gateway_tool_calls_total", "toolgate_mcp_server_up",
                    "toolgate_store_queue_depth", "toolgate_store_dropped_total",
                    "toolgate_upstream_attempts_total", "toolgate_upstream_target_up",
-                   "toolgate_tokens_total", "toolgate_trace_spans_total"):
+                   "toolgate_tokens_total", "toolgate_trace_spans_total",
+                   "toolgate_time_to_first_token_seconds_bucket"):
         if needed not in used:
             check(f"grafana dashboard: a panel shows {needed}", False)
+    variables = {v.get("name") for v in dash.get("templating", {}).get("list", [])}
+    check("grafana dashboard: a tenant variable filters the request panels",
+          "tenant" in variables and any('tenant=~"$tenant"' in e for e in exprs))
 
 
 def render_overlays() -> dict[str, list]:

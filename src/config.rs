@@ -391,6 +391,19 @@ impl Config {
         redact::redacted_toml(&self.raw)
     }
 
+    /// The tenants' names, sorted: `tenant` label values (a bounded set).
+    pub fn tenant_labels(&self) -> Vec<Arc<str>> {
+        match &self.server.auth {
+            Some(auth) => {
+                let mut names: Vec<Arc<str>> = auth.tenants().map(Arc::from).collect();
+                names.sort();
+                names.dedup();
+                names
+            }
+            None => vec![Arc::from(auth::ANONYMOUS)],
+        }
+    }
+
     pub fn provider(&self, name: &str) -> Option<&Arc<Provider>> {
         self.providers.iter().find(|p| p.name == name)
     }

@@ -232,6 +232,8 @@ impl Gateway {
         let runtime = self.runtime.load_full();
         let mut log = RequestLog::start(route_of(path));
         log.busy = busy;
+        // Until it is routed, a request counts under `provider="none"`.
+        log.provider = Some(runtime.unrouted.clone());
         log.request_id = req
             .headers()
             .get(crate::server::layers::REQUEST_ID)

@@ -16,6 +16,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 pub const REQUESTS: &str = "toolgate_requests_total";
 pub const REQUEST_DURATION: &str = "toolgate_request_duration_seconds";
 pub const UPSTREAM_TTFB: &str = "toolgate_upstream_ttfb_seconds";
+pub const TIME_TO_FIRST_TOKEN: &str = "toolgate_time_to_first_token_seconds";
 pub const ACTIVE_REQUESTS: &str = "toolgate_active_requests";
 pub const ACTIVE_STREAMS: &str = "toolgate_active_streams";
 pub const BYTES_IN: &str = "toolgate_request_bytes_total";
@@ -75,6 +76,12 @@ pub fn install() -> PrometheusHandle {
                     b.set_buckets_for_metric(Matcher::Full(UPSTREAM_TTFB.into()), LATENCY_BUCKETS)
                 })
                 .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(TIME_TO_FIRST_TOKEN.into()),
+                        LATENCY_BUCKETS,
+                    )
+                })
+                .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(HOLD_DURATION.into()), HOLD_BUCKETS)
                 })
                 .and_then(|b| {
@@ -113,12 +120,17 @@ pub fn install() -> PrometheusHandle {
 fn describe() {
     describe_counter!(
         REQUESTS,
-        "Requests answered, by provider, route and status."
+        "Requests answered, by provider, route, status and tenant (the config's tenants; none: no key accepted; other)."
     );
     describe_histogram!(
         REQUEST_DURATION,
         Unit::Seconds,
-        "Time from request to end of response body."
+        "Time from request to end of response body, by provider, route and tenant."
+    );
+    describe_histogram!(
+        TIME_TO_FIRST_TOKEN,
+        Unit::Seconds,
+        "Time from request to the first token of a streamed answer (text, reasoning or a call), by provider."
     );
     describe_histogram!(
         UPSTREAM_TTFB,

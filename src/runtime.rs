@@ -25,6 +25,8 @@ pub struct Runtime {
     pub(crate) store: Option<Arc<Store>>,
     /// Per provider, in `config.providers` order.
     provider_metrics: Vec<Arc<ProviderMetrics>>,
+    /// The handles of requests that reach no provider (`provider="none"`).
+    pub(crate) unrouted: Arc<ProviderMetrics>,
 }
 
 impl Runtime {
@@ -36,6 +38,7 @@ impl Runtime {
         health: &HealthBook,
     ) -> Self {
         crate::metrics::declare_tools(&config);
+        let tenants = config.tenant_labels();
         Runtime {
             upstreams: Upstreams::new(&config, health),
             natural: natural::Engine::new(&config),
@@ -45,8 +48,9 @@ impl Runtime {
             provider_metrics: config
                 .providers
                 .iter()
-                .map(|p| Arc::new(ProviderMetrics::new(&p.name)))
+                .map(|p| Arc::new(ProviderMetrics::new(&p.name, &tenants)))
                 .collect(),
+            unrouted: Arc::new(ProviderMetrics::new("none", &tenants)),
             config,
         }
     }

@@ -230,15 +230,7 @@ impl Upstreams {
             .build(connector);
         let workers = server.workers.get();
         book.keep_only(config);
-        let tenants: Vec<Arc<str>> = match &server.auth {
-            Some(auth) => {
-                let mut names: Vec<Arc<str>> = auth.tenants().map(Arc::from).collect();
-                names.sort();
-                names.dedup();
-                names
-            }
-            None => vec![Arc::from(crate::config::auth::ANONYMOUS)],
-        };
+        let tenants = config.tenant_labels();
         Upstreams {
             pool: pool::Pool::new(server.connect_timeout, workers),
             client,

@@ -49,6 +49,8 @@ pub struct RequestLog {
     pub trace: Option<crate::telemetry::Context>,
     /// `x-request-id`.
     pub request_id: Option<Box<str>>,
+    /// A streamed answer's first token was seen (and timed).
+    first_token: bool,
     finished: bool,
 }
 
@@ -105,6 +107,7 @@ impl RequestLog {
             drained: None,
             trace: None,
             request_id: None,
+            first_token: false,
             finished: false,
         }
     }
@@ -126,13 +129,14 @@ impl Drop for RequestLog {
         }
         // Requests that reached no provider count under `provider="none"`.
         let provider = self.provider.as_ref().unwrap_or_else(|| m::no_provider());
-        provider.record(
-            self.route,
-            self.status,
-            elapsed.as_secs_f64(),
-            self.bytes_in,
-            self.bytes_out,
-        );
+        provider.record(&m::Finished {
+            route: self.route,
+            tenant: self.tenant.as_deref(),
+            status: self.status,
+            seconds: elapsed.as_secs_f64(),
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+        });
         let drained = self
             .drained
             .as_ref()
@@ -174,6 +178,24 @@ impl Drop for RequestLog {
     }
 }
 
+/// Whether a frame of an event stream carries the answer's first token: a
+/// text, reasoning or call delta of a chat chunk, a Responses delta, or a
+/// Messages content delta (role and empty-content chunks do not). Looked
+/// for only until it is found.
+fn carries_a_token(frame: &[u8]) -> bool {
+    const NON_EMPTY: [&[u8]; 3] = [
+        b"\"content\":\"",
+        b"\"reasoning_content\":\"",
+        b"\"reasoning\":\"",
+    ];
+    const ANY: [&[u8]; 3] = [b"\"tool_calls\":[{", b".delta\"", b"_delta\""];
+    NON_EMPTY.iter().any(|key| {
+        memchr::memmem::find_iter(frame, key).any(|at| frame.get(at + key.len()) != Some(&b'"'))
+    }) || ANY
+        .iter()
+        .any(|key| memchr::memmem::find(frame, key).is_some())
+}
+
 pin_project! {
     /// A body that counts what it yields and finishes its [`RequestLog`] when done.
     pub struct Observed<B> {
@@ -207,6 +229,16 @@ where
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     this.log.bytes_out += data.remaining() as u64;
+                    if this.log.streaming
+                        && !this.log.first_token
+                        && data.chunk().len() == data.remaining()
+                        && carries_a_token(data.chunk())
+                    {
+                        this.log.first_token = true;
+                        if let Some(provider) = &this.log.provider {
+                            provider.first_token(this.log.start.elapsed().as_secs_f64());
+                        }
+                    }
                 }
                 // hyper stops polling once the body says it has ended, so
                 // `Ready(None)` may never be seen for sized bodies.
@@ -227,5 +259,33 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::carries_a_token;
+
+    #[test]
+    fn the_first_token_is_a_delta_with_something_in_it() {
+        let role = br#"data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#;
+        assert!(!carries_a_token(role));
+        assert!(carries_a_token(
+            br#"data: {"choices":[{"delta":{"content":"Hi"}}]}"#
+        ));
+        assert!(carries_a_token(
+            br#"data: {"choices":[{"delta":{"reasoning_content":"hm"}}]}"#
+        ));
+        assert!(carries_a_token(
+            br#"data: {"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}"#
+        ));
+        assert!(carries_a_token(
+            b"event: response.output_text.delta\ndata: {}"
+        ));
+        assert!(carries_a_token(
+            br#"data: {"type":"content_block_delta","delta":{"type":"text_delta"}}"#
+        ));
+        assert!(!carries_a_token(br#"data: {"type":"message_start"}"#));
+        assert!(!carries_a_token(b": keep-alive\n\n"));
     }
 }

@@ -5,11 +5,15 @@
 //! dozen metrics, so each config registers its providers' handles up front
 //! ([`ProviderMetrics`]), and a request only increments them.
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use metrics::{Counter, Gauge, Histogram};
 
-use super::{ACTIVE_REQUESTS, ACTIVE_STREAMS, BYTES_IN, BYTES_OUT, REQUEST_DURATION, REQUESTS};
+use super::{
+    ACTIVE_REQUESTS, ACTIVE_STREAMS, BYTES_IN, BYTES_OUT, REQUEST_DURATION, REQUESTS,
+    TIME_TO_FIRST_TOKEN,
+};
 
 /// The `route` label values of `/v1/*` paths; anything else is `other`.
 pub const ROUTES: [&str; 12] = [
@@ -44,13 +48,24 @@ pub fn route_of(path: &str) -> usize {
 }
 
 /// One provider's handles. Requests that never reached a provider (bad
-/// input, unknown model) are counted under `provider="none"`.
+/// input, unknown model) are counted under `provider="none"`. Requests are
+/// labelled with their tenant: one of the config's (a bounded set, known
+/// when the config is read), `none` before a key was accepted, `other`
+/// for any other name.
 pub struct ProviderMetrics {
     pub name: Arc<str>,
     bytes_in: Counter,
     bytes_out: Counter,
-    routes: [OnceLock<RouteMetrics>; ROUTES.len()],
+    /// Time to the first token of a streamed answer.
+    ttft: Histogram,
+    tenants: HashMap<Arc<str>, TenantRoutes>,
+    other: TenantRoutes,
+    unknown: TenantRoutes,
 }
+
+/// A tenant's routes, each registered on its first request.
+#[derive(Default)]
+struct TenantRoutes([OnceLock<RouteMetrics>; ROUTES.len()]);
 
 impl std::fmt::Debug for ProviderMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -66,42 +81,85 @@ struct RouteMetrics {
     ok: Counter,
 }
 
+/// The `tenant` label of requests no key was accepted for.
+const NO_TENANT: &str = "none";
+/// The `tenant` label of a name the config does not list.
+const OTHER_TENANT: &str = "other";
+
 impl ProviderMetrics {
-    pub fn new(name: &str) -> Self {
+    /// The handles of provider `name`, for the config's `tenants`.
+    pub fn new(name: &str, tenants: &[Arc<str>]) -> Self {
         let label = name.to_owned();
         ProviderMetrics {
             name: Arc::from(name),
             bytes_in: metrics::counter!(BYTES_IN, "provider" => label.clone()),
-            bytes_out: metrics::counter!(BYTES_OUT, "provider" => label),
-            routes: Default::default(),
+            bytes_out: metrics::counter!(BYTES_OUT, "provider" => label.clone()),
+            ttft: metrics::histogram!(TIME_TO_FIRST_TOKEN, "provider" => label),
+            tenants: tenants
+                .iter()
+                .map(|t| (t.clone(), TenantRoutes::default()))
+                .collect(),
+            other: TenantRoutes::default(),
+            unknown: TenantRoutes::default(),
         }
     }
 
-    fn route(&self, route: usize) -> &RouteMetrics {
-        self.routes[route].get_or_init(|| {
-            let (provider, route) = (self.name.to_string(), ROUTES[route]);
+    fn route(&self, route: usize, tenant: Option<&str>) -> &RouteMetrics {
+        let (routes, label) = match tenant {
+            None => (&self.unknown, NO_TENANT),
+            Some(name) => match self.tenants.get_key_value(name) {
+                Some((known, routes)) => (routes, &**known),
+                None => (&self.other, OTHER_TENANT),
+            },
+        };
+        routes.0[route].get_or_init(|| {
+            let (provider, route, tenant) = (self.name.to_string(), ROUTES[route], label.to_owned());
             RouteMetrics {
-                duration: metrics::histogram!(REQUEST_DURATION, "provider" => provider.clone(), "route" => route),
-                ok: metrics::counter!(REQUESTS, "provider" => provider, "route" => route, "status" => "200"),
+                duration: metrics::histogram!(REQUEST_DURATION, "provider" => provider.clone(), "route" => route, "tenant" => tenant.clone()),
+                ok: metrics::counter!(REQUESTS, "provider" => provider, "route" => route, "status" => "200", "tenant" => tenant),
             }
         })
     }
 
-    /// Records one finished request.
-    pub fn record(&self, route: usize, status: u16, seconds: f64, bytes_in: u64, bytes_out: u64) {
-        let handles = self.route(route);
-        if status == 200 {
+    /// The `tenant` label `tenant` is counted under.
+    fn tenant_label(&self, tenant: Option<&str>) -> String {
+        match tenant {
+            None => NO_TENANT.to_owned(),
+            Some(name) if self.tenants.contains_key(name) => name.to_owned(),
+            Some(_) => OTHER_TENANT.to_owned(),
+        }
+    }
+
+    /// Records one finished request of `tenant` (`None`: no key accepted).
+    pub fn record(&self, done: &Finished<'_>) {
+        let handles = self.route(done.route, done.tenant);
+        if done.status == 200 {
             handles.ok.increment(1);
         } else {
-            metrics::counter!(REQUESTS, "provider" => self.name.to_string(), "route" => ROUTES[route], "status" => status.to_string())
+            metrics::counter!(REQUESTS, "provider" => self.name.to_string(), "route" => ROUTES[done.route], "status" => done.status.to_string(), "tenant" => self.tenant_label(done.tenant))
                 .increment(1);
         }
-        handles.duration.record(seconds);
-        if bytes_in > 0 {
-            self.bytes_in.increment(bytes_in);
+        handles.duration.record(done.seconds);
+        if done.bytes_in > 0 {
+            self.bytes_in.increment(done.bytes_in);
         }
-        self.bytes_out.increment(bytes_out);
+        self.bytes_out.increment(done.bytes_out);
     }
+
+    /// A streamed answer's first token came `seconds` after its request.
+    pub fn first_token(&self, seconds: f64) {
+        self.ttft.record(seconds);
+    }
+}
+
+/// A finished request, as its metrics record it.
+pub struct Finished<'a> {
+    pub route: usize,
+    pub tenant: Option<&'a str>,
+    pub status: u16,
+    pub seconds: f64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
 }
 
 /// The gauges of requests and streams in flight.
@@ -115,10 +173,11 @@ pub fn active_streams() -> &'static Gauge {
     G.get_or_init(|| metrics::gauge!(ACTIVE_STREAMS))
 }
 
-/// The handles of requests that reached no provider.
+/// The handles of requests that reached no provider, when no config's
+/// are at hand (a request ended before its runtime was known).
 pub fn no_provider() -> &'static Arc<ProviderMetrics> {
     static NONE: OnceLock<Arc<ProviderMetrics>> = OnceLock::new();
-    NONE.get_or_init(|| Arc::new(ProviderMetrics::new("none")))
+    NONE.get_or_init(|| Arc::new(ProviderMetrics::new("none", &[])))
 }
 
 #[cfg(test)]

@@ -122,7 +122,7 @@ impl Drop for CallWatch {
         let outcome = self.outcome.unwrap_or("cancelled");
         metrics::counter!(m::GATEWAY_TOOL_CALLS, "tool" => self.tool.clone(), "server" => self.server.clone(), "outcome" => outcome)
             .increment(1);
-        metrics::histogram!(m::GATEWAY_TOOL_DURATION, "server" => self.server.clone())
+        metrics::histogram!(m::GATEWAY_TOOL_DURATION, "server" => self.server.clone(), "tool" => self.tool.clone())
             .record(self.started.elapsed().as_secs_f64());
         if let Some(cx) = self.span.take() {
             if outcome == "cancelled" {

@@ -247,3 +247,63 @@ async fn a_live_sqlite_store_is_backed_up_into_a_file_sqlite_opens() {
     .await;
     assert_eq!(r.status, 200);
 }
+
+/// The request counters and durations name the tenant (the config's, or
+/// `none` before a key was accepted), refused requests included; streamed
+/// answers time their first token; gateway tools time each tool.
+#[tokio::test]
+async fn metrics_name_tenants_first_tokens_and_tools() {
+    // SAFETY: this test's own variables, set before its gateway reads them.
+    unsafe {
+        std::env::set_var("OPERATORS_METRICS_A", "metrics-a");
+        std::env::set_var("OPERATORS_METRICS_B", "metrics-b");
+    }
+    let gw = TestConfig::new()
+        .raw(
+            "[server.auth]\n[[server.auth.keys]]\nname = \"metrics-team-a\"\nkey_env = \"OPERATORS_METRICS_A\"\n\
+             [[server.auth.keys]]\nname = \"metrics-team-b\"\nkey_env = \"OPERATORS_METRICS_B\"\nmodels = [\"nothing\"]\n",
+        )
+        .raw("[[providers]]\nname = \"metrics-demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]\n")
+        .start()
+        .await;
+    let ask = |key: &str, stream: bool| {
+        let body = json!({"model": "demo", "stream": stream,
+            "messages": [{"role": "user", "content": "Ask the calculator: what is `6 * 7`?"}]});
+        let mut request = Request::post(gw.url("/v1/chat/completions"))
+            .header("content-type", "application/json");
+        if !key.is_empty() {
+            request = request.header("authorization", format!("Bearer {key}"));
+        }
+        (request, body.to_string())
+    };
+    let (r, b) = ask("metrics-a", true);
+    assert_eq!(send(r, &b).await.status, 200);
+    let (r, b) = ask("metrics-b", false);
+    assert_eq!(send(r, &b).await.status, 403, "team-b may not use demo");
+    let (r, b) = ask("", false);
+    assert_eq!(send(r, &b).await.status, 401);
+    let metrics = common::get(&gw.url("/metrics")).await.text();
+    let has = |needle: &str| {
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with(needle) || l.contains(needle)),
+            "{needle}:\n{}",
+            metrics
+                .lines()
+                .filter(|l| l.contains("metrics-") || l.contains("tenant=\"none\""))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    };
+    has(
+        r#"toolgate_requests_total{provider="metrics-demo",route="chat_completions",status="200",tenant="metrics-team-a"} 1"#,
+    );
+    has(r#"provider="none",route="chat_completions",status="403",tenant="metrics-team-b"}"#);
+    has(r#"provider="none",route="chat_completions",status="401",tenant="none"}"#);
+    has(
+        r#"toolgate_request_duration_seconds_count{provider="metrics-demo",route="chat_completions",tenant="metrics-team-a"} 1"#,
+    );
+    has(r#"toolgate_time_to_first_token_seconds_count{provider="metrics-demo"} 1"#);
+    has(r#"toolgate_gateway_tool_duration_seconds_count{server="builtin",tool="calculator"}"#);
+}
