@@ -11,6 +11,9 @@ use serde_json::json;
 
 use crate::body::{self, Body};
 
+/// The most of a model's invalid call an error carries.
+pub const RAW_SHOWN: usize = 4096;
+
 /// Something the gateway refused or failed at, by who is at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -68,6 +71,9 @@ pub enum GatewayError {
     InvalidToolCall {
         /// What was wrong with the call.
         message: String,
+        /// What the model wrote, when a block of text was read: the client
+        /// and the transcript see it (its first [`RAW_SHOWN`] bytes).
+        raw: Option<String>,
     },
     /// No key, or a key `[server.auth]` does not know.
     #[error("Missing or invalid API key: send `Authorization: Bearer <key>`")]
@@ -203,14 +209,30 @@ impl GatewayError {
 
     /// The `{"error": {...}}` object, also used for in-stream error events.
     pub fn to_json(&self) -> serde_json::Value {
-        json!({
-            "error": {
-                "message": self.to_string(),
-                "type": self.kind(),
-                "param": self.param(),
-                "code": self.code(),
+        let mut error = json!({
+            "message": self.to_string(),
+            "type": self.kind(),
+            "param": self.param(),
+            "code": self.code(),
+        });
+        if let Some(raw) = self.raw() {
+            error["raw"] = json!(raw);
+        }
+        json!({ "error": error })
+    }
+
+    /// What the model wrote that made the error, cut at [`RAW_SHOWN`] bytes.
+    pub fn raw(&self) -> Option<&str> {
+        match self {
+            GatewayError::InvalidToolCall { raw: Some(raw), .. } => {
+                let mut end = raw.len().min(RAW_SHOWN);
+                while !raw.is_char_boundary(end) {
+                    end -= 1;
+                }
+                Some(&raw[..end])
             }
-        })
+            _ => None,
+        }
     }
 
     /// The answer: status, headers and the OpenAI-shaped body.

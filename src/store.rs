@@ -40,7 +40,7 @@ use db::Db;
 use generations::Generations;
 use link::Choice;
 use live::Live;
-pub use record::{ChatSummary, Kept, Message, StoredMessage};
+pub use record::{ChatFilter, ChatSummary, Kept, Message, StoredMessage};
 use record::{ChatUpdate, StoredResponse, StoredSteps, Write, next_id, now_ms};
 pub use recorder::Recorder;
 
@@ -160,7 +160,8 @@ impl Shared {
                         *n += 1;
                     } else if missed.len() < MISSED_CHATS {
                         let mut row = c.clone();
-                        (row.tool_calls, row.messages) = (0, 0);
+                        (row.tool_calls, row.messages, row.errors) = (0, 0, 0);
+                        row.last_error.clear();
                         missed.insert(c.id.clone(), (row, 1));
                     }
                 }
@@ -620,16 +621,11 @@ impl Store {
             .map_err(|e| StoreError::Database(e.to_string()))?
     }
 
-    /// Chats by last activity, newest first; `tenant`'s only when given.
-    pub async fn chats(
-        &self,
-        tenant: Option<String>,
-        limit: i64,
-        before: Option<i64>,
-    ) -> Result<Vec<ChatSummary>, StoreError> {
+    /// Chats by last activity, newest first, as `filter` narrows them.
+    pub async fn chats(&self, filter: ChatFilter) -> Result<Vec<ChatSummary>, StoreError> {
         self.read(move |shared| async move {
             let db = shared.db.get().ok_or(StoreError::NotReady)?;
-            db.chats(tenant.as_deref(), limit, before)
+            db.chats(&filter)
                 .await
                 .map_err(|e| StoreError::Database(e.to_string()))
         })

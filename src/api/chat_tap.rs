@@ -25,6 +25,9 @@ pub struct Tap {
     recorder: Option<Recorder>,
     shape: Shape,
     events: Vec<Event>,
+    /// The error the stream said it ended with (an invalid call, the
+    /// upstream's own): what the transcript records, not a cut.
+    said: Option<GatewayError>,
 }
 
 enum Shape {
@@ -52,6 +55,7 @@ impl Tap {
             recorder: Some(recorder),
             shape,
             events: Vec::new(),
+            said: None,
         }
     }
 
@@ -66,7 +70,8 @@ impl Tap {
                     return;
                 }
                 for frame in frames.drain(..) {
-                    if chat.feed(&frame.data, &mut self.events).is_err() {
+                    if let Err(error) = chat.feed(&frame.data, &mut self.events) {
+                        self.said.get_or_insert(error);
                         break;
                     }
                 }
@@ -100,6 +105,9 @@ impl Tap {
             Ended::Failed(error) => Some(error),
             Ended::Upstream | Ended::ClientLeft => None,
         };
+        if let Some(said) = self.said.take() {
+            failure.get_or_insert(said);
+        }
         match &mut self.shape {
             Shape::Stream { chat, .. } => {
                 let finished = chat.finish(&mut self.events);

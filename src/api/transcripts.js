@@ -7,91 +7,161 @@ const $ = (tag, cls, text) => {
   if (text !== undefined) el.textContent = text;
   return el;
 };
+const params = new URLSearchParams(location.search);
 let key = sessionStorage.getItem("toolgate-key") || "";
-const keyBox = document.querySelector("#key");
-keyBox.querySelector("input").addEventListener("change", (e) => {
+const keyInput = document.querySelector("#key input");
+keyInput.value = key;
+keyInput.addEventListener("change", (e) => {
   key = e.target.value; sessionStorage.setItem("toolgate-key", key); loadChats();
 });
 const headers = () => (key ? { authorization: "Bearer " + key } : {});
 async function api(path) {
   const r = await fetch(path, { headers: headers() });
-  if (r.status === 401) { keyBox.style.display = "block"; throw new Error("an API key is needed"); }
+  if (r.status === 401) {
+    document.querySelector("#key").classList.add("needed");
+    throw new Error("This needs an API key: a client key shows its own chats, an admin key every tenant's.");
+  }
+  document.querySelector("#key").classList.remove("needed");
   if (!r.ok) throw new Error((await r.json()).error?.message || r.statusText);
   return r.json();
 }
 const when = (ms) => new Date(ms).toLocaleString();
+const clock = (ms) => new Date(ms).toLocaleTimeString();
+const plural = (n, one) => `${n} ${one}${n === 1 ? "" : "s"}`;
+const seconds = (ms) => (ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(1)} s`);
 let current = null, stream = null, timers = [];
 
-async function loadChats() {
+// The list's filters: the form's fields, first taken from the page's URL.
+const form = document.querySelector("#filters");
+for (const name of ["q", "tenant", "provider", "model"]) form.elements[name].value = params.get(name) || "";
+form.elements.errors.checked = params.get("errors") === "1";
+function query() {
+  const q = new URLSearchParams();
+  for (const name of ["q", "tenant", "provider", "model"]) {
+    const v = form.elements[name].value.trim();
+    if (v) q.set(name, v);
+  }
+  if (form.elements.errors.checked) q.set("errors", "1");
+  return q;
+}
+form.addEventListener("submit", (e) => { e.preventDefault(); loadChats(); });
+form.elements.errors.addEventListener("change", () => loadChats());
+
+// The chat list, a page at a time; `next` asks for the page after it.
+let next = null, pages = 1;
+function chatRow(c) {
+  const row = $("div", "chat");
+  row.dataset.id = c.id;
+  const title = $("div", "title", c.title || "(no user text)");
+  if (c.errors > 0) {
+    const mark = c.last_error === "cut" ? "cut" : "failed";
+    title.prepend($("span", `mark ${mark}`, mark));
+  }
+  row.append(title,
+    $("div", "meta", `${c.tenant} · ${c.provider} · ${c.model} · ${plural(c.tool_calls, "tool call")} · ${when(c.updated_at)}`));
+  row.onclick = () => openChat(c.id);
+  if (c.id === current) row.classList.add("selected");
+  return row;
+}
+async function loadChats(more) {
   const list = document.querySelector("#list");
+  const q = query();
+  q.set("limit", "50");
+  if (more && next) { q.set("before", next.before); q.set("before_id", next.before_id); }
   try {
-    const { data } = await api("/toolgate/api/chats?limit=100");
-    list.replaceChildren(...data.map((c) => {
-      const row = $("div", "chat");
-      row.dataset.id = c.id;
-      row.append($("div", "title", c.title || "(no user text)"),
-        $("div", "meta", `${c.tenant} · ${c.provider} · ${c.model} · ${c.tool_calls} tool calls · ${when(c.updated_at)}`));
-      row.onclick = () => openChat(c.id);
-      if (c.id === current) row.classList.add("selected");
-      return row;
-    }));
-    if (!data.length) list.replaceChildren($("p", "empty", "No chats recorded yet."));
+    const page = await api(`/toolgate/api/chats?${q}`);
+    const rows = page.data.map(chatRow);
+    document.querySelectorAll("#list .more").forEach((b) => b.remove());
+    if (more) { list.append(...rows); pages += 1; } else { list.replaceChildren(...rows); pages = 1; }
+    next = page.has_more ? page.next : null;
+    if (next) {
+      const button = $("button", "more", "Older chats");
+      button.onclick = () => loadChats(true);
+      list.append(button);
+    }
+    if (!list.querySelector(".chat")) list.replaceChildren($("p", "empty", query().toString() ? "No chat matches." : "No chats recorded yet."));
   } catch (e) { list.replaceChildren($("p", "empty", e.message)); }
 }
 
 // One chat's view: turns, and each call's box by id so results land beneath it.
 let view, calls, lastTurn;
-function turn(role) {
-  if (lastTurn && lastTurn.role === role) return lastTurn.el;
-  const el = $("section", "turn");
-  el.dataset.role = role;
-  el.append($("div", "role", role));
-  view.append(el);
-  lastTurn = { role, el };
+function turn(role, m) {
+  if (!lastTurn || lastTurn.role !== role) {
+    const el = $("section", "turn");
+    el.dataset.role = role;
+    const head = $("div", "role", role);
+    el.append(head);
+    view.append(el);
+    lastTurn = { role, el, head, traces: new Set() };
+  }
+  if (m && m.traceId && !lastTurn.traces.has(m.traceId)) {
+    lastTurn.traces.add(m.traceId);
+    const trace = $("span", "trace", `trace ${m.traceId.slice(0, 8)}…`);
+    trace.title = m.traceId;
+    lastTurn.head.append(trace);
+  }
+  return lastTurn.el;
+}
+function stamped(el, m) {
+  if (m && m.timestamp) el.prepend($("time", "at", clock(m.timestamp)));
   return el;
 }
 function pretty(args) {
   try { return JSON.stringify(JSON.parse(args), null, 2); } catch { return String(args ?? ""); }
 }
-function addCall(call, role, at) {
+function addCall(call, role, m) {
   if (calls.has(call.id)) return calls.get(call.id);
   const box = $("div", "call");
   box.dataset.id = call.id;
+  const started = (m && m.timestamp) || Date.now();
+  box.dataset.started = started;
   const head = $("div", "head", call.name);
   if (call.server) head.append($("span", "server", call.server));
+  stamped(head, m);
   const result = $("pre", "result pending", "Executing…");
-  const started = at || Date.now();
   const tick = () => { if (result.classList.contains("pending")) result.textContent = `Executing… ${Math.round((Date.now() - started) / 1000)} s`; };
   timers.push(setInterval(tick, 1000)); tick();
   box.append(head, $("pre", "args", pretty(call.arguments)), result);
-  turn(role).append(box);
+  turn(role, m).append(box);
   calls.set(call.id, box);
   return box;
 }
 function setResult(r) {
-  const box = calls.get(r.toolCallId) || addCall({ id: r.toolCallId, name: "(call)", arguments: "" }, "tool");
+  const box = calls.get(r.toolCallId) || addCall({ id: r.toolCallId, name: "(call)", arguments: "" }, "tool", r);
   const result = box.querySelector(".result");
+  if (!result.classList.contains("pending")) return;
   result.classList.remove("pending");
   result.textContent = r.result;
   box.classList.add(r.isError ? "failed" : "done");
+  if (r.timestamp) {
+    const took = Math.max(0, r.timestamp - Number(box.dataset.started));
+    box.querySelector(".head").append($("span", "took", `${r.isError ? "failed" : "done"} in ${seconds(took)}`));
+  }
 }
 function show(m) {
   switch (m.kind) {
-    case "text": turn(m.role).append($("div", "text", m.text)); break;
+    case "text": turn(m.role, m).append(stamped($("div", "text", m.text), m)); break;
     case "reasoning": {
-      const d = $("details"); d.append($("summary", null, "Reasoning"), $("div", "text", m.text));
-      turn("assistant").append(d); break;
+      const d = $("details"); d.append(stamped($("summary", null, "Reasoning"), m), $("div", "text", m.text));
+      turn("assistant", m).append(d); break;
     }
-    case "tools_call": for (const c of m.toolCalls || []) addCall(c, "assistant", m.timestamp); break;
+    case "tools_call": for (const c of m.toolCalls || []) addCall(c, "assistant", m); break;
     case "tool_result": setResult(m); break;
     case "tools_aggregate":
-      for (const c of m.toolCalls || []) addCall(c, "assistant", m.timestamp);
-      for (const r of m.toolResults || []) setResult(r);
+      for (const c of m.toolCalls || []) addCall(c, "assistant", m);
+      for (const r of m.toolResults || []) setResult({ ...r, timestamp: r.timestamp || m.timestamp });
       break;
-    case "error": turn("assistant").append($("div", "error", `The answer failed: ${m.text}`)); break;
+    case "error": {
+      const box = stamped($("div", "error", `The answer failed (${m.code || "error"}): ${m.text}`), m);
+      if (m.raw) {
+        box.append($("div", "raw-label", "The model wrote:"), $("pre", "raw", m.raw));
+      }
+      turn("assistant", m).append(box);
+      break;
+    }
     case "usage": {
       const u = m.usage || {};
-      turn("assistant").append($("div", "usage", `tokens: ${u.prompt_tokens} in, ${u.completion_tokens} out, ${u.total_tokens} total`));
+      turn("assistant", m).append($("div", "usage", `tokens: ${u.prompt_tokens} in, ${u.completion_tokens} out, ${u.total_tokens} total`));
       break;
     }
   }
@@ -109,7 +179,7 @@ async function openChat(id) {
   stream = new AbortController();
   try {
     const r = await fetch(`/toolgate/api/chats/${encodeURIComponent(id)}/events`, { headers: headers(), signal: stream.signal });
-    if (!r.ok) throw new Error(r.statusText);
+    if (!r.ok) throw new Error((await r.json().catch(() => ({}))).error?.message || r.statusText);
     const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffer = "";
     for (;;) {
@@ -131,6 +201,7 @@ async function openChat(id) {
 }
 
 loadChats();
-setInterval(loadChats, 5000);
-const wanted = new URLSearchParams(location.search).get("chat");
+// The first page is kept fresh; pages loaded after it stay as they are.
+setInterval(() => { if (pages === 1) loadChats(); }, 5000);
+const wanted = params.get("chat");
 if (wanted) openChat(wanted);

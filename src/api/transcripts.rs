@@ -20,7 +20,7 @@ use tokio::sync::broadcast::error::RecvError;
 use super::live_views::{LiveViews, Ticket};
 use crate::body::{self, Body};
 use crate::error::GatewayError;
-use crate::store::{Message, Store, StoreError};
+use crate::store::{ChatFilter, Message, Store, StoreError};
 
 const PAGE: &str = include_str!("transcripts.html");
 const SCRIPT: &str = include_str!("transcripts.js");
@@ -215,14 +215,18 @@ fn no_chat(id: &str) -> GatewayError {
     GatewayError::NotFound(format!("No chat `{id}`"))
 }
 
-fn param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
-    query?
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
+/// A query parameter, decoded (`+` and `%XX`); an empty one counts as absent.
+fn param(query: Option<&str>, name: &str) -> Option<String> {
+    form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+        .filter(|v| !v.is_empty())
 }
 
+/// `GET /toolgate/api/chats`: newest activity first, `limit` (50, at most
+/// 500) at a time; `q` searches titles, prompts, calls and results;
+/// `provider`, `model` and `errors=1` filter; `before` and `before_id` (the
+/// `next` of the previous page) page on.
 async fn list(
     store: &Store,
     viewer: &Viewer,
@@ -240,8 +244,8 @@ async fn list(
     let limit = number("limit")?
         .unwrap_or(DEFAULT_LIMIT)
         .clamp(1, MAX_LIMIT);
-    let before = number("before")?;
-    let asked = param(query, "tenant").map(str::to_owned);
+    let before = number("before")?.map(|ms| (ms, param(query, "before_id").unwrap_or_default()));
+    let asked = param(query, "tenant");
     let tenant = match viewer {
         Viewer::Admin => asked,
         Viewer::Tenant(own) => match asked {
@@ -253,13 +257,35 @@ async fn list(
             _ => Some(own.to_string()),
         },
     };
-    let chats = store
-        .chats(tenant, limit + 1, before)
-        .await
-        .map_err(unavailable)?;
+    let errors_only = match param(query, "errors").as_deref() {
+        None | Some("0" | "false") => false,
+        Some("1" | "true") => true,
+        Some(_) => {
+            return Err(GatewayError::bad_request(
+                "`errors` is 1 (only chats with a failed answer) or 0",
+                Some("errors"),
+            ));
+        }
+    };
+    let filter = ChatFilter {
+        tenant,
+        provider: param(query, "provider"),
+        model: param(query, "model"),
+        errors_only,
+        text: param(query, "q"),
+        before,
+        limit: limit + 1,
+    };
+    let chats = store.chats(filter).await.map_err(unavailable)?;
     let has_more = chats.len() as i64 > limit;
     let data: Vec<_> = chats.into_iter().take(limit as usize).collect();
-    Ok(super::json(&json!({"data": data, "has_more": has_more})))
+    let next = match (has_more, data.last()) {
+        (true, Some(last)) => json!({"before": last.updated_at, "before_id": last.id}),
+        _ => Value::Null,
+    };
+    Ok(super::json(
+        &json!({"data": data, "has_more": has_more, "next": next}),
+    ))
 }
 
 async fn chat(store: &Store, viewer: &Viewer, id: &str) -> Result<Response<Body>, GatewayError> {

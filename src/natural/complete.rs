@@ -83,9 +83,7 @@ async fn rewrite_choices(
 }
 
 fn invalid(i: InvalidCall) -> GatewayError {
-    GatewayError::InvalidToolCall {
-        message: i.message(),
-    }
+    i.error()
 }
 
 /// Runs the repairs of every choice at once and fills their slots. A failed
@@ -102,6 +100,7 @@ async fn run_repairs(
             let failed = InvalidCall {
                 tool: request.tool.clone(),
                 reason: request.error.clone(),
+                raw: Some(request.original.clone()),
             };
             parsed[slot].reply.resolve(request.id, Err(failed));
         }
@@ -135,6 +134,7 @@ async fn run_repairs(
             Ok(Some(Err(e))) => {
                 return Err(GatewayError::InvalidToolCall {
                     message: format!("A tool-call repair failed: {e}"),
+                    raw: None,
                 });
             }
         }
@@ -145,9 +145,14 @@ async fn run_repairs(
             "{error}; not repaired: the response's repairs did not finish within {:.1}s",
             deadline.as_secs_f64()
         );
-        parsed[slot]
-            .reply
-            .resolve(id, Err(InvalidCall { tool, reason }));
+        parsed[slot].reply.resolve(
+            id,
+            Err(InvalidCall {
+                tool,
+                reason,
+                raw: None,
+            }),
+        );
     }
     Ok(())
 }

@@ -129,6 +129,7 @@ impl Repairer {
                 "{}; repair by {}/{} failed: {last_failure}",
                 request.error, self.provider.name, self.model
             ),
+            raw: Some(request.original.clone()),
         })
     }
 

@@ -86,6 +86,7 @@ impl Transform for Repairing {
                     out,
                     &GatewayError::InvalidToolCall {
                         message: format!("A tool-call repair failed: {e}"),
+                        raw: None,
                     },
                 ),
             }

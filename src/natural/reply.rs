@@ -112,9 +112,19 @@ pub struct ReadyCall {
 pub struct InvalidCall {
     pub tool: Option<String>,
     pub reason: String,
+    /// What the model wrote, when a block of text was read.
+    pub raw: Option<String>,
 }
 
 impl InvalidCall {
+    /// The error the client and the transcript get.
+    pub fn error(&self) -> crate::error::GatewayError {
+        crate::error::GatewayError::InvalidToolCall {
+            message: self.message(),
+            raw: self.raw.clone(),
+        }
+    }
+
     pub fn message(&self) -> String {
         match &self.tool {
             Some(t) => format!(
@@ -287,6 +297,7 @@ impl ReplyParser {
                     return Err(InvalidCall {
                         tool: None,
                         reason: "a repair did not finish".into(),
+                        raw: None,
                     });
                 }
             }
@@ -422,7 +433,11 @@ fn reject(
             out.push_str(raw);
             Ok(())
         }
-        OnInvalid::Error | OnInvalid::Fallback => Err(InvalidCall { tool, reason }),
+        OnInvalid::Error | OnInvalid::Fallback => Err(InvalidCall {
+            tool,
+            reason,
+            raw: Some(raw.to_owned()),
+        }),
     }
 }
 

@@ -255,9 +255,7 @@ impl StreamRewriter {
         let state = &mut self.choices[pos];
         match fed {
             Err(invalid) => {
-                let err = GatewayError::InvalidToolCall {
-                    message: invalid.message(),
-                };
+                let err = invalid.error();
                 self.fail(out, &err);
             }
             Ok(()) if self.text == content => {
@@ -320,12 +318,7 @@ impl StreamRewriter {
         self.collect_repairs(pos);
         let state = &mut self.choices[pos];
         if let Err(invalid) = fed {
-            self.fail(
-                out,
-                &GatewayError::InvalidToolCall {
-                    message: invalid.message(),
-                },
-            );
+            self.fail(out, &invalid.error());
             return;
         }
         // Rule 4: the role once, in the first delta of the choice.
@@ -393,12 +386,7 @@ impl StreamRewriter {
         state.finished = true;
         self.text.clear();
         if let Err(invalid) = state.reply.finish_text(&mut self.text) {
-            self.fail(
-                out,
-                &GatewayError::InvalidToolCall {
-                    message: invalid.message(),
-                },
-            );
+            self.fail(out, &invalid.error());
             return;
         }
         if !self.text.is_empty() {
@@ -435,12 +423,7 @@ impl StreamRewriter {
         let calls = match state.reply.take_calls() {
             Ok(calls) => calls,
             Err(invalid) => {
-                self.fail(
-                    out,
-                    &GatewayError::InvalidToolCall {
-                        message: invalid.message(),
-                    },
-                );
+                self.fail(out, &invalid.error());
                 return;
             }
         };

@@ -30,6 +30,8 @@ pub struct ChatRow {
     pub title: String,
     pub tool_calls: i64,
     pub messages: i64,
+    pub errors: i64,
+    pub last_error: String,
 }
 
 /// One steps row: a call id of the tenant's, and the steps kept under it.
@@ -107,6 +109,10 @@ pub fn plan(writes: &[Write]) -> Planned<'_> {
                     }
                     row.tool_calls += c.tool_calls;
                     row.messages += c.messages;
+                    row.errors += c.errors;
+                    if !c.last_error.is_empty() {
+                        row.last_error.clone_from(&c.last_error);
+                    }
                 }
                 None => {
                     chat_at.insert((&c.id, &c.tenant), chats.len());
@@ -120,6 +126,8 @@ pub fn plan(writes: &[Write]) -> Planned<'_> {
                         title: c.title.clone(),
                         tool_calls: c.tool_calls,
                         messages: c.messages,
+                        errors: c.errors,
+                        last_error: c.last_error.clone(),
                     });
                 }
             },
@@ -193,6 +201,8 @@ mod tests {
             title: title.into(),
             tool_calls: 1,
             messages,
+            errors: 0,
+            last_error: String::new(),
         })
     }
 
@@ -283,6 +293,7 @@ mod tests {
                     created_at: 0,
                     sequence: i as i64,
                     json: "{}".into(),
+                    search: "".into(),
                 })));
             }
             let planned = plan(&writes);

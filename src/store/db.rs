@@ -17,7 +17,7 @@ use sqlx::{QueryBuilder, Row, SqlSafeStr};
 
 use crate::config::store::Backend;
 use crate::store::batch;
-use crate::store::record::{ChatSummary, Kept, StoredMessage, Write};
+use crate::store::record::{ChatFilter, ChatSummary, Kept, StoredMessage, Write};
 
 /// How long a query may wait for a connection: a database that is down
 /// fails a batch quickly instead of stalling the writer.
@@ -33,6 +33,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "heads per chat, response chats",
         include_str!("schema_4.sql"),
     ),
+    (5, "chat errors", include_str!("schema_5.sql")),
 ];
 
 pub enum Db {
@@ -145,7 +146,7 @@ impl Db {
                 for rows in &planned.chats {
                     // A chat only ever takes its own tenant's updates.
                     let mut insert = QueryBuilder::new(
-                        "INSERT INTO chats (id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant) ",
+                        "INSERT INTO chats (id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant, errors, last_error) ",
                     );
                     insert.push_values(rows, |mut row, c| {
                         row.push_bind(&*c.id)
@@ -156,14 +157,18 @@ impl Db {
                             .push_bind(c.title.as_str())
                             .push_bind(c.tool_calls)
                             .push_bind(c.messages)
-                            .push_bind(&*c.tenant);
+                            .push_bind(&*c.tenant)
+                            .push_bind(c.errors)
+                            .push_bind(c.last_error.as_str());
                     });
                     insert.push(
                         " ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
                          provider = excluded.provider, model = excluded.model, \
                          title = CASE WHEN chats.title = '' THEN excluded.title ELSE chats.title END, \
                          tool_calls = chats.tool_calls + excluded.tool_calls, \
-                         messages = chats.messages + excluded.messages \
+                         messages = chats.messages + excluded.messages, \
+                         errors = chats.errors + excluded.errors, \
+                         last_error = CASE WHEN excluded.last_error = '' THEN chats.last_error ELSE excluded.last_error END \
                          WHERE chats.tenant = excluded.tenant",
                     );
                     insert.build().execute(&mut *tx).await?;
@@ -172,8 +177,8 @@ impl Db {
                 // chats above come first, so a new chat's row is there).
                 for rows in &planned.messages {
                     let mut insert = QueryBuilder::new(
-                        "INSERT INTO messages (id, chat_id, role, kind, created_at, sequence, message_json) \
-                         SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7 FROM (",
+                        "INSERT INTO messages (id, chat_id, role, kind, created_at, sequence, message_json, search) \
+                         SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column9 FROM (",
                     );
                     insert.push_values(rows, |mut row, m| {
                         row.push_bind(m.id.as_str())
@@ -183,7 +188,8 @@ impl Db {
                             .push_bind(m.created_at)
                             .push_bind(m.sequence)
                             .push_bind(&*m.json)
-                            .push_bind(&*m.tenant);
+                            .push_bind(&*m.tenant)
+                            .push_bind(&*m.search);
                     });
                     insert.push(
                         ") AS v WHERE EXISTS (SELECT 1 FROM chats WHERE chats.id = v.column2 AND chats.tenant = v.column8) \
@@ -278,23 +284,37 @@ impl Db {
         })
     }
 
-    /// Chats, newest activity first, older than `before` (ms) if given;
-    /// `tenant`'s only when given.
-    pub async fn chats(
-        &self,
-        tenant: Option<&str>,
-        limit: i64,
-        before: Option<i64>,
-    ) -> Result<Vec<ChatSummary>, sqlx::Error> {
-        let before = before.unwrap_or(i64::MAX);
+    /// Chats, newest activity first, as `filter` narrows them.
+    pub async fn chats(&self, filter: &ChatFilter) -> Result<Vec<ChatSummary>, sqlx::Error> {
+        let (before, before_id) = filter.before.clone().unwrap_or((i64::MAX, String::new()));
+        // Text is searched in each message's searchable words, lower-cased:
+        // `%`, `_` and `\` are escaped for LIKE.
+        let pattern = filter.text.as_deref().map(|text| {
+            let escaped = text
+                .to_lowercase()
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_");
+            format!("%{escaped}%")
+        });
         let rows = on_pool!(self, pool => {
             sqlx::query(
-                "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant FROM chats \
-                 WHERE updated_at < $1 AND ($2 IS NULL OR tenant = $2) ORDER BY updated_at DESC, id DESC LIMIT $3",
+                "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant, errors, last_error FROM chats \
+                 WHERE (updated_at < $1 OR (updated_at = $1 AND id < $2)) \
+                 AND ($3 IS NULL OR tenant = $3) AND ($4 IS NULL OR provider = $4) AND ($5 IS NULL OR model = $5) \
+                 AND ($6 = 0 OR errors > 0) \
+                 AND ($7 IS NULL OR lower(title) LIKE $7 ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages \
+                      WHERE messages.chat_id = chats.id AND messages.search LIKE $7 ESCAPE '\\')) \
+                 ORDER BY updated_at DESC, id DESC LIMIT $8",
             )
             .bind(before)
-            .bind(tenant)
-            .bind(limit)
+            .bind(before_id.as_str())
+            .bind(filter.tenant.as_deref())
+            .bind(filter.provider.as_deref())
+            .bind(filter.model.as_deref())
+            .bind(i64::from(filter.errors_only))
+            .bind(pattern.as_deref())
+            .bind(filter.limit)
             .fetch_all(pool)
             .await?
             .iter()
@@ -308,7 +328,7 @@ impl Db {
     pub async fn chat(&self, id: &str) -> Result<Option<ChatSummary>, sqlx::Error> {
         on_pool!(self, pool => {
             let row = sqlx::query(
-                "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant FROM chats WHERE id = $1",
+                "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant, errors, last_error FROM chats WHERE id = $1",
             )
             .bind(id)
             .fetch_optional(pool)
@@ -504,5 +524,7 @@ where
         tool_calls: row.try_get("tool_calls")?,
         messages: row.try_get("messages")?,
         tenant: row.try_get("tenant")?,
+        errors: row.try_get("errors")?,
+        last_error: row.try_get("last_error")?,
     })
 }

@@ -52,6 +52,9 @@ pub struct Message {
     /// `chatId`, `role`, `kind`, `timestamp`, `sequenceNumber`), written
     /// once: the database and every live viewer take it as it is.
     pub json: Box<str>,
+    /// What a search reads of it, lower-cased: its text, its calls' names
+    /// and arguments, its result.
+    pub search: Box<str>,
 }
 
 impl Message {
@@ -80,6 +83,7 @@ impl Message {
         let json = serde_json::to_string(&dto)
             .unwrap_or_default()
             .into_boxed_str();
+        let search = searchable(&fields);
         Message {
             id,
             chat_id,
@@ -89,8 +93,36 @@ impl Message {
             created_at,
             sequence,
             json,
+            search,
         }
     }
+}
+
+/// The words of a message's fields a search finds, lower-cased, one per line.
+fn searchable(fields: &Value) -> Box<str> {
+    let mut out = String::new();
+    let mut add = |v: Option<&Value>| {
+        if let Some(text) = v.and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            out.push_str(&text.to_lowercase());
+            out.push('\n');
+        }
+    };
+    add(fields.get("text"));
+    add(fields.get("result"));
+    add(fields.get("raw"));
+    for key in ["toolCalls", "toolResults"] {
+        for item in fields
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            add(item.get("name"));
+            add(item.get("arguments"));
+            add(item.get("result"));
+        }
+    }
+    out.into_boxed_str()
 }
 
 /// A message DTO as it is serialised.
@@ -143,6 +175,9 @@ pub struct ChatUpdate {
     pub title: String,
     pub tool_calls: i64,
     pub messages: i64,
+    /// Error rows among them, and the last one's code (empty: none).
+    pub errors: i64,
+    pub last_error: String,
 }
 
 /// A conversation state that a later request may continue.
@@ -211,6 +246,26 @@ pub struct ChatSummary {
     pub messages: i64,
     /// The tenant that owns it.
     pub tenant: String,
+    /// Rows saying an answer failed or was cut, and the last one's code
+    /// (`cut`, `invalid_tool_call`, …; empty when none).
+    pub errors: i64,
+    pub last_error: String,
+}
+
+/// Which chats a list shows: at most `limit`, newest activity first,
+/// older than `before` (activity in ms, then id, from the last page).
+#[derive(Debug, Clone, Default)]
+pub struct ChatFilter {
+    /// `None`: every tenant's (an admin's list).
+    pub tenant: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    /// Only chats with an answer that failed or was cut.
+    pub errors_only: bool,
+    /// Text in the title or any message (prompts, calls, results).
+    pub text: Option<String>,
+    pub before: Option<(i64, String)>,
+    pub limit: i64,
 }
 
 /// A message as read back.

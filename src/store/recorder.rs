@@ -43,6 +43,11 @@ pub struct Recorder {
     round_results: Vec<Value>,
     tool_calls: i64,
     messages: i64,
+    /// Error rows made, and the last one's code.
+    errors: i64,
+    last_error: String,
+    /// The request's trace (32 hex digits), put on every row, when traces are on.
+    trace_id: Option<String>,
     /// The answer reached its finish, or failed with a recorded error.
     ended: bool,
     /// Gateway calls started and not yet answered.
@@ -86,6 +91,11 @@ impl Recorder {
             round_results: Vec::new(),
             tool_calls: 0,
             messages: 0,
+            errors: 0,
+            last_error: String::new(),
+            trace_id: crate::telemetry::scope::trace()
+                .as_ref()
+                .and_then(crate::telemetry::propagate::trace_id),
             ended: false,
             running: Vec::new(),
             closed: false,
@@ -149,7 +159,17 @@ impl Recorder {
 
     /// Publishes one row and keeps it for the exchange's unit (queued
     /// when the answer ends, or every [`PENDING_MAX`] rows of a long one).
-    fn row(&mut self, role: &'static str, kind: Kind, fields: Value) {
+    fn row(&mut self, role: &'static str, kind: Kind, mut fields: Value) {
+        if kind == Kind::Error {
+            self.errors += 1;
+            fields["code"]
+                .as_str()
+                .unwrap_or("error")
+                .clone_into(&mut self.last_error);
+        }
+        if let Some(trace) = &self.trace_id {
+            fields["traceId"] = json!(trace);
+        }
         let message = Arc::new(Message::new(
             self.chat_id.clone(),
             self.tenant.clone(),
@@ -292,12 +312,21 @@ impl Recorder {
     /// calls that arrived among them), and one `error` row saying why (the
     /// code and the message the client got).
     pub fn fail(&mut self, error: &crate::error::GatewayError) {
-        self.refuse(&error.to_string(), error.code());
+        let mut row = json!({"text": error.to_string(), "code": error.code()});
+        if let Some(raw) = error.raw() {
+            // The invalid call as the model wrote it.
+            row["raw"] = json!(raw);
+        }
+        self.error_row(row);
     }
 
     /// The request ended in an error (`text`, `code`: what the client got),
     /// before or after its answer began: the rows so far, then the error.
     pub fn refuse(&mut self, text: &str, code: &str) {
+        self.error_row(json!({"text": text, "code": code}));
+    }
+
+    fn error_row(&mut self, fields: Value) {
         if self.closed {
             return;
         }
@@ -305,11 +334,7 @@ impl Recorder {
         self.flush_round();
         self.flush_text();
         self.flush_client_calls();
-        self.row(
-            "assistant",
-            Kind::Error,
-            json!({"text": text, "code": code}),
-        );
+        self.row("assistant", Kind::Error, fields);
     }
 
     /// The answer is over: the chat's row, and the state a follow-up
@@ -366,6 +391,8 @@ impl Recorder {
             title: std::mem::take(&mut self.title),
             tool_calls: std::mem::take(&mut self.tool_calls),
             messages: std::mem::take(&mut self.messages),
+            errors: std::mem::take(&mut self.errors),
+            last_error: std::mem::take(&mut self.last_error),
         }));
         self.shared.push(std::mem::take(&mut self.pending));
     }

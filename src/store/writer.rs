@@ -150,6 +150,8 @@ async fn mark_missed(shared: &Shared, db: &Db) {
         rows.push(Write::Chat(ChatUpdate {
             at: now_ms(),
             messages: 1,
+            errors: 1,
+            last_error: "not_recorded".into(),
             ..chat.clone()
         }));
     }

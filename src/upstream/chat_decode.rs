@@ -445,6 +445,7 @@ fn upstream_error(error: &Value) -> GatewayError {
     if code == "invalid_tool_call" {
         return GatewayError::InvalidToolCall {
             message: message.to_owned(),
+            raw: error.get("raw").and_then(Value::as_str).map(str::to_owned),
         };
     }
     if let Some(own) = OWN.iter().find(|c| **c == code) {

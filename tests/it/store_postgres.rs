@@ -113,6 +113,20 @@ fn two_processes_write_one_chat_without_losing_or_reordering() {
     assert_eq!(chats["data"].as_array().unwrap().len(), 1);
     assert_eq!(chats["data"][0]["tool_calls"], 16);
     assert_eq!(chats["data"][0]["messages"], 16 * ROWS);
+    // Search and filters run on PostgreSQL too: a prompt's text, a tool's
+    // result, and a filter that matches nothing.
+    let found = |query: &str| {
+        get(&a.url(&format!("/toolgate/api/chats?{query}"))).json()["data"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(found("q=what+is+%6015+*+2%60"), 1);
+    assert_eq!(found("q=30"), 1, "the calculator's result");
+    assert_eq!(found("q=nothing+like+this"), 0);
+    assert_eq!(found("errors=1"), 0);
+    assert_eq!(found("provider=demo&model=demo"), 1);
+    assert_eq!(found("provider=other"), 0);
 }
 
 #[test]

@@ -188,6 +188,7 @@ async fn a_gateway_tools_answer_is_one_trace_and_every_hop_continues_it() {
             "[[mcp_servers]]\nname = \"traced\"\nurl = \"http://127.0.0.1:{mcp_port}/mcp\"\n\n[[http_tools]]\nname = \"lookup\"\ndescription = \"Looks up a place\"\nurl = \"{}/lookup\"\nparameters = {{ type = \"object\", properties = {{ location = {{ type = \"string\" }} }} }}\n\n",
             tool.url()
         ))
+        .raw("[store]\nurl = \"sqlite::memory:\"\nrecord = \"all\"\n")
         .agent(&upstream.url(), "passthrough", &["traced", "lookup"], "")
         .toml();
     let gateway = Binary::start(&config, &[("TOOLGATE_LOG", "info")]);
@@ -332,6 +333,20 @@ async fn a_gateway_tools_answer_is_one_trace_and_every_hop_continues_it() {
         assert!(Instant::now() < deadline, "no log line with the trace id");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // So does every transcript row of the exchange.
+    let listed = common::chats_listed(&gateway.url(""), 1).await;
+    let chat = listed["data"][0]["id"].as_str().unwrap().to_owned();
+    let rows = get(&gateway.url(&format!("/toolgate/api/chats/{chat}")))
+        .await
+        .json()["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(rows.len() >= 4, "{rows:?}");
+    assert!(
+        rows.iter().all(|m| m["traceId"] == CLIENT_TRACE),
+        "{rows:?}"
+    );
     // Tokens of both rounds, and the spans, counted.
     let metrics = get(&gateway.url("/metrics")).await.text();
     let tokens = "toolgate_tokens_total{provider=\"up\",tenant=\"anonymous\",kind=";

@@ -1,7 +1,9 @@
 //! `/toolgate/ui/` in a real browser: headless Chromium (the distribution's
 //! package, installed by `bash tests/run.sh`) renders a recorded chat with a
-//! gateway tool call, and a tool result holding markup is shown as text. A
-//! screenshot is kept in `target/tmp/transcripts-page.png`.
+//! gateway tool call, and a tool result holding markup is shown as text; and,
+//! driven through playwright-core (`tests/clients/node/page.mjs`), the key
+//! box, search, filters, paging and a failed chat's invalid call. Screenshots
+//! are kept in `target/tmp/`.
 
 use crate::common;
 
@@ -10,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::agent::{calls_sse, last_role, sse, text_sse};
-use common::{Mock, Reply, TestConfig, post};
+use common::{Mock, Recorded, Reply, TestConfig, post};
 use serde_json::json;
 
 fn chromium() -> PathBuf {
@@ -110,7 +112,7 @@ async fn the_page_shows_calls_results_and_text_and_never_runs_markup() {
     for want in [
         "Ask the calculator: what is `(2 + 3) * 7`?",
         r#"<div class="call done" data-id="#,
-        r#"<div class="head">calculator<span class="server">builtin</span></div>"#,
+        r#"calculator<span class="server">builtin</span><span class="took">done in "#,
         "\"expression\": \"(2 + 3) * 7\"",
         r#"<pre class="result">35</pre>"#,
         "calculator returned: 35",
@@ -119,7 +121,7 @@ async fn the_page_shows_calls_results_and_text_and_never_runs_markup() {
         assert!(view.contains(want), "{want}\n{view}");
     }
     assert!(
-        dom.contains("anonymous · demo · demo · 1 tool calls"),
+        dom.contains("anonymous · demo · demo · 1 tool call ·"),
         "the chat list shows the chat and its tenant: {dom}"
     );
 
@@ -142,4 +144,194 @@ async fn the_page_shows_calls_results_and_text_and_never_runs_markup() {
     .await;
     let png = std::fs::read(&shot).expect("a screenshot");
     assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000);
+}
+
+/// An operator's session: the key box is there at once; with the admin key
+/// the list pages on past 50 chats; search finds a prompt and a tool's
+/// result; "errors only" shows the failed and the cut chat, marked; the
+/// tenant filter narrows; a failed chat shows what the model wrote; a call
+/// shows how long it took, and messages their times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_searches_filters_pages_and_reads_a_failed_call() {
+    // SAFETY: this test's own variables, set before its gateway reads them.
+    unsafe {
+        std::env::set_var("PAGE_TEAM_A", "page-a");
+        std::env::set_var("PAGE_TEAM_B", "page-b");
+        std::env::set_var("PAGE_ADMIN", "page-admin");
+    }
+    let broken = Mock::start(|_: &Recorded| {
+        sse(text_sse(
+            "<GetWeather>\n```json\n{\"location\": 42}\n```\n</GetWeather>",
+        ))
+    })
+    .await;
+    let filler = Mock::start(|r: &Recorded| {
+        let stream = r.json()["stream"] == true;
+        let pieces: Vec<String> = (0..20).map(|i| format!("word{i} ")).collect();
+        let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+        let body = common::upstream_sse(&pieces, None);
+        let events: Vec<&str> = body.split_inclusive("\n\n").collect();
+        // Streamed requests are slow, so a client can leave mid-answer.
+        let delay = if stream {
+            Duration::from_millis(100)
+        } else {
+            Duration::ZERO
+        };
+        Reply::sse(&events, delay)
+    })
+    .await;
+    let gw = TestConfig::new()
+        .raw(
+            "[server.auth]\nadmin_keys_env = \"PAGE_ADMIN\"\n\
+             [[server.auth.keys]]\nname = \"team-a\"\nkey_env = \"PAGE_TEAM_A\"\n\
+             [[server.auth.keys]]\nname = \"team-b\"\nkey_env = \"PAGE_TEAM_B\"\n\
+             [store]\nurl = \"sqlite::memory:\"\nrecord = \"all\"\n",
+        )
+        .demo("chunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]")
+        .provider(
+            "broken",
+            &broken.url(),
+            "[\"broken-model\"]",
+            "[providers.tools]\nmode = \"natural\"\non_invalid = \"error\"\n",
+        )
+        .provider("filler", &filler.url(), "[\"filler-model\"]", "")
+        .start()
+        .await;
+    let send = |key: &str, model: &str, text: &str, stream: bool| {
+        let body = json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": text}],
+            "tools": [{"type": "function", "function": {"name": "GetWeather", "parameters": {"type": "object",
+                "properties": {"location": {"type": "string"}}}}}]});
+        http::Request::post(gw.url("/v1/chat/completions"))
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+            .unwrap()
+    };
+    for n in 0..55u8 {
+        // Letters only: a search for the calculator's `35` finds none of these.
+        let name = format!(
+            "filler chat {}{}",
+            char::from(b'a' + n / 26),
+            char::from(b'a' + n % 26)
+        );
+        let r = common::send(send("page-a", "filler-model", &name, false)).await;
+        assert_eq!(r.status, 200);
+    }
+    for (key, model, text, stream) in [
+        ("page-a", "filler-model", "needle in the haystack", false),
+        (
+            "page-a",
+            "demo",
+            "Ask the calculator: what is `(2 + 3) * 7`?",
+            false,
+        ),
+        ("page-a", "broken-model", "Weather in Paris?", true),
+        ("page-b", "filler-model", "team b asks", false),
+    ] {
+        common::send(send(key, model, text, stream)).await;
+    }
+    // A client that leaves mid-answer: the chat is cut.
+    let response = common::client()
+        .request(send("page-a", "filler-model", "left early", true))
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    use http_body_util::BodyExt;
+    let _ = body.frame().await;
+    drop(body);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let script = common::installed::node_dir().join("page.mjs");
+    let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("transcripts-page-operator.png");
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new("node")
+            .arg(&script)
+            .arg(chromium())
+            .arg(gw.url(""))
+            .arg("page-admin")
+            .env("PAGE_SCREENSHOT", &shot)
+            .current_dir(common::installed::node_dir())
+            .output(),
+    )
+    .await
+    .expect("the page session ends within 120 s")
+    .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .expect("a RESULT line");
+    let seen: serde_json::Value = serde_json::from_str(line).unwrap();
+    let say = || serde_json::to_string_pretty(&seen).unwrap();
+    assert_eq!(seen["keyBoxVisibleAtOnce"], true, "{}", say());
+    assert_eq!(seen["askedForKey"], true, "{}", say());
+    assert_eq!(seen["firstPage"], 50, "{}", say());
+    assert_eq!(seen["moreButton"], true, "{}", say());
+    assert_eq!(seen["afterMore"], 60, "{}", say());
+    assert_eq!(seen["moreAfterLastPage"], false, "{}", say());
+    assert_eq!(seen["singular"], true, "{}", say());
+    assert_eq!(
+        seen["searched"],
+        json!(["needle in the haystack"]),
+        "{}",
+        say()
+    );
+    assert_eq!(
+        seen["searchedResult"],
+        json!(["Ask the calculator: what is `(2 + 3) * 7`?"]),
+        "{}",
+        say()
+    );
+    let errors = seen["errorsOnly"].as_array().unwrap();
+    assert_eq!(errors.len(), 2, "{}", say());
+    let marks: Vec<&str> = seen["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m.as_str())
+        .collect();
+    assert!(
+        marks.contains(&"failed") && marks.contains(&"cut"),
+        "{}",
+        say()
+    );
+    let tenant_b = seen["tenantB"].as_array().unwrap();
+    assert!(
+        !tenant_b.is_empty()
+            && tenant_b
+                .iter()
+                .all(|m| m.as_str().unwrap().starts_with("team-b ·")),
+        "{}",
+        say()
+    );
+    assert!(
+        seen["error"]
+            .as_str()
+            .unwrap()
+            .contains("invalid_tool_call"),
+        "{}",
+        say()
+    );
+    assert!(
+        seen["raw"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("\"location\": 42"),
+        "{}",
+        say()
+    );
+    assert!(
+        seen["took"].as_str().unwrap().starts_with("done in "),
+        "{}",
+        say()
+    );
+    assert!(seen["times"].as_u64().unwrap() >= 3, "{}", say());
+    assert_eq!(seen["pageErrors"], json!([]), "{}", say());
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert!(png.starts_with(b"\x89PNG"));
 }
