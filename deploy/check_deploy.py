@@ -398,7 +398,8 @@ def container_env(c: dict, base: dict[str, str], secrets: dict[str, dict]):
             sec = secrets.get(ref["name"])
             if sec is not None and ref["key"] not in sec:
                 problems.append(f"Secret {ref['name']} has no key {ref['key']}")
-            env[e["name"]] = "dummy-key-for-check"
+            # One dummy per variable: two key lists may not share a key.
+            env[e["name"]] = f"dummy-key-for-check-{e['name'].lower()}"
             from_secret.append(e["name"])
         else:
             env[e["name"]] = "dummy"
@@ -563,8 +564,11 @@ def check_kubernetes(bin_path: str, yamls: dict, docker: dict) -> list:
                       pod.get("enableServiceLinks") is False)
                 wanted = [v for v in (p.get("api_key_env") for p in raw.get("providers", []))
                           if v]
-                auth = (raw.get("server", {}).get("auth") or {}).get("api_keys_env")
-                wanted += [auth] if auth else []
+                auth_table = raw.get("server", {}).get("auth") or {}
+                auth = auth_table.get("api_keys_env") or auth_table.get("keys")
+                wanted += [v for v in [auth_table.get("api_keys_env"),
+                                       auth_table.get("admin_keys_env")] if v]
+                wanted += [k["key_env"] for k in auth_table.get("keys", [])]
                 password = (raw.get("store") or {}).get("password_env")
                 wanted += [password] if password else []
                 if os.sep + "gateway" in path:
@@ -575,6 +579,21 @@ def check_kubernetes(bin_path: str, yamls: dict, docker: dict) -> list:
                           and auth is not None,
                           f"store {store_url or '(none)'}, "
                           f"{len(raw.get('mcp_servers', []))} MCP server(s)")
+                if os.sep + "sidecar" in path:
+                    policies = by_kind.get("NetworkPolicy", {}).values()
+                    guarded = [p for p in policies
+                               if all(labels.get(k) == v for k, v in
+                                      (p["spec"]["podSelector"].get("matchLabels") or {}).items())
+                               and not any(listen_port in range(pt.get("port", 0),
+                                                                pt.get("endPort", pt.get("port", 0)) + 1)
+                                           for rule in p["spec"].get("ingress", [])
+                                           if not rule.get("from")
+                                           for pt in rule.get("ports", [])
+                                           if pt.get("protocol", "TCP") == "TCP")]
+                    check(f"{n}: a NetworkPolicy keeps other pods off toolgate's port, and "
+                          f"[server.auth] asks for a key",
+                          bool(guarded) and auth is not None,
+                          f"{len(guarded)} policy(ies), auth {'on' if auth else 'off'}")
                 check(f"{n}: every api_key_env comes from a Secret",
                       all(v in from_secret for v in wanted), f"{', '.join(wanted) or 'none'}")
                 live.append((n, toml_text, env, grace))
@@ -680,6 +699,8 @@ def check_systemd(bin_path: str, docker: dict) -> None:
     hard = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes",
             "PrivateTmp": "yes", "CapabilityBoundingSet": ""}
     bad = [k for k, v in hard.items() if keys.get(k, [None])[-1] != v]
+    check("toolgate.service: StateDirectory=toolgate, the one place ProtectSystem=strict lets a "
+          "SQLite store write (/var/lib/toolgate)", keys.get("StateDirectory", [""])[-1] == "toolgate")
     check("toolgate.service: hardening (NoNewPrivileges, ProtectSystem=strict, ...)",
           not bad and ("DynamicUser" in keys or "User" in keys), ", ".join(bad))
     analyze = shutil.which("systemd-analyze")
@@ -740,6 +761,15 @@ def render_overlays() -> dict[str, list]:
     """`kubectl kustomize` of every overlay, validated by `kubernetes-validate --strict`."""
     out = {}
     overlays = sorted(glob.glob(os.path.join(DEPLOY, "kubernetes", "overlays", "*", "")))
+    component = os.path.join(DEPLOY, "kubernetes", "components", "sidecar", "kustomization.yaml")
+    sidecar = os.path.join(DEPLOY, "kubernetes", "overlays", "sidecar", "kustomization.yaml")
+    takes = False
+    if os.path.exists(component) and os.path.exists(sidecar):
+        with open(component) as f, open(sidecar) as g:
+            takes = yaml.safe_load(f).get("kind") == "Component" and \
+                "../../components/sidecar" in (yaml.safe_load(g).get("components") or [])
+    check("kubernetes: the sidecar is a Component an existing Deployment takes "
+          "(overlays/sidecar: a sample app taking it)", takes)
     check("kubernetes: overlays sidecar and gateway exist",
           {os.path.basename(o.rstrip(os.sep)) for o in overlays} >= {"sidecar", "gateway"},
           ", ".join(rel(o) for o in overlays))
