@@ -236,7 +236,7 @@ impl Gateway {
         log.provider = Some(runtime.unrouted.clone());
         log.request_id = req
             .headers()
-            .get(crate::server::layers::REQUEST_ID)
+            .get(crate::headers::REQUEST_ID)
             .and_then(|v| v.to_str().ok())
             .map(Box::from);
         log.trace = crate::telemetry::server_span::start(

@@ -3,6 +3,10 @@
 use http::HeaderMap;
 use http::header::{self, HeaderName};
 
+/// The request id header: accepted from the client, made when absent
+/// (`server::layers`), echoed, logged and put on the trace.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
 /// Hop-by-hop headers (RFC 9110 section 7.6.1) describe one connection, not the
 /// message: a proxy must not forward them. `proxy-connection` and `keep-alive`
 /// are the pre-standard spellings still sent by some clients.

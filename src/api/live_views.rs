@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use super::transcripts::Viewer;
+use super::viewer::Viewer;
 use crate::config::store::LiveViewLimits;
 use crate::error::GatewayError;
 use crate::metrics as m;

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::live_views::{LiveViews, Ticket};
+pub use super::viewer::Viewer;
 use crate::body::{self, Body};
 use crate::error::GatewayError;
 use crate::store::{ChatFilter, Message, Store, StoreError};
@@ -35,15 +36,6 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// An events stream ends after this long (the page reconnects).
 const MAX_EVENTS: Duration = Duration::from_secs(3600);
 
-/// Who reads the transcripts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Viewer {
-    /// An admin key: every tenant's chats.
-    Admin,
-    /// A client key (or, without `[server.auth]`, anyone): this tenant's.
-    Tenant(Arc<str>),
-}
-
 /// A request to the transcript API: who reads, and the key it presented
 /// (empty without `[server.auth]`), which its live views are counted by
 /// and identified by again when the keys change.
@@ -57,15 +49,6 @@ pub struct Reader {
 pub struct Transcripts {
     pub store: Arc<Store>,
     pub views: Arc<LiveViews>,
-}
-
-impl Viewer {
-    fn sees(&self, owner: &str) -> bool {
-        match self {
-            Viewer::Admin => true,
-            Viewer::Tenant(name) => **name == *owner,
-        }
-    }
 }
 
 /// The page's files under `/toolgate/ui/` (public: its data comes from the

@@ -14,9 +14,7 @@ use tower_http::request_id::{
 use crate::body::Body;
 use crate::config::ServerConfig;
 use crate::config::cors::{Cors, Origins};
-
-/// The request id header: accepted from the client, made when absent.
-pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+use crate::headers::REQUEST_ID;
 
 /// The layers a server's config asks for, built once and cloned per
 /// connection.

@@ -7,7 +7,6 @@
 use crate::common;
 use crate::conformance;
 
-use std::net::TcpListener as StdListener;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -60,14 +59,6 @@ impl Everything {
     async fn kill(&mut self) {
         self.child.kill().await.expect("kill server-everything");
     }
-}
-
-fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn toml_str(path: &Path) -> String {
@@ -159,7 +150,7 @@ async fn time_server_over_stdio_offers_its_allowed_tools_under_a_prefix() {
 
 #[tokio::test]
 async fn everything_server_over_http_runs_calls_in_parallel_with_a_timeout() {
-    let port = free_port();
+    let port = common::free_port();
     let _server = Everything::start(port).await;
     let upstream = Mock::start(|r| {
         if last_role(r) == "tool" {
@@ -220,7 +211,7 @@ async fn everything_server_over_http_runs_calls_in_parallel_with_a_timeout() {
 
 #[tokio::test]
 async fn a_killed_server_fails_its_call_and_is_used_again_once_back() {
-    let port = free_port();
+    let port = common::free_port();
     let mut server = Everything::start(port).await;
     let upstream = Mock::start(|r| {
         let asked = messages(r)[0]["content"].as_str().unwrap_or("").to_owned();
@@ -334,7 +325,7 @@ async fn a_down_server_says_why_in_one_line() {
         .raw(&format!(
             "[[mcp_servers]]\nname = \"missing\"\ncommand = [{}, \"-m\", \"toolgate_no_such_module\"]\n[[mcp_servers]]\nname = \"unreachable\"\nurl = \"http://127.0.0.1:{}/mcp\"\n",
             toml_str(&python()),
-            free_port()
+            common::free_port()
         ))
         .agent(&upstream.url(), "passthrough", &["missing", "unreachable"], "")
         .start()
@@ -403,7 +394,7 @@ async fn hostile_listings_are_bounded_and_retried_with_growing_backoff() {
 /// call timed out until toolgate restarted).
 #[tokio::test]
 async fn a_server_restarted_while_idle_gets_a_new_session() {
-    let port = free_port();
+    let port = common::free_port();
     let mut server = Everything::start(port).await;
     let upstream = Mock::start(|r| {
         if last_role(r) == "tool" {
@@ -455,7 +446,7 @@ async fn a_server_restarted_while_idle_gets_a_new_session() {
 /// entry (before, the reload aborted them with "Transport closed").
 #[tokio::test]
 async fn a_reload_of_a_server_entry_lets_its_running_calls_finish() {
-    let port = free_port();
+    let port = common::free_port();
     let _server = Everything::start(port).await;
     let upstream = Mock::start(|r| {
         let asked = messages(r)[0]["content"].as_str().unwrap_or("").to_owned();

@@ -35,19 +35,11 @@ fn shown_forms() -> Vec<String> {
     forms
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A config holding a credential in every place one goes: an HTTP tool's
 /// userinfo and query, an MCP server's userinfo, query and header, the
 /// OTLP endpoint's userinfo, a provider's header.
 fn config(upstream: &str, tool: &str) -> String {
-    let (mcp, otlp) = (free_port(), free_port());
+    let (mcp, otlp) = (common::free_port(), common::free_port());
     let tool = tool.replace("http://", "");
     format!(
         r#"[[providers]]

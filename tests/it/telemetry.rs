@@ -103,7 +103,7 @@ impl Receiver {
 /// The streamable-HTTP MCP server whose tool `trace_context` answers
 /// `{"header": traceparent header, "meta": _meta.traceparent}`.
 async fn mcp_traced() -> (Process, u16) {
-    let port = free_port();
+    let port = common::free_port();
     let child = Command::new(python())
         .arg(here("mcp_traced.py"))
         .arg(port.to_string())
@@ -122,15 +122,6 @@ async fn mcp_traced() -> (Process, u16) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("the MCP server did not listen on {port}");
-}
-
-/// A loopback port nothing listens on (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn telemetry(receiver: &str, extra: &str) -> String {
@@ -366,7 +357,7 @@ async fn a_gateway_tools_answer_is_one_trace_and_every_hop_continues_it() {
 async fn attempts_sampling_and_content() {
     let receiver = Receiver::start();
     let upstream = Mock::start(|_| sse(text_sse("Hello."))).await;
-    let refused = free_port();
+    let refused = common::free_port();
     let config = TestConfig::new()
         .raw(&telemetry(
             &receiver.endpoint(),
@@ -429,7 +420,7 @@ async fn attempts_sampling_and_content() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_that_is_down_is_counted_not_waited_for() {
     let upstream = Mock::start(|_| sse(text_sse("Hello."))).await;
-    let refused = free_port();
+    let refused = common::free_port();
     let config = TestConfig::new()
         .raw(&telemetry(&format!("http://127.0.0.1:{refused}"), ""))
         .agent(&upstream.url(), "passthrough", &[], "")
