@@ -280,7 +280,7 @@ mod tests {
             br#"data: {"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}"#
         ));
         assert!(carries_a_token(
-            b"event: response.output_text.delta\ndata: {}"
+            br#"data: {"type":"response.output_text.delta","delta":"Hi"}"#
         ));
         assert!(carries_a_token(
             br#"data: {"type":"content_block_delta","delta":{"type":"text_delta"}}"#

@@ -386,8 +386,8 @@ async fn health_ready_models_and_metrics() {
     post(&gw.url("/v1/embeddings"), r#"{"model":"unrouted"}"#).await;
     let metrics = get(&gw.url("/metrics")).await.text();
     for name in [
-        "toolgate_requests_total{provider=\"up\",route=\"chat_completions\",status=\"200\"}",
-        "toolgate_requests_total{provider=\"none\",route=\"embeddings\",status=\"404\"}",
+        "toolgate_requests_total{provider=\"up\",route=\"chat_completions\",status=\"200\",tenant=\"anonymous\"}",
+        "toolgate_requests_total{provider=\"none\",route=\"embeddings\",status=\"404\",tenant=\"anonymous\"}",
         "toolgate_request_duration_seconds_bucket",
         "toolgate_upstream_ttfb_seconds_bucket",
         "toolgate_active_requests",

@@ -303,3 +303,50 @@ async fn an_invalid_model_call_is_reported_as_one() {
         }
     }
 }
+
+/// The request line's `attempts` counts the attempts of the request's
+/// upstream call, not the rounds of a gateway-tools answer: a whole
+/// (non-streamed) answer on the Responses and Messages doors, whose rounds
+/// all run before the response head, says 1.
+#[tokio::test]
+async fn the_log_counts_attempts_not_rounds() {
+    let gw = common::binary::Binary::start(
+        "[[providers]]\nname = \"agent\"\nmodels = [\"agent\"]\n[providers.demo]\nchunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]\n",
+        &[("TOOLGATE_LOG", "info")],
+    );
+    let ask = "Ask the calculator: what is `6 * 7`?";
+    for (path, body) in [
+        ("/v1/responses", json!({"model": "agent", "input": ask})),
+        (
+            "/v1/messages",
+            json!({"model": "agent", "max_tokens": 256, "messages": [{"role": "user", "content": ask}]}),
+        ),
+    ] {
+        let r = common::post(&gw.url(path), &body.to_string()).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert!(
+            r.text().contains("42"),
+            "{path}: two rounds ran: {}",
+            r.text()
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let lines: Vec<String> = gw
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains("toolgate::request") && l.contains("provider=\"agent\""))
+            .cloned()
+            .collect();
+        if lines.len() == 2 {
+            for line in &lines {
+                assert!(line.contains(" attempts=1 "), "{line}");
+            }
+            break;
+        }
+        assert!(Instant::now() < deadline, "{lines:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
