@@ -21,6 +21,7 @@ mod ops;
 pub mod plan;
 mod proxy;
 mod reload;
+mod request_id;
 
 pub use reload::ReloadRefused;
 
@@ -216,8 +217,10 @@ impl Gateway {
         B::Error: Into<BoxError>,
     {
         let path = req.uri().path();
+        let id = request_id::of(req.headers());
         if !path.starts_with("/v1/") {
-            let response = self.operational(req).await;
+            let mut response = self.operational(req).await;
+            request_id::tag(&mut response, id);
             return match busy {
                 None => response,
                 // Rare and small, but the transcript event stream is long.
@@ -234,17 +237,13 @@ impl Gateway {
         log.busy = busy;
         // Until it is routed, a request counts under `provider="none"`.
         log.provider = Some(runtime.unrouted.clone());
-        log.request_id = req
-            .headers()
-            .get(crate::headers::REQUEST_ID)
-            .and_then(|v| v.to_str().ok())
-            .map(Box::from);
         log.trace = crate::telemetry::server_span::start(
             req.headers(),
             req.method(),
             path,
-            log.request_id.as_deref(),
+            id.to_str().ok(),
         );
+        log.request_id = Some(id.clone());
         let h2_stall = (req.version() == http::Version::HTTP_2)
             .then_some(runtime.config.server.write_stall_timeout);
         // The Messages door answers errors in Anthropic's shape.
@@ -254,7 +253,7 @@ impl Gateway {
             } else {
                 GatewayError::into_response
             };
-        let response = match auth::tenant(&runtime.config, &req) {
+        let mut response = match auth::tenant(&runtime.config, &req) {
             Err(e) => shape(e),
             Ok(tenant) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
                 models::list_models(&runtime.config, &tenant)
@@ -289,6 +288,7 @@ impl Gateway {
                 }
             }
         };
+        request_id::tag(&mut response, id);
         log.status = response.status().as_u16();
         if is_event_stream(&response) {
             log.set_streaming();

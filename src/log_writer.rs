@@ -201,7 +201,7 @@ fn through_tracing(line: &request_line::RequestLine) {
         complete = line.complete,
         error = line.error.as_deref(),
         trace_id = line.trace_id.as_deref(),
-        request_id = line.request_id.as_deref(),
+        request_id = line.request_id.as_ref().and_then(|v| v.to_str().ok()),
         "request"
     );
 }

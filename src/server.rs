@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
+use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
@@ -80,14 +81,47 @@ impl Engines {
             None => sniff::sniff(&mut io).await?,
         };
         let tracked = activity.clone();
-        let gateway = tower::service_fn(move |req| {
+        let serve = move |req| {
             let gateway = gateway.clone();
             // Held until hyper drops the response body: the connection is busy until then.
             let in_flight = tracked.begin();
             async move { Ok::<_, Infallible>(gateway.serve(req, Some(Guard::new(in_flight))).await) }
-        });
-        let service = TowerToHyperService::new(self.layers.around(gateway));
+        };
         let io = TokioIo::new(sniff::Rewound::new(prefix, io));
+        // The CORS layer only when configured: otherwise hyper calls the
+        // gateway straight, as it always did.
+        match self.layers.around(tower::service_fn(serve.clone())) {
+            Some(layered) => {
+                let service = TowerToHyperService::new(layered);
+                self.serve_with(io, protocol, &activity, watcher, service)
+                    .await
+            }
+            None => {
+                self.serve_with(io, protocol, &activity, watcher, service_fn(serve))
+                    .await
+            }
+        }
+    }
+
+    /// Serves `io` as `protocol` with `service`.
+    async fn serve_with<I, S>(
+        &self,
+        io: TokioIo<I>,
+        protocol: sniff::Protocol,
+        activity: &conn::Activity,
+        watcher: Watcher,
+        service: S,
+    ) -> Result<(), BoxedError>
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: hyper::service::Service<
+                http::Request<hyper::body::Incoming>,
+                Response = http::Response<crate::body::Body>,
+                Error = Infallible,
+            > + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
         match protocol {
             sniff::Protocol::Http1 => {
                 activity.set_http1();

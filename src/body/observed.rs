@@ -48,7 +48,7 @@ pub struct RequestLog {
     /// The request's server span, when traces are on.
     pub trace: Option<crate::telemetry::Context>,
     /// `x-request-id`.
-    pub request_id: Option<Box<str>>,
+    pub request_id: Option<http::HeaderValue>,
     /// A streamed answer's first token was seen (and timed).
     first_token: bool,
     finished: bool,

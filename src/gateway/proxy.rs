@@ -62,14 +62,16 @@ where
             Some("model"),
         )
     })?;
-    // Logged even when it routes nowhere: the operator sees what was asked.
-    log.model.clone_from(&field.name);
-    // The key's policy, before anything is sent anywhere.
+    // The key's policy, before anything is sent anywhere. A request refused
+    // here is logged with the model it asked for.
     if !tenant.allows_model(&field.name) {
+        log.model.clone_from(&field.name);
         return Err(GatewayError::ModelNotAllowed(field.name.clone()));
     }
-    let route = router::route(&runtime.config.providers, &field.name)
-        .ok_or_else(|| GatewayError::UnknownModel(field.name.clone()))?;
+    let Some(route) = router::route(&runtime.config.providers, &field.name) else {
+        log.model.clone_from(&field.name);
+        return Err(GatewayError::UnknownModel(field.name.clone()));
+    };
     // Owned: a borrowed route held across an await trips hyper's `Send`
     // bounds. Without failover providers nothing is collected.
     let owned = |r: &router::Route<'_>| (r.provider.clone(), r.model.clone().into_owned());

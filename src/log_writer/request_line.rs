@@ -39,8 +39,8 @@ pub struct RequestLine {
     pub error: Option<String>,
     /// The request's trace (32 hex digits), when traces are on.
     pub trace_id: Option<Box<str>>,
-    /// `x-request-id`: the client's, or one toolgate made.
-    pub request_id: Option<Box<str>>,
+    /// `x-request-id`: the client's (plain ASCII), or one toolgate made.
+    pub request_id: Option<http::HeaderValue>,
 }
 
 /// The two layouts tracing-subscriber writes (without ANSI colours).
@@ -100,7 +100,7 @@ impl RequestLine {
             out.extend_from_slice(b" trace_id=");
             debug_str(trace_id, out);
         }
-        if let Some(request_id) = &self.request_id {
+        if let Some(request_id) = self.request_id.as_ref().and_then(|v| v.to_str().ok()) {
             out.extend_from_slice(b" request_id=");
             debug_str(request_id, out);
         }
@@ -151,7 +151,7 @@ impl RequestLine {
             out.extend_from_slice(b",\"trace_id\":");
             json_str(trace_id, out);
         }
-        if let Some(request_id) = &self.request_id {
+        if let Some(request_id) = self.request_id.as_ref().and_then(|v| v.to_str().ok()) {
             out.extend_from_slice(b",\"request_id\":");
             json_str(request_id, out);
         }
@@ -430,7 +430,7 @@ mod tests {
             RequestLine {
                 error: Some("cut".into()),
                 trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
-                request_id: Some("req-7f3a".into()),
+                request_id: Some(http::HeaderValue::from_static("req-7f3a")),
                 ..base.clone()
             },
             RequestLine {

@@ -1,15 +1,14 @@
-//! The tower layers every request passes through, composed in one place,
-//! outermost first. None of them reads or rewrites a body: the byte-exact
-//! passthrough stays byte-exact.
+//! The tower layers around the gateway, composed in one place. Today one:
+//! `[server.cors]`'s, which answers a browser's preflight before any key is
+//! asked for; without it no layer (and no tower service) stands between
+//! hyper and the gateway, so the passthrough path pays nothing for it. None
+//! reads or rewrites a body.
 
 use std::convert::Infallible;
 
-use http::{HeaderName, HeaderValue, Request, Response};
-use tower::{Service, ServiceBuilder};
-use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::request_id::{
-    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
+use http::{HeaderName, Request, Response};
+use tower::{Layer, Service};
+use tower_http::cors::{AllowOrigin, Cors as CorsService, CorsLayer};
 
 use crate::body::Body;
 use crate::config::ServerConfig;
@@ -31,65 +30,13 @@ impl Layers {
         }
     }
 
-    /// `inner` (the gateway) with every layer around it.
-    pub fn around<S>(
-        &self,
-        inner: S,
-    ) -> impl Service<
-        Request<hyper::body::Incoming>,
-        Response = Response<Body>,
-        Error = Infallible,
-        Future: Send,
-    > + Clone
-    + Send
-    + use<S>
+    /// `inner` (the gateway) inside the CORS layer, when one is configured.
+    pub fn around<S>(&self, inner: S) -> Option<CorsService<S>>
     where
-        S: Service<Request<hyper::body::Incoming>, Response = Response<Body>, Error = Infallible>
-            + Clone
-            + Send
-            + 'static,
-        S::Future: Send + 'static,
+        S: Service<Request<hyper::body::Incoming>, Response = Response<Body>, Error = Infallible>,
     {
-        ServiceBuilder::new()
-            // A client's id is kept only when it is short and plain: it is
-            // echoed, logged and put on the trace.
-            .map_request(drop_unusable_id)
-            // Then every request has one (made when the client sent none)…
-            .layer(SetRequestIdLayer::new(REQUEST_ID, MakeId))
-            // …and its response carries it back, errors and preflights too.
-            .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-            // A browser's preflight is answered here, before any key is
-            // asked for; off unless `[server.cors]` is set.
-            .option_layer(self.cors.clone())
-            .service(inner)
+        self.cors.as_ref().map(|cors| cors.layer(inner))
     }
-}
-
-/// Makes request ids: 128 random bits as 32 hex digits.
-#[derive(Clone, Copy, Default)]
-struct MakeId;
-
-impl MakeRequestId for MakeId {
-    fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
-        let id = format!("{:032x}", rand::random::<u128>());
-        HeaderValue::from_str(&id).ok().map(RequestId::new)
-    }
-}
-
-/// The longest request id a client may choose.
-const MAX_ID: usize = 128;
-
-fn drop_unusable_id<B>(mut req: Request<B>) -> Request<B> {
-    let usable = req.headers().get(&REQUEST_ID).is_none_or(|v| {
-        (1..=MAX_ID).contains(&v.len())
-            && v.as_bytes()
-                .iter()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.:/+=".contains(b))
-    });
-    if !usable {
-        req.headers_mut().remove(&REQUEST_ID);
-    }
-    req
 }
 
 fn cors_layer(cors: &Cors) -> CorsLayer {
@@ -107,27 +54,4 @@ fn cors_layer(cors: &Cors) -> CorsLayer {
             http::header::RETRY_AFTER,
         ])
         .max_age(cors.max_age)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_plain_short_ids_are_kept() {
-        let with = |id: &str| {
-            let req = Request::builder()
-                .header("x-request-id", id)
-                .body(())
-                .unwrap();
-            drop_unusable_id(req).headers().get(&REQUEST_ID).cloned()
-        };
-        assert!(with("req-1:abc/2=").is_some());
-        assert!(with(&"a".repeat(MAX_ID)).is_some());
-        assert!(with(&"a".repeat(MAX_ID + 1)).is_none());
-        assert!(with("a b").is_none());
-        assert!(with("a\"b").is_none());
-        let made = MakeId.make_request_id(&Request::new(())).unwrap();
-        assert_eq!(made.header_value().len(), 32);
-    }
 }
