@@ -217,7 +217,15 @@ impl Parser {
             }
             Mode::Block(block) => match block.step(&mut self.held, limited) {
                 Step::Continue(n) => return (n, None),
-                Step::Finished(n, outcome) => (n, outcome),
+                Step::Finished(n, outcome) => {
+                    if let Some(next) = block.next_call() {
+                        // Another call of the same tool follows in the block.
+                        let tail = self.apply(outcome, sink);
+                        self.mode = Mode::Block(Box::new(next));
+                        return (n, tail);
+                    }
+                    (n, outcome)
+                }
             },
             Mode::Json(block) => match block.step(&mut self.held, limited, &self.names) {
                 Step::Continue(n) => return (n, None),
@@ -231,10 +239,16 @@ impl Parser {
     /// after the block's raw, which must be parsed again.
     fn apply(&mut self, outcome: Outcome, sink: &mut Sink<'_>) -> Option<String> {
         let mut held = std::mem::take(&mut self.held);
+        let json = matches!(self.mode, Mode::Json(_));
         self.mode = Mode::Text;
         self.at = Position {
             line_start: false,
-            ..Position::default()
+            // A JSON-object call may be followed by the next one's object.
+            desc: if json && matches!(outcome, Outcome::Call { .. }) {
+                Desc::AfterCall
+            } else {
+                Desc::Outside
+            },
         };
         let raw_len = match &outcome {
             Outcome::Call { raw_len, .. }

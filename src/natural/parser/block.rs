@@ -20,6 +20,11 @@
 //!   message ends, or other text follows and no closing tag comes within the
 //!   window) is the call, its raw ending where the trouble began; what
 //!   follows is text.
+//! * Several calls in one block, as models write a second call of the same
+//!   tool: after a complete, valid value, another object (`{`) or, after a
+//!   closing fence, another fence starts the next call of the same tool.
+//!   The block ends as a call there and [`Block::next_call`] is the block
+//!   that reads the next one, under the same closing tag.
 
 use memchr::memmem;
 
@@ -77,6 +82,8 @@ pub(crate) struct Block {
     /// Where a closing fence after an unfenced value began: if text follows
     /// on its line, it opened something else, and a near miss ends before it.
     stray_fence: Option<usize>,
+    /// The block ended as a call where another call of its tool began.
+    repeats: bool,
 }
 
 fn is_ws(b: u8) -> bool {
@@ -102,7 +109,16 @@ impl Block {
             value_ok: false,
             opened_fence: false,
             stray_fence: None,
+            repeats: false,
         }
+    }
+
+    /// After the block ended as a call where another value (or fence)
+    /// followed: the block that reads the next call of the same tool, its
+    /// bytes the held ones after this call's raw.
+    pub(crate) fn next_call(&self) -> Option<Block> {
+        self.repeats
+            .then(|| Block::new(self.name.clone(), self.close.clone()))
     }
 
     fn committed(&self) -> bool {
@@ -171,6 +187,16 @@ impl Block {
                     self.fail(InvalidReason::Malformed("expected a JSON value".into()), at)
                 }
                 Phase::Trailer { fenced } if is_ws(b) => Phase::Trailer { fenced },
+                // Another call of the same tool: another object, or another
+                // fenced block after this one's closing fence.
+                Phase::Trailer { fenced }
+                    if self.value_ok && (b == b'{' || (fenced && b == b'`')) =>
+                {
+                    push(held, input, i);
+                    self.repeats = true;
+                    let raw_len = held.len();
+                    return Step::Finished(i, self.complete(raw_len));
+                }
                 Phase::Trailer { fenced: false } if b == b'`' => {
                     Phase::TrailerTicks { n: 1, start: at }
                 }

@@ -21,4 +21,8 @@ pub(crate) enum Desc {
     Inside(usize),
     /// Right after the `]` of a description.
     Closed,
+    /// After a call's JSON object: spaces, line breaks and a comma may come
+    /// before the next call's object, as models write several calls after
+    /// one description (`[…]{…}{…}`, or one object a line).
+    AfterCall,
 }

@@ -110,6 +110,14 @@ impl Matcher<'_> {
                         return TextStop::Json { at: i };
                     }
                 }
+                Desc::AfterCall => match input.get(i) {
+                    Some(b' ' | b'\t' | b'\r' | b'\n' | b',') => i += 1,
+                    Some(b'{') => {
+                        *desc = Desc::Outside;
+                        return TextStop::Json { at: i };
+                    }
+                    _ => *desc = Desc::Outside,
+                },
                 Desc::Inside(mut n) => {
                     while let Some(&b) = input.get(i) {
                         match b {
@@ -170,6 +178,20 @@ impl Matcher<'_> {
     fn scan_rescue_prose(&self, input: &[u8], at: &mut Position) -> TextStop {
         let mut i = 0;
         while let Some(&b) = input.get(i) {
+            if at.desc == Desc::AfterCall {
+                match b {
+                    b' ' | b'\t' | b'\r' | b'\n' | b',' => {
+                        at.line_start = b == b'\n' || (at.line_start && b != b',');
+                        i += 1;
+                        continue;
+                    }
+                    b'{' => {
+                        at.desc = Desc::Outside;
+                        return TextStop::Json { at: i };
+                    }
+                    _ => at.desc = Desc::Outside,
+                }
+            }
             if at.desc == Desc::Closed {
                 at.desc = Desc::Outside;
                 if b == b'{' {

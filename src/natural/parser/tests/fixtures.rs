@@ -537,3 +537,74 @@ fn near_misses_with_a_valid_object_are_calls() {
         ],
     );
 }
+
+/// The shapes models write for a second call where the intent is plain.
+#[test]
+fn second_calls_in_the_shapes_models_write_them() {
+    // Bracket: several objects after one description, back to back, one a
+    // line, or comma-separated.
+    for sep in ["", "\n", " , ", ",\n"] {
+        let input = format!(
+            r#"[Two cities]{{"name": "weather", "arguments": {{"location": "Paris"}}}}{sep}{{"name": "weather", "arguments": {{"location": "Rome"}}}} Done."#
+        );
+        let between = format!("T:{sep}");
+        let mut want = vec!["T:[Two cities]", r#"C:weather:{"location":"Paris"}"#];
+        if !sep.is_empty() {
+            want.push(&between);
+        }
+        want.extend([r#"C:weather:{"location":"Rome"}"#, "T: Done."]);
+        check(Syntax::Bracket, &input, &want);
+    }
+    // After a call, an object that is no call is text, and so is prose.
+    check(
+        Syntax::Bracket,
+        r#"[d]{"name": "weather", "arguments": {}} {"x": 1} then {"name": "weather"}"#,
+        &[
+            "T:[d]",
+            r#"C:weather:{}"#,
+            r#"T: {"x": 1} then {"name": "weather"}"#,
+        ],
+    );
+    // tool_call: the second call's arguments after the first's, in the one
+    // block, its closing tag once at the end or never.
+    for close in ["\n</tool_call>", "\n```", ""] {
+        let input = format!(
+            "<tool_call name=\"weather\">\n{{\"location\": \"Paris\"}}\n{{\"location\": \"Rome\"}}{close}"
+        );
+        let events = summary(&parse_all_ways(&options(Syntax::ToolCall), &input));
+        let calls: Vec<&String> = events.iter().filter(|e| e.starts_with("C:")).collect();
+        assert_eq!(
+            calls,
+            [
+                r#"C:weather:{"location":"Paris"}"#,
+                r#"C:weather:{"location":"Rome"}"#
+            ],
+            "{input:?}: {events:?}"
+        );
+    }
+    // Tag: a second fenced block inside the tag.
+    check(
+        Syntax::Tag,
+        "<weather>\n```json\n{\"location\": \"Paris\"}\n```\n```json\n{\"location\": \"Rome\"}\n```\n</weather>",
+        &[
+            "C:weather:{\"location\":\"Paris\"}",
+            "C:weather:{\"location\":\"Rome\"}",
+        ],
+    );
+    // Consecutive blocks, the first never closed.
+    check(
+        Syntax::Tag,
+        "<weather>\n```json\n{\"location\": \"Paris\"}\n```\n\n<weather>\n```json\n{\"location\": \"Rome\"}\n```",
+        &[
+            "C:weather:{\"location\":\"Paris\"}",
+            "C:weather:{\"location\":\"Rome\"}",
+        ],
+    );
+    // A broken second object is an invalid call, not text.
+    let events = summary(&parse_all_ways(
+        &options(Syntax::ToolCall),
+        "<tool_call name=\"weather\">\n{\"location\": \"Paris\"}\n{\"location\": }\n</tool_call>",
+    ));
+    assert_eq!(events[0], r#"C:weather:{"location":"Paris"}"#, "{events:?}");
+    assert!(events[1].starts_with("I:weather:BadJson"), "{events:?}");
+}
