@@ -43,7 +43,7 @@ pub use store::StoreConfig;
 pub use telemetry::TelemetryConfig;
 pub use upstream::{HealthPolicy, RetryPolicy, UpstreamTarget};
 pub use vocabulary::{
-    Builtin, DEFAULT_MAX_REPAIRS, DEFAULT_MAX_TOOL_RESULT_CHARS, ResultRole, Syntax,
+    Builtin, Constrain, DEFAULT_MAX_REPAIRS, DEFAULT_MAX_TOOL_RESULT_CHARS, ResultRole, Syntax,
 };
 
 /// The config compiled into the binary, served when no file is given.
@@ -185,6 +185,8 @@ pub struct ToolsConfig {
     pub mode: Mode,
     pub syntax: Syntax,
     pub on_invalid: OnInvalid,
+    /// Natural mode: how calls are held to their schemas as they are written.
+    pub constrain: Constrain,
     pub fallback: Option<FallbackConfig>,
     pub instructions: Option<String>,
     pub max_tool_result_chars: usize,
@@ -822,10 +824,17 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
             "applies to mode = \"passthrough\" only (natural mode already reads calls written as text)",
         ));
     }
+    if raw.constrain != Constrain::Off && raw.mode != Mode::Natural {
+        return Err(ConfigError::new(
+            format!("{path}.constrain"),
+            "applies to mode = \"natural\" only: llama.cpp refuses a grammar next to native `tools`, and to_natural's upstream calls natively",
+        ));
+    }
     Ok(ToolsConfig {
         mode: raw.mode,
         syntax,
         on_invalid: raw.on_invalid,
+        constrain: raw.constrain,
         fallback,
         instructions: raw.instructions.clone(),
         max_tool_result_chars: raw.max_tool_result_chars,

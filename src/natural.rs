@@ -13,6 +13,7 @@ pub mod emit;
 pub(crate) mod engine;
 pub mod error;
 pub mod fields;
+pub mod grammar;
 pub mod history;
 pub mod parser;
 pub mod policy;

@@ -18,7 +18,7 @@ pub use store::{RawStore, Record};
 pub use telemetry::RawTelemetry;
 pub use upstream::{RawHealth, RawRetry, RawTarget};
 
-pub use crate::config::vocabulary::{ResultRole, Syntax};
+pub use crate::config::vocabulary::{Constrain, ResultRole, Syntax};
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -264,6 +264,9 @@ pub struct RawTools {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub syntax: Option<Syntax>,
     pub on_invalid: OnInvalid,
+    /// Natural mode: `gbnf` sends llama.cpp a grammar that keeps every call
+    /// the model starts valid.
+    pub constrain: Constrain,
     /// `provider/model` that repairs invalid calls when `on_invalid = "fallback"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
@@ -305,6 +308,7 @@ impl Default for RawTools {
             mode: Mode::Passthrough,
             syntax: None,
             on_invalid: OnInvalid::Error,
+            constrain: Constrain::Off,
             fallback: None,
             fallback_attempts: 1,
             fallback_timeout_secs: 30.0,

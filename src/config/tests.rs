@@ -91,6 +91,14 @@ fn bad_values_name_their_key() {
             "[[providers]]\nname = \"a\"\napi = \"responses\"\n[providers.demo]",
             "providers[0].api",
         ),
+        (
+            "[[providers]]\nname = \"a\"\nbase_url = \"http://x\"\n[providers.tools]\nrescue_text_calls = true\nconstrain = \"gbnf\"",
+            "providers[0].tools.constrain",
+        ),
+        (
+            "[[providers]]\nname = \"a\"\nbase_url = \"http://x\"\n[providers.tools]\nmode = \"natural\"\nconstrain = \"regex\"",
+            "providers[0].tools.constrain",
+        ),
     ];
     for (text, path) in cases {
         let err = Config::from_toml(text).unwrap_err();

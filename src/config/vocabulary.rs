@@ -40,6 +40,20 @@ impl Syntax {
     }
 }
 
+/// Whether natural-mode calls are held to the tools' schemas while the
+/// model writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Constrain {
+    /// The model writes freely; calls are validated after they are parsed.
+    #[default]
+    Off,
+    /// Each request carries a GBNF grammar (llama.cpp's `grammar`,
+    /// `grammar_lazy`, `grammar_triggers`) that admits only declared tools
+    /// with arguments their schemas accept, once a call has begun.
+    Gbnf,
+}
+
 /// Which role rewritten tool results get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]

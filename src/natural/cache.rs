@@ -13,6 +13,8 @@ use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
+use crate::config::Constrain;
+use crate::natural::grammar::Grammar;
 use crate::natural::policy::Policy;
 use crate::natural::syntax::Syntax;
 use crate::natural::tools::ToolSet;
@@ -24,7 +26,8 @@ pub const DEFAULT_CAPACITY: usize = 256;
 /// entry count alone does not bound memory: one entry can be megabytes.
 pub const DEFAULT_MAX_BYTES: usize = 64 * 1024 * 1024;
 
-/// What a request needs from the rendering: the tools offered and the block.
+/// What a request needs from the rendering: the tools offered, the block,
+/// and the grammar's fields when calls are constrained.
 #[derive(Debug, Clone)]
 pub struct Prepared {
     /// The tools offered to the model (after policy filtering).
@@ -34,6 +37,9 @@ pub struct Prepared {
     /// `block` as it reads inside a JSON string (escaped, without quotes):
     /// written into each request as it is, not escaped again.
     pub block_json: Arc<str>,
+    /// The grammar's request fields as JSON object members
+    /// (`"grammar":…,"grammar_lazy":…`), appended to the body as they are.
+    pub grammar_fields: Option<Arc<str>>,
 }
 
 impl Prepared {
@@ -47,7 +53,19 @@ impl Prepared {
             tools,
             block: Arc::from(block),
             block_json,
+            grammar_fields: None,
         }
+    }
+
+    /// With a grammar's request fields.
+    pub fn with_grammar(mut self, grammar: &Grammar) -> Self {
+        let members: Vec<String> = grammar
+            .fields()
+            .into_iter()
+            .map(|(name, value)| format!("\"{name}\":{value}"))
+            .collect();
+        self.grammar_fields = Some(members.join(",").into());
+        self
     }
 }
 
@@ -64,6 +82,8 @@ pub struct KeyRef<'a> {
     pub syntax: Syntax,
     /// The user instruction template, if any.
     pub template: Option<&'a str>,
+    /// Whether a grammar is written.
+    pub constrain: Constrain,
 }
 
 /// The owned copy of a [`KeyRef`], kept to confirm hits.
@@ -74,6 +94,7 @@ struct Key {
     policy: Policy,
     syntax: Syntax,
     template: Option<String>,
+    constrain: Constrain,
 }
 
 impl Key {
@@ -81,11 +102,13 @@ impl Key {
     /// tool set, which holds the same schemas) plus the block.
     fn weight(key: &KeyRef<'_>, prepared: &Prepared) -> usize {
         let texts = key.tools.len() + key.functions.len() + key.template.map_or(0, str::len);
-        2 * texts + prepared.block.len() + prepared.block_json.len() + 256
+        let grammar = prepared.grammar_fields.as_deref().map_or(0, str::len);
+        2 * texts + prepared.block.len() + prepared.block_json.len() + grammar + 256
     }
 
     fn matches(&self, key: &KeyRef<'_>) -> bool {
         self.syntax == key.syntax
+            && self.constrain == key.constrain
             && self.policy == *key.policy
             && self.template.as_deref() == key.template
             && *self.tools == *key.tools
@@ -231,6 +254,7 @@ impl ContractCache {
             policy: key.policy.clone(),
             syntax: key.syntax,
             template: key.template.map(str::to_string),
+            constrain: key.constrain,
         };
         entries.bytes += weight;
         entries.map.insert(
@@ -252,6 +276,7 @@ impl ContractCache {
         key.policy.hash(&mut hasher);
         key.syntax.hash(&mut hasher);
         key.template.hash(&mut hasher);
+        key.constrain.hash(&mut hasher);
         hasher.finish()
     }
 }
@@ -271,6 +296,7 @@ mod tests {
             policy,
             syntax: Syntax::Tag,
             template: None,
+            constrain: Constrain::Off,
         }
     }
 

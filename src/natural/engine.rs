@@ -90,6 +90,7 @@ impl Engine {
                         instructions: t.instructions.clone(),
                         max_tool_result_chars: t.max_tool_result_chars,
                         result_role: t.result_role,
+                        constrain: t.constrain,
                     },
                     parser: ParserOptions {
                         syntax: t.syntax,

@@ -6,16 +6,22 @@ use std::sync::Arc;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::config::{DEFAULT_MAX_TOOL_RESULT_CHARS, ResultRole};
+use crate::config::{Constrain, DEFAULT_MAX_TOOL_RESULT_CHARS, ResultRole};
 pub use crate::natural::cache::ContractCache;
 use crate::natural::cache::{KeyRef, Prepared};
 pub use crate::natural::error::RequestError;
 use crate::natural::fields::{self, Fields};
+use crate::natural::grammar;
 use crate::natural::history::{self, HistoryOptions};
 use crate::natural::policy::{Choice, Policy};
 use crate::natural::prompt::{self, CONTRACTS_PLACEHOLDER};
 use crate::natural::syntax::Syntax;
 use crate::natural::tools::ToolSet;
+
+/// The request fields that carry a client's own grammar (llama.cpp's): with
+/// `constrain = "gbnf"` the gateway writes the grammar, and a client's
+/// would be lost, so a request with tools may not send one.
+const GRAMMAR_FIELDS: [&str; 4] = ["grammar", "grammar_lazy", "grammar_triggers", "json_schema"];
 
 /// The request fields that only native tool calling understands. They are
 /// removed; their meaning moves into the system prompt.
@@ -39,6 +45,8 @@ pub struct NaturalOptions {
     pub max_tool_result_chars: usize,
     /// The role of rewritten tool results.
     pub result_role: ResultRole,
+    /// Whether the body carries a grammar for the calls.
+    pub constrain: Constrain,
 }
 
 impl Default for NaturalOptions {
@@ -48,6 +56,7 @@ impl Default for NaturalOptions {
             instructions: None,
             max_tool_result_chars: DEFAULT_MAX_TOOL_RESULT_CHARS,
             result_role: ResultRole::default(),
+            constrain: Constrain::default(),
         }
     }
 }
@@ -152,9 +161,23 @@ pub fn rewrite(
         .as_ref()
         .map(|prepared| response_plan(&fields, prepared, &policy, declared))
         .transpose()?;
+    let grammar = prepared.as_ref().and_then(|p| p.grammar_fields.as_deref());
+    if grammar.is_some()
+        && let Some(field) = GRAMMAR_FIELDS.iter().find(|f| fields.get(f).is_some())
+    {
+        return Err(RequestError::invalid(
+            *field,
+            format!(
+                "`{field}` cannot be sent with tools to this provider: it constrains tool calls with a grammar of its own (constrain = \"gbnf\")"
+            ),
+        ));
+    }
     let mut body = fields.write(&TOOL_FIELDS, "messages", &messages);
     if let Some(prepared) = splice {
         prompt::splice(&mut body, placeholder, &prepared.block_json);
+    }
+    if let Some(members) = grammar {
+        append_members(&mut body, members);
     }
     Ok(Rewrite::Rewritten { body, plan })
 }
@@ -176,6 +199,19 @@ pub fn plan(
         Some(prepared) => response_plan(&fields, &prepared, &policy, declared).map(Some),
         None => Ok(None),
     }
+}
+
+/// Appends JSON object members (`"a":1,"b":2`) to the object in `body`.
+fn append_members(body: &mut Vec<u8>, members: &str) {
+    if body.last() != Some(&b'}') {
+        return;
+    }
+    body.pop();
+    if body.len() > 1 {
+        body.push(b',');
+    }
+    body.extend_from_slice(members.as_bytes());
+    body.push(b'}');
 }
 
 /// The request's tool policy and its declarations, unparsed.
@@ -256,6 +292,7 @@ fn prepare(
         policy,
         syntax: options.syntax,
         template: options.instructions.as_deref(),
+        constrain: options.constrain,
     };
     let prepared = cache.get_or_render(key, || {
         let offered = policy.offered(&declared.tool_set()?)?;
@@ -269,7 +306,15 @@ fn prepare(
                 options.instructions.as_deref(),
             )?
         };
-        Ok(Prepared::new(Arc::new(offered), block))
+        let grammar = match options.constrain {
+            Constrain::Off => None,
+            Constrain::Gbnf => grammar::for_tools(&offered, options.syntax, policy),
+        };
+        let prepared = Prepared::new(Arc::new(offered), block);
+        Ok(match grammar {
+            Some(grammar) => prepared.with_grammar(&grammar),
+            None => prepared,
+        })
     })?;
     Ok((!prepared.tools.is_empty()).then_some(prepared))
 }

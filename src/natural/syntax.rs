@@ -90,8 +90,9 @@ impl Syntax {
     }
 }
 
-/// `{"name": "<name>", "arguments": ` of a bracket call.
-fn write_bracket_object_open(name: &str, out: &mut String) {
+/// Appends a bracket call's object up to its arguments:
+/// `{"name": "…", "arguments": `.
+pub fn write_bracket_object_open(name: &str, out: &mut String) {
     out.push_str("{\"name\": ");
     out.push_str(&serde_json::Value::from(name).to_string());
     out.push_str(", \"arguments\": ");

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use toolgate::config::Constrain;
 use toolgate::natural::request::{
     ContractCache, NaturalOptions, RequestError, ResponsePlan, Rewrite, rewrite,
 };
@@ -557,4 +558,94 @@ fn names_the_parser_cannot_read_are_a_400_naming_the_tool() {
         assert_eq!(err.param(), Some("tools[1].function.name"), "{name}");
         assert!(err.to_string().contains(name), "{err}");
     }
+}
+
+// ---- constrained calls (constrain = "gbnf") ---------------------------------
+
+fn constrained(syntax: Syntax) -> NaturalOptions {
+    NaturalOptions {
+        syntax,
+        constrain: Constrain::Gbnf,
+        ..NaturalOptions::default()
+    }
+}
+
+#[test]
+fn constrained_requests_carry_a_lazy_grammar_with_the_syntax_triggers() {
+    let body = json!({"model": "m", "messages": [user("weather in Paris?")], "tools": [weather(), clock()]});
+    for (syntax, trigger) in [
+        (Syntax::Tag, "<GetWeather>"),
+        (Syntax::ToolCall, "<tool_call"),
+        (Syntax::Bracket, "]{"),
+    ] {
+        let (out, plan) = run_opts(body.clone(), &constrained(syntax));
+        assert!(plan.is_some());
+        let grammar = out["grammar"].as_str().expect("a grammar");
+        assert!(grammar.starts_with("root ::= "), "{grammar}");
+        assert!(grammar.contains("GetWeather") && grammar.contains("GetTime"));
+        assert_eq!(out["grammar_lazy"], true);
+        let triggers = out["grammar_triggers"].as_array().expect("triggers");
+        assert!(
+            triggers.contains(&json!({"type": 1, "value": trigger})),
+            "{syntax:?}: {triggers:?}"
+        );
+        assert!(out.get("tools").is_none());
+    }
+    // Off (the default): no grammar.
+    let (out, _) = run(body);
+    assert!(out.get("grammar").is_none() && out.get("grammar_lazy").is_none());
+}
+
+#[test]
+fn required_and_named_choices_make_the_grammar_eager() {
+    for choice in [
+        json!("required"),
+        json!({"type": "function", "function": {"name": "GetWeather"}}),
+    ] {
+        let body = json!({"model": "m", "messages": [user("go")], "tools": [weather(), clock()], "tool_choice": choice});
+        let (out, _) = run_opts(body, &constrained(Syntax::ToolCall));
+        assert_eq!(out["grammar_lazy"], false, "{choice}");
+        assert!(out.get("grammar_triggers").is_none());
+    }
+    // `none`: nothing may be called, so nothing is constrained.
+    let body = json!({"model": "m", "messages": [user("go")], "tools": [weather()], "tool_choice": "none"});
+    let (out, plan) = run_opts(body, &constrained(Syntax::Tag));
+    assert!(plan.is_none());
+    assert!(out.get("grammar").is_none());
+}
+
+#[test]
+fn a_clients_own_grammar_next_to_tools_is_refused_not_dropped() {
+    for field in ["grammar", "grammar_lazy", "grammar_triggers", "json_schema"] {
+        let mut body = json!({"model": "m", "messages": [user("go")], "tools": [weather()]});
+        body[field] = json!("root ::= \"x\"");
+        match run_with(body.clone(), &constrained(Syntax::Tag)) {
+            Err(err) => {
+                assert_eq!(err.status(), 400);
+                assert_eq!(err.param(), Some(field));
+            }
+            other => panic!("{field}: expected an error, got {other:?}"),
+        }
+        // Unconstrained, the client's grammar goes upstream as it came.
+        let (out, _) = run(body);
+        assert_eq!(out[field], json!("root ::= \"x\""));
+    }
+}
+
+#[test]
+fn the_contract_cache_keeps_constrained_and_free_renderings_apart() {
+    let cache = ContractCache::default();
+    let body =
+        serde_json::to_vec(&json!({"model": "m", "messages": [user("go")], "tools": [weather()]}))
+            .unwrap();
+    let grammar_of = |options: &NaturalOptions| match rewrite(&body, options, &cache) {
+        Ok(Rewrite::Rewritten { body, .. }) => {
+            serde_json::from_slice::<Value>(&body).unwrap()["grammar"].clone()
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(grammar_of(&constrained(Syntax::Tag)).is_string());
+    assert!(grammar_of(&NaturalOptions::default()).is_null());
+    assert!(grammar_of(&constrained(Syntax::Tag)).is_string());
+    assert_eq!(cache.len(), 2);
 }

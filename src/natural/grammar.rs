@@ -1,0 +1,212 @@
+//! Constrained calls (`[providers.tools] constrain = "gbnf"`): a GBNF
+//! grammar for llama.cpp upstreams that leaves the model's text free and,
+//! from a call's opener on, admits only a declared tool's name and
+//! arguments its schema accepts, in the provider's syntax, then text again.
+//!
+//! The grammar is written so it holds whether the server applies it lazily
+//! (from a trigger word on, as `grammar_lazy` asks) or from the first token
+//! (llama.cpp's chat endpoint overrides `grammar_lazy` with its template's
+//! own setting): its text rule never contains an opener (`text`), so the
+//! only way to write one is the call rule, and a trigger's text is where a
+//! call starts. `tool_choice: "required"` or a named function makes it
+//! eager: the answer is calls.
+
+mod gbnf;
+mod schema;
+mod text;
+
+use serde_json::{Value, json};
+
+use crate::natural::policy::{Choice, Policy};
+use crate::natural::syntax::{self, Syntax};
+use crate::natural::tools::{Tool, ToolSet};
+use gbnf::Rules;
+
+/// `grammar_triggers` entries of this type are words (llama.cpp's
+/// `COMMON_GRAMMAR_TRIGGER_TYPE_WORD`).
+const TRIGGER_WORD: u64 = 1;
+
+/// A request's grammar and how the server is to apply it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grammar {
+    /// The GBNF text.
+    pub gbnf: String,
+    /// Whether text before the first call is free (`grammar_lazy`).
+    pub lazy: bool,
+    /// The words a call starts with (`grammar_triggers`).
+    pub triggers: Vec<String>,
+}
+
+impl Grammar {
+    /// The request fields that carry it: `grammar`, `grammar_lazy`, and
+    /// `grammar_triggers` when lazy.
+    pub fn fields(&self) -> Vec<(&'static str, Value)> {
+        let mut fields = vec![
+            ("grammar", Value::String(self.gbnf.clone())),
+            ("grammar_lazy", Value::Bool(self.lazy)),
+        ];
+        if self.lazy {
+            let triggers = self
+                .triggers
+                .iter()
+                .map(|word| json!({"type": TRIGGER_WORD, "value": word}))
+                .collect();
+            fields.push(("grammar_triggers", Value::Array(triggers)));
+        }
+        fields
+    }
+}
+
+/// The grammar for calls to `offered` in `syntax` under `policy`; `None`
+/// when nothing may be called.
+pub fn for_tools(offered: &ToolSet, syntax: Syntax, policy: &Policy) -> Option<Grammar> {
+    if offered.tools.is_empty() || policy.choice == Choice::None {
+        return None;
+    }
+    let mut rules = Rules::default();
+    let calls: Vec<String> = offered
+        .tools
+        .iter()
+        .enumerate()
+        .map(|(i, tool)| add_call(&mut rules, syntax, tool, i, policy.parallel))
+        .collect();
+    rules.add("call", calls.join(" | "));
+    // Between calls: spaces and line breaks (and in bracket, commas). In
+    // bracket a call may also be an object alone, after the previous one,
+    // which the parser reads as the next call.
+    let (gap, next) = match syntax {
+        Syntax::Bracket => {
+            let objects: Vec<String> = (0..offered.tools.len())
+                .map(|i| gbnf::name("object", &[&i.to_string()]))
+                .collect();
+            rules.add("next-object", objects.join(" | "));
+            (r#"[ \t\r\n,]*"#, "(call | next-object)")
+        }
+        Syntax::Tag | Syntax::ToolCall => (r#"[ \t\r\n]*"#, "call"),
+    };
+    rules.add("gap", gap);
+    let triggers = triggers(offered, syntax);
+    let eager = matches!(policy.choice, Choice::Required | Choice::Named(_));
+    let root = if eager {
+        // The answer is calls, one or (parallel) several.
+        if policy.parallel {
+            format!("ws call (gap {next})* ws")
+        } else {
+            "ws call ws".to_owned()
+        }
+    } else {
+        let words: Vec<Vec<char>> = triggers.iter().map(|t| t.chars().collect()).collect();
+        let free = text::add_text_without(&mut rules, "text", &words);
+        // Text after a call never begins (past the gap) with `{`: an
+        // object there reads as a call the grammar did not check (bracket)
+        // or as arguments lost to text (the tag syntaxes, whose blocks
+        // take several objects instead).
+        let start = text::add_text_not_starting_with(
+            &mut rules,
+            "text",
+            &words,
+            &['{', ' ', '\t', '\n', '\r', ','],
+        );
+        let after = if policy.parallel && syntax == Syntax::Bracket {
+            format!("(gap next-object)* gap {start}")
+        } else {
+            format!("gap {start}")
+        };
+        rules.add("after", after);
+        let more = if policy.parallel { "*" } else { "?" };
+        let whole = format!("{free} (call after){more}");
+        match syntax {
+            // Applied lazily, the grammar reads from the trigger `]{` on:
+            // the rest of a call whose description was free text.
+            Syntax::Bracket if policy.parallel => {
+                format!(r#"{whole} | "]" next-object after (call after)*"#)
+            }
+            Syntax::Bracket => format!(r#"{whole} | "]" next-object after"#),
+            Syntax::Tag | Syntax::ToolCall => whole,
+        }
+    };
+    rules.add("root", root);
+    Some(Grammar {
+        gbnf: rules.text(),
+        lazy: !eager,
+        triggers,
+    })
+}
+
+/// The words a call opens with: what the text may never contain.
+fn triggers(offered: &ToolSet, syntax: Syntax) -> Vec<String> {
+    match syntax {
+        Syntax::Tag => offered
+            .tools
+            .iter()
+            .map(|t| format!("<{}>", t.name))
+            .collect(),
+        Syntax::ToolCall => vec!["<tool_call".to_owned()],
+        Syntax::Bracket => vec!["]{".to_owned()],
+    }
+}
+
+/// One tool's call rule, in the form the syntax's parser reads; returns
+/// its name.
+/// With `parallel`, a tag-style block may hold several argument objects:
+/// the parser reads each as a call of the block's tool.
+fn add_call(
+    rules: &mut Rules,
+    syntax: Syntax,
+    tool: &Tool,
+    index: usize,
+    parallel: bool,
+) -> String {
+    let args = gbnf::name("args", &[&index.to_string()]);
+    match &tool.parameters {
+        Some(schema) => {
+            schema::add_value(rules, &args, schema);
+        }
+        None => {
+            schema::add_json_rules(rules);
+            rules.add(&args, r#""{" ws "}""#);
+        }
+    }
+    // The call's text around its arguments, as the instructions show it.
+    let name = &tool.name;
+    let body = match syntax {
+        Syntax::Tag | Syntax::ToolCall => {
+            // As the instructions show it, with the freedom the parser
+            // allows: whitespace around the objects, the fence optional.
+            let (mut open, mut close) = (String::new(), String::new());
+            syntax.write_call_open(name, &mut open);
+            syntax.write_call_close(name, &mut close);
+            let open = open.trim_end().trim_end_matches("```json").trim_end();
+            let close = close.trim_start().trim_start_matches("```").trim_start();
+            let objects = if parallel {
+                format!("{args} (ws {args})*")
+            } else {
+                args.clone()
+            };
+            schema::add_json_rules(rules);
+            if !rules.has("fence-open") {
+                rules.add("fence-open", r#""```" ("json" | "JSON")? [ \t]* "\n""#);
+            }
+            format!(
+                r#"{} ws (fence-open ws)? {objects} ws ("```" ws)? {}"#,
+                gbnf::literal(open),
+                gbnf::literal(close)
+            )
+        }
+        Syntax::Bracket => {
+            // The model's own description in brackets, then the object,
+            // on one line.
+            let mut open = String::new();
+            syntax::write_bracket_object_open(name, &mut open);
+            let object = gbnf::name("object", &[&index.to_string()]);
+            rules.add(&object, format!(r#"{} {args} "}}""#, gbnf::literal(&open)));
+            format!(r#""[" [^\]\n]{{1,120}} "]" {object}"#)
+        }
+    };
+    let call = gbnf::name("call", &[&index.to_string()]);
+    rules.add(&call, body);
+    call
+}
+
+#[cfg(test)]
+mod tests;
