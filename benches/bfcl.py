@@ -1,0 +1,200 @@
+"""The Berkeley Function Calling Leaderboard (BFCL) through toolgate.
+
+Run by benches/bfcl.sh, which starts llama-server and toolgate (one
+provider per arm, each arm's model name `ARM/MODEL`). This file sends each
+chosen case's first turn through toolgate's chat door, the case's functions
+given as OpenAI tools the way BFCL's own OpenAI handler converts them, reads
+the native `tool_calls` that come back, and judges them with BFCL's
+`ast_checker` (or, for the irrelevance categories, BFCL's rule: no call is
+right). The data, the type conversion and the checker are the `bfcl-eval`
+package's, used as a library (installed without its model SDKs: the
+checker's one need from them, the model config table, is given here).
+
+    python benches/bfcl.py --base URL --model MODEL --arms native,tag,... \
+        --categories simple_python,... --n 25 --out DIR
+
+Every k-th case of a category is taken (k = its size // n), so runs compare.
+Prints a Markdown table (arm x category: passes/cases) and writes one JSON
+line per case and arm (request, answer, verdict) to DIR/cases.jsonl.
+"""
+
+import argparse
+import concurrent.futures
+import copy
+import json
+import os
+import sys
+import time
+import types
+import urllib.error
+import urllib.request
+from collections import defaultdict
+
+# The checker reads one field of BFCL's model table, which imports every
+# model SDK: this model's entry is given instead.
+MODEL = "toolgate"
+model_config = types.ModuleType("bfcl_eval.constants.model_config")
+model_config.MODEL_CONFIG_MAPPING = {
+    # OpenAI-style tool names: BFCL's `a.b` functions are called `a_b`.
+    MODEL: types.SimpleNamespace(underscore_to_dot=True),
+}
+sys.modules["bfcl_eval.constants.model_config"] = model_config
+
+import bfcl_eval  # noqa: E402
+from bfcl_eval.constants.enums import Language, ModelStyle  # noqa: E402
+from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI  # noqa: E402
+from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker  # noqa: E402
+from bfcl_eval.model_handler.utils import convert_to_tool  # noqa: E402
+from bfcl_eval.utils import is_empty_output  # noqa: E402
+
+DATA = os.path.join(os.path.dirname(bfcl_eval.__file__), "data")
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def sample(category, n):
+    """Every k-th case of `category` (k = its size // n), at most n, with
+    their possible answers (none for irrelevance)."""
+    cases = load(os.path.join(DATA, f"BFCL_v4_{category}.json"))
+    answers = {}
+    answer_file = os.path.join(DATA, "possible_answer", f"BFCL_v4_{category}.json")
+    if os.path.exists(answer_file):
+        answers = {a["id"]: a["ground_truth"] for a in load(answer_file)}
+    step = max(1, len(cases) // n)
+    chosen = cases[::step][:n]
+    return [(case, answers.get(case["id"])) for case in chosen]
+
+
+def tools_of(case):
+    """The case's functions as Chat Completions tools, converted by BFCL."""
+    return convert_to_tool(
+        copy.deepcopy(case["function"]), GORILLA_TO_OPENAPI, ModelStyle.OPENAI_COMPLETIONS
+    )
+
+
+def ask(base, model, case, max_tokens, timeout):
+    body = {
+        "model": model,
+        "messages": case["question"][0],
+        "tools": tools_of(case),
+        "temperature": 0,
+        "max_tokens": max_tokens,
+    }
+    request = urllib.request.Request(
+        base + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+    )
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            status, answer = r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        status, answer = e.code, json.loads(e.read() or b"{}")
+    except Exception as e:  # a timeout, a reset: the case fails, the run goes on
+        status, answer = 0, {"error": {"message": str(e)}}
+    return body, status, answer, time.monotonic() - started
+
+
+def calls_of(answer):
+    """The answer's calls as BFCL decodes an OpenAI answer:
+    `[{name: arguments}]`; `None` when an argument string is not JSON."""
+    message = ((answer.get("choices") or [{}])[0]).get("message") or {}
+    out = []
+    for call in message.get("tool_calls") or []:
+        try:
+            out.append({call["function"]["name"]: json.loads(call["function"]["arguments"])})
+        except (KeyError, TypeError, json.JSONDecodeError):
+            return None
+    return out
+
+
+def judge(category, case, truth, status, answer):
+    """(passed, why) for one answer."""
+    if status != 200:
+        return False, f"http {status}: {(answer.get('error') or {}).get('code')}"
+    calls = calls_of(answer)
+    if "irrelevance" in category:
+        if calls is None or is_empty_output(calls):
+            return True, "no call"
+        return False, "called " + ", ".join(next(iter(c)) for c in calls)
+    if calls is None:
+        return False, "arguments not JSON"
+    if not calls:
+        return False, "no call"
+    verdict = ast_checker(
+        case["function"], calls, truth, Language.PYTHON, category, MODEL
+    )
+    return verdict["valid"], "; ".join(map(str, verdict.get("error", []))) or "ok"
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--base", required=True)
+    p.add_argument("--model", required=True, help="the upstream model's name (after ARM/)")
+    p.add_argument("--arms", required=True)
+    p.add_argument("--categories", required=True)
+    p.add_argument("--n", type=int, default=25)
+    p.add_argument("--out", required=True)
+    p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--timeout", type=float, default=600)
+    args = p.parse_args()
+    arms = args.arms.split(",")
+    categories = args.categories.split(",")
+    os.makedirs(args.out, exist_ok=True)
+    work = [
+        (arm, category, case, truth)
+        for category in categories
+        for case, truth in sample(category, args.n)
+        for arm in arms
+    ]
+    results = defaultdict(lambda: [0, 0])
+    failures = defaultdict(lambda: defaultdict(int))
+    done = 0
+
+    def one(item):
+        arm, category, case, truth = item
+        body, status, answer, seconds = ask(
+            args.base, f"{arm}/{args.model}", case, args.max_tokens, args.timeout
+        )
+        passed, why = judge(category, case, truth, status, answer)
+        return arm, category, case, body, status, answer, seconds, passed, why
+
+    with open(os.path.join(args.out, "cases.jsonl"), "w") as log, \
+            concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
+        for arm, category, case, body, status, answer, seconds, passed, why in pool.map(one, work):
+            done += 1
+            results[(arm, category)][0] += passed
+            results[(arm, category)][1] += 1
+            if not passed:
+                failures[arm][why.split(":")[0][:60]] += 1
+            log.write(json.dumps({
+                "arm": arm, "category": category, "id": case["id"], "passed": passed,
+                "why": why, "status": status, "seconds": round(seconds, 2),
+                "request": body, "answer": answer,
+            }) + "\n")
+            log.flush()
+            print(f"\r{done}/{len(work)}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    header = "| arm | " + " | ".join(categories) + " |"
+    print(header)
+    print("|" + "---|" * (len(categories) + 1))
+    for arm in arms:
+        cells = []
+        for category in categories:
+            passed, total = results[(arm, category)]
+            cells.append(f"{passed}/{total}")
+        print(f"| {arm} | " + " | ".join(cells) + " |")
+    print()
+    for arm in arms:
+        top = sorted(failures[arm].items(), key=lambda kv: -kv[1])[:5]
+        if top:
+            print(f"{arm} failures: " + "; ".join(f"{why} ({n})" for why, n in top))
+
+
+if __name__ == "__main__":
+    main()

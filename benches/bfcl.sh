@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The Berkeley Function Calling Leaderboard (BFCL, the `bfcl-eval` package's
+# data and AST checker) on a real model through toolgate, one arm per way of
+# calling tools. Reuses tests/real_upstream.sh's cached llama.cpp build and
+# models (tests/llama.sh), starts one llama-server (PARALLEL slots) and one
+# toolgate whose providers are the arms, and runs benches/bfcl.py.
+#
+#   bash benches/bfcl.sh                              # Qwen2.5-Coder-0.5B, every arm, 25 cases a category
+#   MODELS="smollm2 qwen" BFCL_N=10 bash benches/bfcl.sh
+#   ARMS=tag,tag-gbnf CATEGORIES=parallel bash benches/bfcl.sh
+#   TOOLGATE_BIN=/path/to/toolgate bash benches/bfcl.sh   # another build (a baseline)
+#
+# Arms: native (llama.cpp's own tool calling, passthrough), tag, tool_call,
+# bracket (natural mode in that syntax), rescue (passthrough with
+# rescue_text_calls), and each natural syntax with `-gbnf` (constrain =
+# "gbnf"). Results: a table per model on stdout; every case's request,
+# answer and verdict in $OUT/<model>/cases.jsonl (OUT default
+# target/bfcl). The first run builds llama.cpp (about 10 minutes on 2 cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BFCL_EVAL=2026.3.23
+MODELS=${MODELS:-qwen}
+ARMS=${ARMS:-native,tag,tool_call,bracket,rescue,tag-gbnf,tool_call-gbnf,bracket-gbnf}
+CATEGORIES=${CATEGORIES:-simple_python,multiple,parallel,parallel_multiple,irrelevance}
+BFCL_N=${BFCL_N:-25}
+PARALLEL=${PARALLEL:-2}
+OUT=${OUT:-target/bfcl}
+
+. tests/llama.sh
+
+echo "== bfcl-eval $BFCL_EVAL ($cache/bfcl-$BFCL_EVAL)"
+venv=$cache/bfcl-$BFCL_EVAL
+if ! "$venv/bin/python" -c 'import bfcl_eval, tenacity, filelock, tree_sitter' 2>/dev/null; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  # The package without the model SDKs it lists: the data, the type
+  # conversion and the AST checker need only these.
+  "$venv/bin/python" -m pip --disable-pip-version-check --quiet install --no-deps "bfcl-eval==$BFCL_EVAL"
+  "$venv/bin/python" -m pip --disable-pip-version-check --quiet install --no-warn-conflicts \
+    tenacity==9.1.2 filelock==3.20.0 tree_sitter==0.21.3 tree-sitter-java==0.21.0 tree-sitter-javascript==0.21.4
+fi
+
+if [ -n "${TOOLGATE_BIN:-}" ]; then
+  bin=$TOOLGATE_BIN
+else
+  echo "== toolgate (dev build)"
+  cargo build --locked --quiet
+  bin=$PWD/target/debug/toolgate
+fi
+
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+for name in $MODELS; do
+  case $name in
+    smollm2) model=$smollm2 ;;
+    qwen) model=$qwen ;;
+    *) echo "unknown model $name (smollm2, qwen)" >&2; exit 1 ;;
+  esac
+  llama_template "$name"
+  port=$(free_port)
+  log=$(mktemp -t llama-server.XXXXXX.log)
+  echo "== $name: llama-server on 127.0.0.1:$port, $PARALLEL slots (log $log)"
+  "$server" -m "$model" --host 127.0.0.1 --port "$port" --jinja "${template[@]}" \
+    -c $((PARALLEL * 8192)) -np "$PARALLEL" -t "$(nproc)" --no-webui >"$log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 240); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 "${pids[-1]}" 2>/dev/null || { tail -20 "$log"; exit 1; }
+    sleep 0.5
+  done
+
+  gw_port=$(free_port)
+  config=$(mktemp -t toolgate-bfcl.XXXXXX.toml)
+  {
+    printf '[server]\nlisten = "127.0.0.1:%s"\nfirst_byte_timeout_secs = 900\nstream_idle_timeout_secs = 900\nmax_body_bytes = 33554432\n\n' "$gw_port"
+    for arm in ${ARMS//,/ }; do
+      printf '[[providers]]\nname = "%s"\nbase_url = "http://127.0.0.1:%s/v1"\n\n[providers.tools]\n' "$arm" "$port"
+      case $arm in
+        native) printf 'mode = "passthrough"\n' ;;
+        rescue) printf 'mode = "passthrough"\nrescue_text_calls = true\n' ;;
+        *-gbnf) printf 'mode = "natural"\nsyntax = "%s"\nconstrain = "gbnf"\n' "${arm%-gbnf}" ;;
+        *) printf 'mode = "natural"\nsyntax = "%s"\n' "$arm" ;;
+      esac
+      printf '\n'
+    done
+  } >"$config"
+  gw_log=$(mktemp -t toolgate-bfcl.XXXXXX.log)
+  TOOLGATE_LOG=warn "$bin" --config "$config" 2>"$gw_log" &
+  pids+=($!)
+  for _ in $(seq 1 100); do
+    curl -sf "http://127.0.0.1:$gw_port/healthz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+
+  echo "== BFCL ($name): $CATEGORIES, $BFCL_N cases each (every k-th), arms $ARMS"
+  start=$SECONDS
+  "$venv/bin/python" benches/bfcl.py --base "http://127.0.0.1:$gw_port" --model "$name" \
+    --arms "$ARMS" --categories "$CATEGORIES" --n "$BFCL_N" --parallel "$PARALLEL" \
+    --out "$OUT/$name"
+  echo "   $((SECONDS - start)) s; cases: $OUT/$name/cases.jsonl"
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  pids=()
+  rm -f "$config"
+done
