@@ -235,7 +235,7 @@ fn auto_and_absent_offer_every_tool() {
             plan.tools.names().collect::<Vec<_>>(),
             ["GetWeather", "GetTime"]
         );
-        assert!(system_text(&out).contains("Call a tool only when it helps"));
+        assert!(system_text(&out).contains("When no tool fits the request, answer directly"));
     }
 }
 
