@@ -8,6 +8,7 @@
 //! are counted, not repaired (`on_invalid = "error"`, no fallback).
 
 pub mod cases;
+mod grammars;
 mod report;
 pub mod score;
 
@@ -26,6 +27,7 @@ use crate::natural::syntax::Syntax;
 use crate::natural::validate::SchemaCache;
 use crate::tools::builtin::Builtin;
 pub use cases::{AgentCase, Case, Cases};
+pub use grammars::Grammars;
 pub use report::Report;
 use score::{AgentOutcome, AgentTally, Outcome, Tally};
 
@@ -142,7 +144,7 @@ pub async fn run(
     let agent = &options.cases.agent;
     let mut providers: Vec<Arc<Provider>> = Vec::new();
     for &arm in &options.arms {
-        providers.push(variant(&base, arm, None));
+        providers.push(variant(&base, arm, None, provider_name(arm, None)));
         for (c, case) in agent.iter().enumerate() {
             let sources = case
                 .gateway_tools
@@ -150,9 +152,16 @@ pub async fn run(
                 .map(|name| source(&config, name))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| format!("agent case {:?}: {e}", case.name))?;
-            providers.push(variant(&base, arm, Some((c, sources))));
+            providers.push(variant(
+                &base,
+                arm,
+                Some((c, sources)),
+                provider_name(arm, Some(c)),
+            ));
         }
     }
+    // Passthrough, for asking whether the server follows a grammar.
+    providers.push(variant(&base, Arm::Native, None, GRAMMAR_PROVIDER.into()));
     config.providers = providers;
     // Only the provider under test: no transcripts, no inbound keys or
     // concurrency limit (the requests never leave this process). Tool
@@ -174,6 +183,17 @@ pub async fn run(
     {
         gateway.tools().mcp().settled(options.timeout).await;
     }
+
+    let grammars = match send(
+        &gateway,
+        Grammars::request(&format!("{GRAMMAR_PROVIDER}/{model}")),
+        options.timeout,
+    )
+    .await
+    {
+        Ok((status, body)) => Grammars::read(status, &body),
+        Err(why) => Grammars::Refused(why),
+    };
 
     let client = &options.cases.client;
     let schemas = SchemaCache::new();
@@ -221,6 +241,7 @@ pub async fn run(
         runs: options.runs,
         cases: client.iter().map(|c| c.name.clone()).collect(),
         agent_cases: agent.iter().map(|c| c.name.clone()).collect(),
+        grammars,
         arms: options.arms.iter().copied().zip(tallies).collect(),
         agent: options.arms.iter().copied().zip(agent_tallies).collect(),
     })
@@ -347,6 +368,9 @@ fn source(config: &Config, name: &str) -> Result<ToolSource, String> {
     ))
 }
 
+/// The passthrough provider the grammar question goes to.
+const GRAMMAR_PROVIDER: &str = "probe-grammar";
+
 /// The provider of an arm (and of an agent case in it).
 fn provider_name(arm: Arm, agent_case: Option<usize>) -> String {
     match agent_case {
@@ -355,9 +379,14 @@ fn provider_name(arm: Arm, agent_case: Option<usize>) -> String {
     }
 }
 
-/// The provider under test, its tools handled as `arm` says, offering the
-/// gateway tools of agent case `agent.0` when given.
-fn variant(base: &Provider, arm: Arm, agent: Option<(usize, Vec<ToolSource>)>) -> Arc<Provider> {
+/// The provider under test as `name`, its tools handled as `arm` says,
+/// offering the gateway tools of agent case `agent.0` when given.
+fn variant(
+    base: &Provider,
+    arm: Arm,
+    agent: Option<(usize, Vec<ToolSource>)>,
+    name: String,
+) -> Arc<Provider> {
     let mut tools = base.tools.clone();
     (tools.mode, tools.rescue_text_calls) = match arm {
         Arm::Natural(syntax) => {
@@ -369,7 +398,6 @@ fn variant(base: &Provider, arm: Arm, agent: Option<(usize, Vec<ToolSource>)>) -
     };
     tools.on_invalid = OnInvalid::Error;
     tools.fallback = None;
-    let case = agent.as_ref().map(|(c, _)| *c);
     tools.gateway = agent.map(|(_, sources)| GatewaySettings {
         sources,
         max_rounds: base.tools.gateway.as_ref().map_or(8, |g| g.max_rounds),
@@ -377,7 +405,7 @@ fn variant(base: &Provider, arm: Arm, agent: Option<(usize, Vec<ToolSource>)>) -
         show: ShowGatewayTools::Fields,
     });
     Arc::new(Provider {
-        name: provider_name(arm, case),
+        name,
         targets: base.targets.clone(),
         failover: Vec::new(),
         retry: base.retry.clone(),

@@ -45,6 +45,11 @@ fn call_for(prompt: &str) -> (&'static str, Value) {
 /// schema. Bracket: plain text. Native tools: the call as a fenced JSON
 /// object in the text (what Qwen2.5-Coder does), which only rescue reads.
 fn model(request: &Value) -> Reply {
+    if let Some(grammar) = request.get("grammar") {
+        // A server that follows the grammar: the one string it admits.
+        let only = grammar.as_str().unwrap().split('"').nth(1).unwrap();
+        return Reply::json(&upstream_completion(only));
+    }
     let messages = request["messages"].as_array().unwrap();
     let last = messages.last().unwrap();
     if request.get("tools").is_some() {
@@ -180,7 +185,14 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
     // each in tag and rescue, one in bracket and native; in tool_call the
     // clock's `{"nope": 1}` fits its schema (it runs: two rounds), the
     // calculator's does not.
-    assert_eq!(requests.len(), 50 + 16 + 12 + 12 + 8 + 6 + 6);
+    // ... and one question: does the server follow a grammar?
+    assert_eq!(requests.len(), 1 + 50 + 16 + 12 + 12 + 8 + 6 + 6);
+    let (grammar, requests): (Vec<_>, Vec<_>) = requests
+        .into_iter()
+        .partition(|r| r.json().get("grammar").is_some());
+    assert_eq!(grammar.len(), 1);
+    assert_eq!(grammar[0].json()["model"], "small-model");
+    assert_eq!(json["grammars"], "followed");
     for r in &requests {
         let body = r.json();
         assert_eq!(body["model"], "small-model");
@@ -212,7 +224,9 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
     assert!(table.contains("gateway tools (3 agent prompts"), "{table}");
     let recommendation = report.recommendation();
     assert!(
-        recommendation.contains("[providers.tools]\nmode = \"natural\"\nsyntax = \"tag\"\n"),
+        recommendation.contains(
+            "[providers.tools]\nmode = \"natural\"\nsyntax = \"tag\"\nconstrain = \"gbnf\"\n"
+        ),
         "{recommendation}"
     );
     Config::from_toml(&format!(
@@ -296,6 +310,13 @@ fn the_binary_probes_the_demo_model_with_a_cases_file() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["provider"], "demo");
+    // The demo answers as it always does, grammar or not.
+    assert_eq!(report["grammars"], "ignored");
+    let recommendation = report["recommendation"].as_str().unwrap();
+    assert!(
+        recommendation.contains("# Grammars: ignored") && !recommendation.contains("constrain = "),
+        "{recommendation}"
+    );
     for name in ["bracket", "native"] {
         let a = arm(&report, name);
         // The demo copies a code span into the first string argument and

@@ -5,6 +5,7 @@ use std::fmt::Write;
 use serde_json::{Value, json};
 
 use super::Arm;
+use super::grammars::Grammars;
 use super::score::{AgentTally, Tally, median};
 
 /// Every arm's tallies, per case.
@@ -15,6 +16,8 @@ pub struct Report {
     pub runs: usize,
     pub cases: Vec<String>,
     pub agent_cases: Vec<String>,
+    /// What the server did with a grammar (`constrain = "gbnf"`).
+    pub grammars: Grammars,
     /// Per arm, one tally per case (in `cases` order).
     pub arms: Vec<(Arm, Vec<Tally>)>,
     /// Per arm, one tally per agent case (in `agent_cases` order).
@@ -62,6 +65,7 @@ impl Report {
             sum.no_call += t.no_call;
             sum.invalid += t.invalid;
             sum.unwanted += t.unwanted;
+            sum.quiet += t.quiet;
             sum.failed += t.failed;
             sum.loops += t.loops;
             sum.closed += t.closed;
@@ -94,9 +98,11 @@ impl Report {
         sum
     }
 
-    /// The arm that did best: the most expected first calls plus closed
-    /// loops that used the result (then agent answers that used the
-    /// results); ties go to the arm listed first.
+    /// The arm that did best: the most expected first calls, closed loops
+    /// that used the result and prompts that needed no tool answered
+    /// without one (then agent answers that used the results); ties go to
+    /// the arm listed first. An arm that never called is not the best
+    /// however well it stayed quiet.
     pub fn best(&self) -> Option<Arm> {
         let score = |a: usize| {
             let (arm, tallies) = &self.arms[a];
@@ -105,7 +111,16 @@ impl Report {
                 .agent
                 .get(a)
                 .map_or(0, |(_, t)| Self::agent_total(t).used);
-            (*arm, t.expected + t.used, agent)
+            let right = t.expected + t.used;
+            (
+                *arm,
+                if right + agent > 0 {
+                    right + t.quiet
+                } else {
+                    0
+                },
+                agent,
+            )
         };
         (0..self.arms.len())
             .map(score)
@@ -137,10 +152,11 @@ impl Report {
         for (arm, tallies) in &self.arms {
             let t = Self::total(tallies);
             let mut line = format!(
-                "#   {:<10} first calls {}, loops closed using the result {}",
+                "#   {:<10} first calls {}, loops closed using the result {}, no-tool prompts answered without a call {}",
                 arm.as_str(),
                 share(t.expected, t.want_call),
-                share(t.used, t.loops)
+                share(t.used, t.loops),
+                share(t.quiet, t.want_none)
             );
             if let Some((_, agent)) = self.agent.iter().find(|(a, _)| a == arm) {
                 let a = Self::agent_total(agent);
@@ -152,6 +168,7 @@ impl Report {
             }
             let _ = writeln!(out, "{line}");
         }
+        let _ = writeln!(out, "# Grammars: {}.", self.grammars.describe());
         let _ = writeln!(
             out,
             "# Under the [[providers]] entry named {:?}:",
@@ -159,6 +176,10 @@ impl Report {
         );
         out.push_str("[providers.tools]\n");
         out.push_str(&best.tools_block());
+        if matches!(best, Arm::Natural(_)) && self.grammars.followed() {
+            // Constrained, a call the model starts is a valid one.
+            out.push_str("constrain = \"gbnf\"\n");
+        }
         out
     }
 
@@ -173,6 +194,7 @@ impl Report {
             self.cases.len(),
             self.runs
         );
+        let _ = writeln!(out, "grammars: {}\n", self.grammars.describe());
         let mut header = format!("{:<10}", "syntax");
         for (name, _) in COLUMNS {
             let _ = write!(header, "  {name:>10}");
@@ -303,6 +325,7 @@ impl Report {
             "provider": self.provider,
             "model": self.model,
             "runs": self.runs,
+            "grammars": self.grammars.as_str(),
             "syntaxes": arms,
             "agent": agent,
             "best": self.best().map(Arm::as_str),
@@ -322,6 +345,7 @@ fn counts(t: &Tally) -> Value {
         "no_call": t.no_call,
         "invalid_blocks": t.invalid,
         "unwanted_calls": t.unwanted,
+        "answered_without_call": t.quiet,
         "errors": t.failed,
         "first_error": t.first_failure,
         "median_latency_ms": t.median_latency().map(|d| d.as_secs_f64() * 1000.0),

@@ -101,6 +101,8 @@ pub struct Tally {
     pub invalid: usize,
     /// Calls where none was wanted.
     pub unwanted: usize,
+    /// Prompts that wanted no call answered in text.
+    pub quiet: usize,
     /// Other failures (upstream errors, timeouts).
     pub failed: usize,
     /// Loops tried: the expected tool was called and its result sent back.
@@ -139,7 +141,7 @@ impl Tally {
             }
             (Outcome::Invalid(_), _) => self.invalid += 1,
             (Outcome::NoCall(_), Some(_)) => self.no_call += 1,
-            (Outcome::NoCall(_), None) => {}
+            (Outcome::NoCall(_), None) => self.quiet += 1,
             (Outcome::Calls(_), None) => self.unwanted += 1,
             (Outcome::Calls(calls), Some(want)) => {
                 let mut right_tool = false;

@@ -1,0 +1,112 @@
+//! Does the upstream follow a llama.cpp GBNF grammar (what
+//! `constrain = "gbnf"` sends)? One request carries a grammar that admits a
+//! single string no model writes unasked; the answer says which of three
+//! things the server does with it (pure: the request and the reading).
+
+use serde_json::{Value, json};
+
+/// The one answer the test grammar admits.
+const ONLY: &str = "tg-grammar-ok";
+
+/// What the upstream did with a grammar.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grammars {
+    /// The answer was exactly what the grammar admits.
+    Followed,
+    /// The server answered, not as the grammar admits: it ignores the field,
+    /// and a constrained request would run unconstrained.
+    Ignored(String),
+    /// The server refused the request (its status and message), or no answer came.
+    Refused(String),
+}
+
+impl Grammars {
+    /// The request body (non-streaming, a few tokens).
+    pub fn request(model: &str) -> Value {
+        json!({
+            "model": model,
+            "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": 16,
+            "temperature": 0,
+            "stream": false,
+            "grammar": format!("root ::= \"{ONLY}\""),
+        })
+    }
+
+    /// Reads the answer to [`Grammars::request`].
+    pub fn read(status: u16, body: &[u8]) -> Grammars {
+        let value: Option<Value> = serde_json::from_slice(body).ok();
+        if status != 200 {
+            let message = value
+                .as_ref()
+                .and_then(|v| v.pointer("/error/message"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(200).collect());
+            return Grammars::Refused(format!("{status}: {message}"));
+        }
+        let text = value
+            .as_ref()
+            .and_then(|v| v.pointer("/choices/0/message/content"))
+            .and_then(Value::as_str);
+        match text {
+            Some(t) if t.trim() == ONLY => Grammars::Followed,
+            Some(t) => Grammars::Ignored(format!(
+                "answered {:?}",
+                t.chars().take(60).collect::<String>()
+            )),
+            None => Grammars::Ignored("answered without text".into()),
+        }
+    }
+
+    pub fn followed(&self) -> bool {
+        *self == Grammars::Followed
+    }
+
+    /// One line for the table and the recommendation.
+    pub fn describe(&self) -> String {
+        match self {
+            Grammars::Followed => "followed: `constrain = \"gbnf\"` works here".into(),
+            Grammars::Ignored(why) => format!("ignored ({why}): leave `constrain` off"),
+            Grammars::Refused(why) => format!("refused ({why}): leave `constrain` off"),
+        }
+    }
+
+    /// `followed`, `ignored` or `refused`, for JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Grammars::Followed => "followed",
+            Grammars::Ignored(_) => "ignored",
+            Grammars::Refused(_) => "refused",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(text: &str) -> Vec<u8> {
+        json!({"choices": [{"message": {"role": "assistant", "content": text}}]})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn the_three_things_a_server_does_with_a_grammar() {
+        let request = Grammars::request("m");
+        assert_eq!(request["grammar"], "root ::= \"tg-grammar-ok\"");
+        assert_eq!(Grammars::read(200, &answer(ONLY)), Grammars::Followed);
+        assert!(matches!(
+            Grammars::read(200, &answer("Hello! How can I help?")),
+            Grammars::Ignored(why) if why.contains("Hello!")
+        ));
+        let refused =
+            br#"{"error": {"message": "Unrecognized request argument supplied: grammar"}}"#;
+        assert_eq!(
+            Grammars::read(400, refused),
+            Grammars::Refused("400: Unrecognized request argument supplied: grammar".into())
+        );
+        assert!(!Grammars::read(500, b"boom").followed());
+    }
+}
