@@ -23,7 +23,9 @@ import concurrent.futures
 import copy
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import types
 import urllib.error
@@ -48,6 +50,14 @@ from bfcl_eval.model_handler.utils import convert_to_tool  # noqa: E402
 from bfcl_eval.utils import is_empty_output  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(bfcl_eval.__file__), "data")
+
+
+# Every single-turn category: the ones whose cases declare their functions.
+SINGLE_TURN = [
+    "simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
+    "parallel_multiple", "irrelevance", "live_simple", "live_multiple", "live_parallel",
+    "live_parallel_multiple", "live_irrelevance", "live_relevance",
+]
 
 
 def load(path):
@@ -131,6 +141,65 @@ def judge(category, case, truth, status, answer):
     return verdict["valid"], "; ".join(map(str, verdict.get("error", []))) or "ok"
 
 
+def check_grammars(toolgate, llama, categories, syntaxes, parallel):
+    """Every case of `categories` (all of them, not the sample), its tools
+    rendered by `toolgate render` in each of `syntaxes` with constrain =
+    "gbnf", and its grammar sent to llama-server on a one-token request:
+    the server must read every one (it answers 400 to a grammar it cannot
+    parse). Returns the refusals."""
+    configs = {}
+    for syntax in syntaxes:
+        path = os.path.join(tempfile.mkdtemp(), "toolgate.toml")
+        with open(path, "w") as f:
+            f.write(
+                f'[[providers]]\nname = "x"\nbase_url = "{llama}/v1"\n'
+                f'[providers.tools]\nmode = "natural"\nsyntax = "{syntax}"\nconstrain = "gbnf"\n'
+            )
+        configs[syntax] = path
+    work = [
+        (category, case, syntax)
+        for category in categories
+        for case in load(os.path.join(DATA, f"BFCL_v4_{category}.json"))
+        for syntax in syntaxes
+    ]
+
+    def one(item):
+        category, case, syntax = item
+        request = {"model": "x/m", "messages": case["question"][0], "tools": tools_of(case)}
+        rendered = subprocess.run(
+            [toolgate, "render", "--config", configs[syntax], "--provider", "x", "--raw"],
+            input=json.dumps(request).encode(), capture_output=True,
+        )
+        if rendered.returncode != 0:
+            return case["id"], syntax, "render: " + rendered.stderr.decode()[:300]
+        body = json.loads(rendered.stdout)
+        if "grammar" not in body:
+            return case["id"], syntax, "no grammar in the rendered request"
+        probe = {
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+            **{k: body[k] for k in ("grammar", "grammar_lazy", "grammar_triggers") if k in body},
+        }
+        request = urllib.request.Request(
+            llama + "/v1/chat/completions", data=json.dumps(probe).encode(),
+            headers={"content-type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=120) as r:
+                r.read()
+            return None
+        except urllib.error.HTTPError as e:
+            return case["id"], syntax, f"{e.code}: {e.read()[:300]!r}"
+
+    refused = []
+    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+        for done, verdict in enumerate(pool.map(one, work), 1):
+            if verdict:
+                refused.append(verdict)
+            print(f"\rgrammars {done}/{len(work)}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return len(work), refused
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--base", required=True)
@@ -142,9 +211,29 @@ def main():
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--toolgate", help="the binary whose grammars --check-grammars renders")
+    p.add_argument("--llama", help="llama-server's URL, for --check-grammars")
+    p.add_argument("--check-grammars", action="store_true",
+                   help="first send every case's grammar (each constrained arm's syntax) to llama-server")
+    p.add_argument("--grammar-categories", default="",
+                   help="the categories --check-grammars reads (default --categories; `all`: every single-turn one)")
     args = p.parse_args()
     arms = args.arms.split(",")
     categories = args.categories.split(",")
+    if args.check_grammars:
+        syntaxes = [arm.removesuffix("-gbnf") for arm in arms if arm.endswith("-gbnf")]
+        checked = args.grammar_categories.split(",") if args.grammar_categories else categories
+        if checked == ["all"]:
+            checked = SINGLE_TURN
+        total, refused = check_grammars(args.toolgate, args.llama, checked, syntaxes, args.parallel)
+        print(f"grammars: {total - len(refused)}/{total} read by llama-server "
+              f"(every case of {', '.join(checked)}; syntaxes {', '.join(syntaxes)})")
+        for case_id, syntax, why in refused[:20]:
+            print(f"  refused: {case_id} ({syntax}): {why}")
+        if refused:
+            sys.exit(1)
+    if args.n == 0:
+        return
     os.makedirs(args.out, exist_ok=True)
     work = [
         (arm, category, case, truth)

@@ -9,11 +9,15 @@
 #   MODELS="smollm2 qwen" BFCL_N=10 bash benches/bfcl.sh
 #   ARMS=tag,tag-gbnf CATEGORIES=parallel bash benches/bfcl.sh
 #   TOOLGATE_BIN=/path/to/toolgate bash benches/bfcl.sh   # another build (a baseline)
+#   GRAMMAR_CATEGORIES=all BFCL_N=0 bash benches/bfcl.sh  # only: does llama-server read every grammar?
 #
 # Arms: native (llama.cpp's own tool calling, passthrough), tag, tool_call,
 # bracket (natural mode in that syntax), rescue (passthrough with
 # rescue_text_calls), and each natural syntax with `-gbnf` (constrain =
-# "gbnf"). Results: a table per model on stdout; every case's request,
+# "gbnf"). With a constrained arm, every case of the categories (all
+# single-turn ones with GRAMMAR_CATEGORIES=all) first has its grammar sent
+# to llama-server, which must read each (the run stops otherwise). Results:
+# a table per model on stdout; every case's request,
 # answer and verdict in $OUT/<model>/cases.jsonl (OUT default
 # target/bfcl). The first run builds llama.cpp (about 10 minutes on 2 cores).
 set -euo pipefail
@@ -46,7 +50,7 @@ if [ -n "${TOOLGATE_BIN:-}" ]; then
 else
   echo "== toolgate (dev build)"
   cargo build --locked --quiet
-  bin=$PWD/target/debug/toolgate
+  bin=${CARGO_TARGET_DIR:-$PWD/target}/debug/toolgate
 fi
 
 pids=()
@@ -97,7 +101,10 @@ for name in $MODELS; do
 
   echo "== BFCL ($name): $CATEGORIES, $BFCL_N cases each (every k-th), arms $ARMS"
   start=$SECONDS
-  "$venv/bin/python" benches/bfcl.py --base "http://127.0.0.1:$gw_port" --model "$name" \
+  grammars=()
+  case ,$ARMS, in *-gbnf,*) grammars=(--check-grammars --toolgate "$bin" --llama "http://127.0.0.1:$port"
+    --grammar-categories "${GRAMMAR_CATEGORIES:-$CATEGORIES}") ;; esac
+  "$venv/bin/python" benches/bfcl.py --base "http://127.0.0.1:$gw_port" --model "$name" "${grammars[@]}" \
     --arms "$ARMS" --categories "$CATEGORIES" --n "$BFCL_N" --parallel "$PARALLEL" \
     --out "$OUT/$name"
   echo "   $((SECONDS - start)) s; cases: $OUT/$name/cases.jsonl"

@@ -23,7 +23,7 @@ MODELS=${MODELS:-smollm2 qwen}
 
 echo "== toolgate (dev build)"
 cargo build --locked --quiet
-bin=$PWD/target/debug/toolgate
+bin=${CARGO_TARGET_DIR:-$PWD/target}/debug/toolgate
 
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done' EXIT

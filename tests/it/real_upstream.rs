@@ -55,6 +55,15 @@ async fn gateway(url: &str) -> TestGateway {
         provider("tag", "mode = \"natural\"\nsyntax = \"tag\""),
         provider("tool_call", "mode = \"natural\"\nsyntax = \"tool_call\""),
         provider("bracket", "mode = \"natural\"\nsyntax = \"bracket\""),
+        provider("ctag", "mode = \"natural\"\nsyntax = \"tag\"\nconstrain = \"gbnf\""),
+        provider(
+            "ctool_call",
+            "mode = \"natural\"\nsyntax = \"tool_call\"\nconstrain = \"gbnf\"",
+        ),
+        provider(
+            "cbracket",
+            "mode = \"natural\"\nsyntax = \"bracket\"\nconstrain = \"gbnf\"",
+        ),
         provider("text", "mode = \"to_natural\""),
         provider(
             "agent",
@@ -183,7 +192,14 @@ async fn natural_mode_in_every_syntax_gives_answers_clients_accept() {
         "Say hello.",
     ];
     let mut calls = 0;
-    for syntax in ["tag", "tool_call", "bracket"] {
+    for syntax in [
+        "tag",
+        "tool_call",
+        "bracket",
+        "ctag",
+        "ctool_call",
+        "cbracket",
+    ] {
         for prompt in prompts {
             let tools = json!({"tools": [weather_tool()]});
             let whole = post(
@@ -241,7 +257,89 @@ async fn natural_mode_in_every_syntax_gives_answers_clients_accept() {
             }
         }
     }
-    eprintln!("natural mode: the model wrote {calls} valid call(s) in 18 answers");
+    eprintln!("natural mode: the model wrote {calls} valid call(s) in 36 answers");
+}
+
+/// `constrain = "gbnf"` on the real server, in every syntax: the grammar is
+/// read (a grammar llama.cpp cannot parse is a 400, which fails here), a
+/// required call is always a valid call of a declared tool, streamed or not,
+/// with what the schema allows; a prompt that needs no tool is answered.
+#[tokio::test]
+async fn constrained_calls_are_valid_calls_in_every_syntax() {
+    let Some(url) = upstream() else { return };
+    let gw = gateway(&url).await;
+    let time_tool = json!({"type": "function", "function": {
+        "name": "get_time",
+        "description": "Get the current time in a time zone.",
+        "parameters": {"type": "object", "properties": {
+            "timezone": {"type": "string", "enum": ["Europe/Paris", "Asia/Tokyo", "America/New_York"]}
+        }, "required": ["timezone"]}
+    }});
+    for syntax in ["ctag", "ctool_call", "cbracket"] {
+        for stream in [false, true] {
+            let mut body: Value = serde_json::from_str(&chat(
+                &model(syntax),
+                "What time is it in Tokyo?",
+                json!({"tools": [weather_tool(), time_tool.clone()], "tool_choice": "required", "max_tokens": 128}),
+            ))
+            .unwrap();
+            body["stream"] = json!(stream);
+            let reply = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+            let calls = if stream {
+                assert_eq!(reply.status, 200, "{syntax}: {}", reply.text());
+                let s = check_stream(&reply.body, &Expect::default()).unwrap_or_else(|e| {
+                    panic!(
+                        "{syntax}: {e}
+{}",
+                        reply.text()
+                    )
+                });
+                s.choice()
+                    .calls
+                    .iter()
+                    .map(|c| (c.name.clone(), c.args()))
+                    .collect::<Vec<_>>()
+            } else {
+                let v = ok(&reply).json();
+                check_completion(&v).unwrap();
+                v["choices"][0]["message"]["tool_calls"]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{syntax}: required is a call: {v:#}"))
+                    .iter()
+                    .map(|c| {
+                        let args = c["function"]["arguments"].as_str().unwrap();
+                        (
+                            c["function"]["name"].as_str().unwrap().to_owned(),
+                            serde_json::from_str(args).unwrap(),
+                        )
+                    })
+                    .collect()
+            };
+            assert!(!calls.is_empty(), "{syntax}: required is a call");
+            for (name, args) in &calls {
+                match name.as_str() {
+                    "get_time" => assert!(
+                        ["Europe/Paris", "Asia/Tokyo", "America/New_York"]
+                            .contains(&args["timezone"].as_str().unwrap()),
+                        "{syntax}: {args}"
+                    ),
+                    "get_weather" => assert!(args["location"].is_string(), "{syntax}: {args}"),
+                    other => panic!("{syntax}: a tool no one declared: {other}"),
+                }
+            }
+        }
+        let quiet = post(
+            &gw.url("/v1/chat/completions"),
+            &chat(
+                &model(syntax),
+                "Say hello.",
+                json!({"tools": [weather_tool()]}),
+            ),
+        )
+        .await;
+        let v = ok(&quiet).json();
+        check_completion(&v).unwrap();
+    }
 }
 
 /// to_natural with llama.cpp's own tool support (`--jinja` and a tool-capable
@@ -393,7 +491,8 @@ async fn busy(url: &str) -> bool {
         .any(|s| s["is_processing"] == true)
 }
 
-/// Qwen2.5-Coder-0.5B through bracket natural mode: the call, its result
+/// Qwen2.5-Coder-0.5B through natural mode in every syntax, constrained
+/// or not: the call, its result
 /// sent back as the SDKs do, and an answer that uses it without calling
 /// again. Through rescue (its native answer is a fenced JSON object): the
 /// call comes back native (the model's own template, which toolgate leaves
@@ -408,7 +507,16 @@ async fn the_tool_loop_closes_on_qwen() {
     }
     let gw = gateway(&url).await;
     let prompt = "What is the weather in Paris right now?";
-    for provider in ["bracket", "rescue"] {
+    let providers = [
+        "tag",
+        "tool_call",
+        "bracket",
+        "ctag",
+        "ctool_call",
+        "cbracket",
+        "rescue",
+    ];
+    for provider in providers {
         let first = post(
             &gw.url("/v1/chat/completions"),
             &chat(&model(provider), prompt, json!({"tools": [weather_tool()]})),
