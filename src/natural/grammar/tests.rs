@@ -697,18 +697,22 @@ fn after_a_bracket_call_an_object_is_a_valid_call_or_nothing() {
     assert!(!g.accepts(&format!("{call}\n{next}")));
 }
 
-/// A tag-style block takes several argument objects (the parser reads each
-/// as a call); after the block, an object is refused rather than lost to
-/// text.
+/// A tag-style block holds one argument object and then closes (a model
+/// allowed more repeats the object until its tokens run out); several
+/// calls are several blocks, which the parser reads as such. After a
+/// block, an object is refused rather than lost to text.
 #[test]
-fn tag_blocks_take_several_objects_and_no_object_follows_a_call() {
+fn tag_blocks_close_after_one_object_and_no_object_follows_a_call() {
     let tools = ToolSet::from_tools(vec![weather()]);
     for syntax in [Syntax::Tag, Syntax::ToolCall] {
         let (_, g) = grammar_of(vec![weather()], syntax, &Policy::default());
         let call = rendered(syntax, "GetWeather", &json!({"location": "Paris"}));
-        let two = call.replacen("\"Paris\"\n}", "\"Paris\"\n}\n{\"location\": \"Rome\"}", 1);
-        assert!(g.accepts(&two), "{syntax:?}: {two}");
-        let (calls, invalid) = parsed(&two, syntax, &tools);
+        let rome = rendered(syntax, "GetWeather", &json!({"location": "Rome"}));
+        let in_one = call.replacen("\"Paris\"\n}", "\"Paris\"\n}\n{\"location\": \"Rome\"}", 1);
+        assert!(!g.accepts(&in_one), "{syntax:?}: {in_one}");
+        let blocks = format!("{call}\n{rome}");
+        assert!(g.accepts(&blocks), "{syntax:?}: {blocks}");
+        let (calls, invalid) = parsed(&blocks, syntax, &tools);
         assert!(!invalid);
         assert_eq!(calls.len(), 2, "{syntax:?}: {calls:?}");
         assert!(
@@ -721,7 +725,7 @@ fn tag_blocks_take_several_objects_and_no_object_follows_a_call() {
             ..Policy::default()
         };
         let (_, g) = grammar_of(vec![weather()], syntax, &single);
-        assert!(!g.accepts(&two), "{syntax:?}: one call only");
+        assert!(!g.accepts(&blocks), "{syntax:?}: one call only");
     }
 }
 
