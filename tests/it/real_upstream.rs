@@ -83,6 +83,16 @@ async fn gateway(url: &str) -> TestGateway {
     TestGateway::start(&toml).await
 }
 
+/// The natural-mode providers: each syntax, then each constrained.
+const NATURAL: [&str; 6] = [
+    "tag",
+    "tool_call",
+    "bracket",
+    "ctag",
+    "ctool_call",
+    "cbracket",
+];
+
 fn weather_tool() -> Value {
     json!({"type": "function", "function": {
         "name": "get_weather",
@@ -192,14 +202,7 @@ async fn natural_mode_in_every_syntax_gives_answers_clients_accept() {
         "Say hello.",
     ];
     let mut calls = 0;
-    for syntax in [
-        "tag",
-        "tool_call",
-        "bracket",
-        "ctag",
-        "ctool_call",
-        "cbracket",
-    ] {
+    for syntax in NATURAL {
         for prompt in prompts {
             let tools = json!({"tools": [weather_tool()]});
             let whole = post(
@@ -507,16 +510,7 @@ async fn the_tool_loop_closes_on_qwen() {
     }
     let gw = gateway(&url).await;
     let prompt = "What is the weather in Paris right now?";
-    let providers = [
-        "tag",
-        "tool_call",
-        "bracket",
-        "ctag",
-        "ctool_call",
-        "cbracket",
-        "rescue",
-    ];
-    for provider in providers {
+    for provider in NATURAL.into_iter().chain(["rescue"]) {
         let first = post(
             &gw.url("/v1/chat/completions"),
             &chat(&model(provider), prompt, json!({"tools": [weather_tool()]})),
