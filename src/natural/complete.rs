@@ -63,6 +63,9 @@ async fn rewrite_choices(
             let mut reply = ReplyParser::new(settings.clone());
             let mut text = String::with_capacity(content.len());
             reply.feed(content, &mut text).map_err(invalid)?;
+            if choice.get("finish_reason").and_then(Value::as_str) == Some("length") {
+                reply.cut_short();
+            }
             reply.finish_text(&mut text).map_err(invalid)?;
             repairs.extend(reply.take_repairs().into_iter().map(|r| (parsed.len(), r)));
             parsed.push(Parsed { at, reply, text });

@@ -170,6 +170,8 @@ pub struct ReplyParser {
     /// When text started being held back, for the hold-time metric.
     holding_since: Option<Instant>,
     held_peak: usize,
+    /// The upstream stopped the message at its token limit.
+    cut_short: bool,
 }
 
 impl ReplyParser {
@@ -187,7 +189,16 @@ impl ReplyParser {
             transcript,
             holding_since: None,
             held_peak: 0,
+            cut_short: false,
         }
+    }
+
+    /// The upstream ended the message at its token limit (`finish_reason:
+    /// "length"`): a call still open then was cut, not written wrong, and
+    /// stays text instead of following `on_invalid`. Call before
+    /// [`ReplyParser::finish_text`].
+    pub fn cut_short(&mut self) {
+        self.cut_short = true;
     }
 
     /// Feeds a content delta; appends the text to show now to `out`.
@@ -379,6 +390,12 @@ impl ReplyParser {
                             arguments: serde_json::Value::Object(call.arguments).to_string(),
                         })),
                     }
+                }
+                Event::Invalid(block)
+                    if self.cut_short && block.reason == InvalidReason::Unclosed =>
+                {
+                    count_invalid(&self.settings, "cut_short");
+                    out.push_str(&block.raw);
                 }
                 Event::Invalid(block) => {
                     count_invalid(&self.settings, reason_label(&block.reason));

@@ -385,6 +385,9 @@ impl StreamRewriter {
         let state = &mut self.choices[pos];
         state.finished = true;
         self.text.clear();
+        if upstream_reason.as_ref().and_then(Value::as_str) == Some("length") {
+            state.reply.cut_short();
+        }
         if let Err(invalid) = state.reply.finish_text(&mut self.text) {
             self.fail(out, &invalid.error());
             return;

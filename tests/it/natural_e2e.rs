@@ -435,6 +435,54 @@ async fn schema_violation_is_invalid() {
     assert_invalid_is_text(SCHEMA_VIOLATION_REPLY, "{\"city\": \"Paris\"}").await;
 }
 
+/// An answer the upstream stopped at its token limit inside a call (a model
+/// repeating calls until `max_tokens`): the calls it finished are calls, the
+/// one it was still writing stays text, and the reply is not an error. The
+/// same unclosed block in an answer that stopped on its own is invalid.
+#[tokio::test]
+async fn a_call_cut_by_the_token_limit_stays_text() {
+    let reply = "<GetWeather>\n```json\n{\"location\": \"Paris\"}\n```\n</GetWeather>\n<GetWeather>\n```json\n{\"location\": \"Pa";
+    for finish in ["length", "stop"] {
+        let mock = Mock::start(move |req| {
+            if req.json()["stream"] == true {
+                let body = upstream_sse(
+                    &char_pieces(reply, 7)
+                        .iter()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>(),
+                    None,
+                )
+                .replace(
+                    "\"finish_reason\":\"stop\"",
+                    &format!("\"finish_reason\":\"{finish}\""),
+                );
+                Reply::sse(&[&body], Duration::ZERO)
+            } else {
+                let mut v: Value = serde_json::from_str(&upstream_completion(reply)).unwrap();
+                v["choices"][0]["finish_reason"] = json!(finish);
+                Reply::json(&v.to_string())
+            }
+        })
+        .await;
+        let gw = tools_gateway(&mock, "natural", "on_invalid = \"error\"").await;
+        let cut = "<GetWeather>\n```json\n{\"location\": \"Pa";
+        if finish == "stop" {
+            let r = post(&gw.url("/v1/chat/completions"), &chat(false, json!({}))).await;
+            assert_eq!(r.status, 502, "{}", r.text());
+            continue;
+        }
+        let (_, s) = stream(&gw, &chat(true, json!({})), &Expect::default()).await;
+        let c = s.choice();
+        assert_eq!(c.calls.len(), 1, "{c:?}");
+        assert_eq!(c.calls[0].args()["location"], "Paris");
+        assert!(c.content.ends_with(cut), "{:?}", c.content);
+        let v = complete(&gw, &chat(false, json!({}))).await;
+        let message = &v["choices"][0]["message"];
+        assert_eq!(message["tool_calls"].as_array().unwrap().len(), 1, "{v:#}");
+        assert!(message["content"].as_str().unwrap().ends_with(cut), "{v:#}");
+    }
+}
+
 #[tokio::test]
 async fn parallel_tool_calls_false_keeps_only_the_first_call() {
     let reply = "Two cities.\n\n<GetWeather>\n```json\n{\"location\": \"Paris\"}\n```\n</GetWeather>\n<GetWeather>\n```json\n{\"location\": \"Rome\"}\n```\n</GetWeather>";
