@@ -133,17 +133,34 @@ pub fn for_tools(offered: &ToolSet, syntax: Syntax, policy: &Policy) -> Option<G
     })
 }
 
-/// The words a call opens with: what the text may never contain.
+/// The words a call opens with, up to the end of the tool's name: what the
+/// text may never contain. A name no tool has is no trigger: what a model
+/// writes to call a tool that does not exist stays text (the parser reads
+/// it as such) instead of being forced into a call of a declared tool
+/// (Qwen2.5-Coder-0.5B, asked what none of its tools does, wrote
+/// `[Calling calculate_triangle_area]{"name": "calculate_triangle_area", …`;
+/// with `]{` as the trigger, the grammar turned 8 such answers of 25 into
+/// calls of the one tool it had).
 fn triggers(offered: &ToolSet, syntax: Syntax) -> Vec<String> {
-    match syntax {
-        Syntax::Tag => offered
-            .tools
-            .iter()
-            .map(|t| format!("<{}>", t.name))
-            .collect(),
-        Syntax::ToolCall => vec!["<tool_call".to_owned()],
-        Syntax::Bracket => vec!["]{".to_owned()],
-    }
+    offered
+        .tools
+        .iter()
+        .map(|t| match syntax {
+            Syntax::Tag => format!("<{}>", t.name),
+            Syntax::ToolCall => {
+                let mut open = String::new();
+                syntax.write_call_open(&t.name, &mut open);
+                let end = open.rfind('"').map_or(open.len(), |q| q + 1);
+                open[..end].to_owned()
+            }
+            Syntax::Bracket => {
+                let mut open = String::from("]");
+                syntax::write_bracket_object_open(&t.name, &mut open);
+                let end = open.rfind(", \"arguments\"").unwrap_or(open.len());
+                open[..end].to_owned()
+            }
+        })
+        .collect()
 }
 
 /// One tool's call rule, in the form the syntax's parser reads; returns

@@ -575,8 +575,8 @@ fn constrained_requests_carry_a_lazy_grammar_with_the_syntax_triggers() {
     let body = json!({"model": "m", "messages": [user("weather in Paris?")], "tools": [weather(), clock()]});
     for (syntax, trigger) in [
         (Syntax::Tag, "<GetWeather>"),
-        (Syntax::ToolCall, "<tool_call"),
-        (Syntax::Bracket, "]{"),
+        (Syntax::ToolCall, "<tool_call name=\"GetWeather\""),
+        (Syntax::Bracket, "]{\"name\": \"GetWeather\""),
     ] {
         let (out, plan) = run_opts(body.clone(), &constrained(syntax));
         assert!(plan.is_some());

@@ -417,6 +417,37 @@ fn text_is_free_but_for_the_openers_and_calls_are_whole() {
     }
 }
 
+/// A call to a tool no one declared is text under the lazy grammar (and to
+/// the parser), never forced into a declared tool's call; the triggers end
+/// with a declared name.
+#[test]
+fn a_call_to_an_undeclared_tool_stays_text() {
+    let tools = ToolSet::from_tools(vec![weather()]);
+    for (syntax, trigger, other) in [
+        (
+            Syntax::ToolCall,
+            "<tool_call name=\"GetWeather\"",
+            "<tool_call name=\"GetTime\">\n{\"zone\": \"UTC\"}\n</tool_call>",
+        ),
+        (
+            Syntax::Bracket,
+            "]{\"name\": \"GetWeather\"",
+            "[Calling GetTime]{\"name\": \"GetTime\", \"arguments\": {\"zone\": \"UTC\"}}",
+        ),
+        (
+            Syntax::Tag,
+            "<GetWeather>",
+            "<GetTime>\n```json\n{\"zone\": \"UTC\"}\n```\n</GetTime>",
+        ),
+    ] {
+        let (written, g) = grammar_of(vec![weather()], syntax, &Policy::default());
+        assert_eq!(written.triggers, [trigger], "{syntax:?}");
+        assert!(g.accepts(other), "{syntax:?}: {other}");
+        let (calls, invalid) = parsed(other, syntax, &tools);
+        assert!(calls.is_empty() && !invalid, "{syntax:?}: {calls:?}");
+    }
+}
+
 #[test]
 fn required_and_named_choices_are_calls_only_and_one_call_when_not_parallel() {
     let required = Policy {
