@@ -1,7 +1,7 @@
 //! Constrained calls (`[providers.tools] constrain = "gbnf"`): a GBNF
 //! grammar for llama.cpp upstreams that leaves the model's text free and,
-//! from a call's opener on, admits only a declared tool's name and
-//! arguments its schema accepts, in the provider's syntax, then text again.
+//! from a declared tool's opener on (up to its name), admits only arguments
+//! its schema accepts, in the provider's syntax, then text again.
 //!
 //! The grammar is written so it holds whether the server applies it lazily
 //! (from a trigger word on, as `grammar_lazy` asks) or from the first token
