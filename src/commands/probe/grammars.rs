@@ -5,6 +5,8 @@
 
 use serde_json::{Value, json};
 
+use super::score::Outcome;
+
 /// The one answer the test grammar admits.
 const ONLY: &str = "tg-grammar-ok";
 
@@ -33,29 +35,16 @@ impl Grammars {
         })
     }
 
-    /// Reads the answer to [`Grammars::request`].
+    /// Reads the answer to [`Grammars::request`] as the probe reads any answer.
     pub fn read(status: u16, body: &[u8]) -> Grammars {
-        let value: Option<Value> = serde_json::from_slice(body).ok();
-        if status != 200 {
-            let message = value
-                .as_ref()
-                .and_then(|v| v.pointer("/error/message"))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(200).collect());
-            return Grammars::Refused(format!("{status}: {message}"));
-        }
-        let text = value
-            .as_ref()
-            .and_then(|v| v.pointer("/choices/0/message/content"))
-            .and_then(Value::as_str);
-        match text {
-            Some(t) if t.trim() == ONLY => Grammars::Followed,
-            Some(t) => Grammars::Ignored(format!(
+        match Outcome::from_response(status, body) {
+            Outcome::NoCall(text) if text.trim() == ONLY => Grammars::Followed,
+            Outcome::NoCall(text) => Grammars::Ignored(format!(
                 "answered {:?}",
-                t.chars().take(60).collect::<String>()
+                text.chars().take(60).collect::<String>()
             )),
-            None => Grammars::Ignored("answered without text".into()),
+            Outcome::Calls(_) => Grammars::Ignored("answered with calls".into()),
+            Outcome::Invalid(why) | Outcome::Failed(why) => Grammars::Refused(why),
         }
     }
 
