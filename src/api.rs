@@ -14,6 +14,7 @@ pub mod responses;
 pub mod responses_events;
 pub mod responses_request;
 pub mod transcripts;
+pub mod usage;
 pub mod viewer;
 
 use http::{HeaderValue, Response, header};

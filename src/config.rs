@@ -10,6 +10,7 @@ pub mod auth;
 pub mod cors;
 mod env;
 pub mod gateway_tools;
+pub mod limits;
 pub mod raw;
 pub mod redact;
 pub mod store;
@@ -131,6 +132,8 @@ pub struct ServerConfig {
     pub readiness: Readiness,
     /// `[server.cors]`; `None`: browsers may not call across origins.
     pub cors: Option<cors::Cors>,
+    /// `[server.limits]`: where the keys' limits and budgets are counted.
+    pub limiter: limits::LimiterConfig,
 }
 
 #[derive(Debug)]
@@ -147,6 +150,8 @@ pub struct Provider {
     pub model_rewrite: HashMap<String, String>,
     pub api: Api,
     pub tools: ToolsConfig,
+    /// `[providers.pricing]`: what its tokens cost.
+    pub pricing: limits::Pricing,
 }
 
 impl Provider {
@@ -271,16 +276,17 @@ impl Config {
                     key.starts_with("server.") || key.starts_with("telemetry.")
                 }),
         );
-        Self::from_figment(figment).map_err(|e| env::blame(e, &applied))
+        Self::from_figment(figment, &text).map_err(|e| env::blame(e, &applied))
     }
 
     /// Parses config text alone, without env overrides (for tests and tools).
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        Self::from_figment(Figment::new().merge(Toml::string(text)))
+        Self::from_figment(Figment::new().merge(Toml::string(text)), text)
     }
 
-    fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
-        let raw: RawConfig = figment.extract().map_err(figment_error)?;
+    fn from_figment(figment: Figment, text: &str) -> Result<Config, ConfigError> {
+        let mut raw: RawConfig = figment.extract().map_err(figment_error)?;
+        raw.order_pricing(text);
         Self::from_raw(raw)
     }
 
@@ -375,7 +381,10 @@ impl Config {
                 ));
             }
         }
-        let warnings = warnings(&providers);
+        let mut warnings = warnings(&providers);
+        if let Some(auth) = &server.auth {
+            warnings.extend(limits::budget_warnings(auth, &providers));
+        }
         Ok(Config {
             server,
             providers,
@@ -594,6 +603,7 @@ fn server(raw: &raw::RawServer) -> Result<ServerConfig, ConfigError> {
         },
         tls: raw.tls.as_ref().map(tls).transpose()?,
         cors: raw.cors.as_ref().map(cors::cors).transpose()?,
+        limiter: limits::limiter(raw.limits.as_ref())?,
         // Read once the tools are known (`keys[].gateway_tools` names them).
         auth: None,
         readiness: raw.readiness,
@@ -715,7 +725,24 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
         model_rewrite: raw.model_rewrite.clone().into_iter().collect(),
         api: raw.api,
         tools,
+        pricing: limits::pricing(path, &ordered_pricing(raw))?,
     })
+}
+
+/// A provider's `pricing` entries in the file's order (entries the order
+/// does not know, e.g. from a test's raw config, follow in table order).
+fn ordered_pricing(raw: &raw::RawProvider) -> Vec<(String, raw::limits::RawPrice)> {
+    let mut entries: Vec<(String, raw::limits::RawPrice)> = raw
+        .pricing_order
+        .iter()
+        .filter_map(|glob| Some((glob.clone(), *raw.pricing.get(glob)?)))
+        .collect();
+    for (glob, price) in &raw.pricing {
+        if !raw.pricing_order.contains(glob) {
+            entries.push((glob.clone(), *price));
+        }
+    }
+    entries
 }
 
 /// A provider's URL, and the `Authorization` its userinfo stood for.

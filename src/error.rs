@@ -110,6 +110,12 @@ pub enum GatewayError {
         /// The error's `code`.
         code: &'static str,
     },
+    /// A tenant's limit or budget refuses the request.
+    #[error("{}", .0.message)]
+    Limited(Box<Limited>),
+    /// Redis could not check the tenant's limits and `on_redis_error = "deny"`.
+    #[error("The gateway cannot check this key's limits right now; retry shortly")]
+    LimiterUnavailable,
     /// A tool server this provider's gateway tools need is not available.
     #[error("The tool server `{server}` {reason}; this provider's requests wait until it is back")]
     ToolServerUnavailable {
@@ -118,6 +124,29 @@ pub enum GatewayError {
         /// Where it stands (`is down: …`, `is starting`).
         reason: String,
     },
+}
+
+/// What a tenant's limits said when they refused a request.
+#[derive(Debug)]
+pub struct Limited {
+    /// What is spent or at its limit, and when it frees.
+    pub message: String,
+    /// A spent budget (`insufficient_quota`), not a rate.
+    pub budget: bool,
+    /// How long until a request would be admitted.
+    pub retry_after: std::time::Duration,
+    /// The `x-ratelimit-*` headers of the tenant's limits.
+    pub headers: Vec<(header::HeaderName, header::HeaderValue)>,
+}
+
+impl Limited {
+    fn code(&self) -> &'static str {
+        if self.budget {
+            "insufficient_quota"
+        } else {
+            "rate_limit_exceeded"
+        }
+    }
 }
 
 /// A request the tool transforms cannot read (malformed `tools`, invalid
@@ -150,7 +179,10 @@ impl GatewayError {
             | GatewayError::ToolServerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
             GatewayError::ModelNotAllowed(_) | GatewayError::Forbidden(_) => StatusCode::FORBIDDEN,
-            GatewayError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            GatewayError::TooManyRequests { .. } | GatewayError::Limited(_) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            GatewayError::LimiterUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -168,9 +200,10 @@ impl GatewayError {
             GatewayError::Overloaded
             | GatewayError::BufferFull
             | GatewayError::TooManyRequests { .. } => "rate_limit_error",
-            GatewayError::ToolServerUnavailable { .. } | GatewayError::StoreUnavailable(_) => {
-                "server_error"
-            }
+            GatewayError::ToolServerUnavailable { .. }
+            | GatewayError::StoreUnavailable(_)
+            | GatewayError::LimiterUnavailable => "server_error",
+            GatewayError::Limited(limited) => limited.code(),
             _ => "upstream_error",
         }
     }
@@ -196,6 +229,8 @@ impl GatewayError {
             GatewayError::ToolServerUnavailable { .. } => "tool_server_unavailable",
             GatewayError::NotFound(_) => "not_found",
             GatewayError::StoreUnavailable(_) => "store_unavailable",
+            GatewayError::Limited(limited) => limited.code(),
+            GatewayError::LimiterUnavailable => "limiter_unavailable",
         }
     }
 
@@ -254,6 +289,19 @@ impl GatewayError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        }
+        if let GatewayError::Limited(limited) = &self {
+            let headers = response.headers_mut();
+            let wait = limited.retry_after;
+            // Whole seconds, rounded up; `retry-after-ms` for clients that
+            // read it (OpenAI's SDKs do, before `retry-after`).
+            let secs = wait.as_micros().div_ceil(1_000_000).max(1);
+            headers.insert(header::RETRY_AFTER, header::HeaderValue::from(secs as u64));
+            let ms = wait.as_micros().div_ceil(1_000).max(1);
+            headers.insert("retry-after-ms", header::HeaderValue::from(ms as u64));
+            for (name, value) in &limited.headers {
+                headers.insert(name.clone(), value.clone());
+            }
         }
         if matches!(self, GatewayError::Unauthorized) {
             response.headers_mut().insert(

@@ -43,6 +43,7 @@ use crate::body::stall::StallGuard;
 use crate::body::{self, Body, BoxError};
 use crate::config::Config;
 use crate::error::GatewayError;
+use crate::limiter::Limiter;
 use crate::metrics::request::route_of;
 use crate::runtime::Runtime;
 use crate::store::Store;
@@ -71,6 +72,9 @@ pub struct Gateway {
     metrics: PrometheusHandle,
     /// The limits shared by every request, kept across reloads.
     limits: Limits,
+    /// The tenants' limits and budgets: their counts are kept across
+    /// reloads, which change only the limits.
+    limiter: Limiter,
     draining: AtomicBool,
     /// Turns true when the shutdown grace period is over: open streams end.
     grace_over: watch::Sender<bool>,
@@ -103,8 +107,15 @@ impl Gateway {
                 store,
                 views: LiveViews::new(c.live_views),
             });
+        let limiter = Limiter::new(&config.server.limiter, config.server.workers.get())
+            .unwrap_or_else(|e| {
+                // The URL was checked when the config was read.
+                tracing::error!(error = %e, "cannot use server.limits.redis_url; limits are counted in memory");
+                Limiter::new(&Default::default(), 1).expect("memory counters need nothing")
+            });
         Gateway {
             transcripts,
+            limiter,
             limits: Limits::new(&config.server),
             runtime: ArcSwap::from_pointee(Runtime::new(
                 config,
@@ -272,11 +283,19 @@ impl Gateway {
                 let scope = crate::telemetry::scope::Scope {
                     tenant: tenant.name.clone(),
                     trace: log.trace.clone(),
+                    meter: None,
                 };
                 // Boxed once: the wrappers below then move a pointer, not
                 // the whole request future (kilobytes, copied per layer).
-                let proxied =
-                    Box::pin(proxy::proxy(&runtime, &self.limits, req, &tenant, &mut log));
+                let proxied = Box::pin(proxy::proxy(
+                    &runtime,
+                    &self.limits,
+                    &self.limiter,
+                    self.store.as_ref(),
+                    req,
+                    &tenant,
+                    &mut log,
+                ));
                 let (result, attempted) = crate::upstream::noting_attempts(
                     crate::telemetry::scope::within(scope, proxied),
                 )

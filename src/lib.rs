@@ -34,6 +34,8 @@ pub mod gateway;
 pub mod headers;
 pub mod inbound;
 pub mod json;
+/// Tenants' limits and budgets, in memory or in Redis.
+pub mod limiter;
 #[allow(missing_docs)]
 pub mod log_writer;
 pub mod memory;

@@ -49,6 +49,9 @@ pub const STORE_LINK_WAITS: &str = "toolgate_store_link_waits_total";
 pub const LIVE_VIEWS: &str = "toolgate_live_views";
 pub const TOKENS: &str = "toolgate_tokens_total";
 pub const TRACE_SPANS: &str = "toolgate_trace_spans_total";
+pub const COST_USD: &str = "toolgate_cost_usd_total";
+pub const RATE_LIMITED: &str = "toolgate_rate_limited_total";
+pub const LIMITER_ERRORS: &str = "toolgate_limiter_errors_total";
 
 /// Latency buckets from 1 ms to 5 minutes: model calls are slow, the gateway is not.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -141,6 +144,18 @@ fn describe() {
     describe_counter!(
         TOKENS,
         "Tokens the upstreams' answers reported using, by provider, tenant and kind (input, output)."
+    );
+    describe_gauge!(
+        COST_USD,
+        "USD the upstreams' reported tokens cost at the provider's `pricing`, by provider and tenant; it only grows (a gauge because the amounts are fractions: read it with increase())."
+    );
+    describe_counter!(
+        RATE_LIMITED,
+        "Requests refused by a tenant's limits, by tenant and limit (requests, tokens, concurrency, budget)."
+    );
+    describe_counter!(
+        LIMITER_ERRORS,
+        "Limit checks Redis could not answer in time; `on_redis_error` decided them."
     );
     describe_counter!(
         TRACE_SPANS,

@@ -40,7 +40,9 @@ use db::Db;
 use generations::Generations;
 use link::Choice;
 use live::Live;
-pub use record::{ChatFilter, ChatSummary, Kept, Message, StoredMessage};
+pub use record::{
+    ChatFilter, ChatSummary, Kept, Message, StoredMessage, UsageColumn, UsageRow, Used,
+};
 use record::{ChatUpdate, StoredResponse, StoredSteps, Write, next_id, now_ms};
 pub use recorder::Recorder;
 
@@ -72,6 +74,14 @@ const RESPONSE_RETRY: Duration = Duration::from_millis(25);
 const OPEN_WAIT: Duration = Duration::from_secs(5);
 /// The request header naming (and the response header reporting) the chat.
 pub const CHAT_HEADER: &str = "x-toolgate-chat-id";
+
+/// An hour, in ms.
+const HOUR_MS: i64 = 3_600_000;
+
+/// The hour `ms` falls in (ms since the epoch).
+pub fn hour_of(ms: i64) -> i64 {
+    ms - ms.rem_euclid(HOUR_MS)
+}
 
 /// Why a read failed.
 #[derive(Debug, thiserror::Error)]
@@ -630,6 +640,38 @@ impl Store {
                 .map_err(|e| StoreError::Database(e.to_string()))
         })
         .await
+    }
+
+    /// Usage totals from `from` to `to` (ms, rounded to their hours; `to`
+    /// excluded), of `tenant` or of every tenant, grouped by `group_by`.
+    pub async fn usage(
+        &self,
+        tenant: Option<Arc<str>>,
+        from: i64,
+        to: i64,
+        group_by: Vec<UsageColumn>,
+    ) -> Result<Vec<UsageRow>, StoreError> {
+        self.read(move |shared| async move {
+            let db = shared.db.get().ok_or(StoreError::NotReady)?;
+            db.usage(
+                tenant.as_deref(),
+                hour_of(from),
+                hour_of(to.saturating_add(HOUR_MS - 1)),
+                &group_by,
+            )
+            .await
+            .map_err(|e| StoreError::Database(e.to_string()))
+        })
+        .await
+    }
+
+    /// Queues what a request used (one row per provider it reached); added
+    /// to its hour's totals by the writer. Kept whatever `record` says.
+    pub fn record_usage(&self, used: Vec<Used>) {
+        if !used.is_empty() {
+            self.shared
+                .push(used.into_iter().map(Write::Usage).collect());
+        }
     }
 
     /// A chat and its messages in order (any tenant's: the caller checks

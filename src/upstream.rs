@@ -18,6 +18,7 @@ pub mod retry;
 pub mod stencil;
 pub mod to_responses;
 pub mod usage;
+pub mod usage_asked;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -423,13 +424,25 @@ impl Upstreams {
                 (req, span)
             }
         };
+        let charge = scope.as_ref().and_then(|s| {
+            let meter = s.meter.clone()?;
+            Some(answered::Charge {
+                price: provider.pricing.price(meter.model()),
+                meter,
+                provider: provider.name.clone(),
+                request_bytes: http_body::Body::size_hint(req.body()).exact().unwrap_or(0) as usize,
+            })
+        });
         let (outcome, result) = self.reach(provider, routed, i, req).await;
         let tokens = scope.map(|s| match routed.tokens.get(&s.tenant) {
             Some(counters) => counters.clone(),
             None => token_counters(&provider.name, &s.tenant),
         });
         match result {
-            Ok(response) => (outcome, Ok(answered::observe(response, span, tokens))),
+            Ok(response) => (
+                outcome,
+                Ok(answered::observe(response, span, tokens, charge)),
+            ),
             Err(e) => {
                 let kind = match outcome {
                     Outcome::Timeout => "timeout",

@@ -47,11 +47,13 @@ export CLIENT_TESTS_PYTHON="$PWD/$venv/bin/python"
 export CLIENT_TESTS_NODE_DIR="$PWD/$clients/node"
 
 # The transcript tests run a throwaway PostgreSQL cluster (tests/it/common/postgres.rs)
-# and drive the transcript page in headless Chromium: both from the
-# distribution's packages, installed once when missing.
-echo "== system packages (PostgreSQL server, Chromium)"
+# and drive the transcript page in headless Chromium, and the limit tests a
+# throwaway Redis (tests/it/common/redis.rs): all from the distribution's
+# packages, installed once when missing.
+echo "== system packages (PostgreSQL server, Redis, Chromium)"
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v redis-server >/dev/null || need+=(redis-server)
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   start=$SECONDS
@@ -61,7 +63,7 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   echo "   installed ${need[*]} in $((SECONDS - start)) s"
 fi
-echo "   $(ls -d /usr/lib/postgresql/*/bin | tail -1), $(chromium --version 2>/dev/null || chromium-browser --version)"
+echo "   $(ls -d /usr/lib/postgresql/*/bin | tail -1), $(redis-server --version | cut -d' ' -f1-3), $(chromium --version 2>/dev/null || chromium-browser --version)"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -107,6 +107,9 @@ pub async fn handle(
     if path == "/toolgate/api/backup" {
         return backup(&transcripts.store, reader).await;
     }
+    if path == "/toolgate/api/usage" {
+        return super::usage::handle(&transcripts.store, &reader.viewer, query).await;
+    }
     let Some(rest) = path.strip_prefix("/toolgate/api/chats") else {
         return Err(GatewayError::UnknownRoute {
             method: method.to_string(),
@@ -199,7 +202,7 @@ fn no_chat(id: &str) -> GatewayError {
 }
 
 /// A query parameter, decoded (`+` and `%XX`); an empty one counts as absent.
-fn param(query: Option<&str>, name: &str) -> Option<String> {
+pub(super) fn param(query: Option<&str>, name: &str) -> Option<String> {
     form_urlencoded::parse(query?.as_bytes())
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.into_owned())

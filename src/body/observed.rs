@@ -43,6 +43,9 @@ pub struct RequestLog {
     /// Keeps the client's connection busy (not idle) until the body ends
     /// (the server's guard, dropped likewise).
     pub busy: Option<Guard>,
+    /// The request's admission under its tenant's limits (its concurrency
+    /// slot; its usage is charged once every holder dropped it).
+    pub admission: Option<Guard>,
     /// Set when shutdown's grace period ended the stream (see `drain`).
     pub drained: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// The request's server span, when traces are on.
@@ -104,6 +107,7 @@ impl RequestLog {
             permit: None,
             held: None,
             busy: None,
+            admission: None,
             drained: None,
             trace: None,
             request_id: None,

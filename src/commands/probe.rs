@@ -415,6 +415,7 @@ fn variant(
         model_rewrite: base.model_rewrite.clone(),
         api: base.api,
         tools,
+        pricing: base.pricing.clone(),
     })
 }
 

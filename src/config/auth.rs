@@ -16,6 +16,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use sha2::{Digest, Sha256};
 
 use super::ConfigError;
+use super::limits::Quota;
 use super::raw::RawAuth;
 
 /// The tenant of every request when `[server.auth]` is off, and the owner
@@ -32,6 +33,8 @@ pub struct Tenant {
     /// `gateway_tools`: the entries (as a provider's `gateway_tools` names
     /// them) this tenant may be offered; `None` allows all.
     gateway_tools: Option<HashSet<String>>,
+    /// Its `limits` and `budget`, all its keys together.
+    pub quota: Quota,
 }
 
 impl Tenant {
@@ -43,6 +46,7 @@ impl Tenant {
                 name: ANONYMOUS.into(),
                 models: None,
                 gateway_tools: None,
+                quota: Quota::default(),
             })
         })
         .clone()
@@ -116,6 +120,15 @@ impl Auth {
         !self.admin.is_empty()
     }
 
+    /// Every tenant with a key, once each.
+    pub fn tenant_list(&self) -> impl Iterator<Item = &Arc<Tenant>> {
+        let mut seen = HashSet::new();
+        self.keys
+            .iter()
+            .map(|(_, t)| t)
+            .filter(move |t| seen.insert(t.name.clone()))
+    }
+
     /// The tenants' names (for checking names elsewhere in the config).
     pub fn tenants(&self) -> impl Iterator<Item = &str> {
         self.keys.iter().map(|(_, t)| &*t.name)
@@ -171,6 +184,7 @@ fn auth_from(
                 name: key_tenant_name(&key).into(),
                 models: None,
                 gateway_tools: None,
+                quota: Quota::default(),
             });
             push_key(&mut keys, key, tenant, "server.auth.api_keys_env")?;
         }
@@ -225,10 +239,12 @@ fn auth_from(
                 Some(list.iter().cloned().collect())
             }
         };
+        let quota = super::limits::quota(&path, entry.limits.as_ref(), entry.budget.as_ref())?;
         let tenant = Arc::new(Tenant {
             name: name.into(),
             models,
             gateway_tools,
+            quota,
         });
         for key in env_keys(&format!("{path}.key_env"), &entry.key_env)? {
             push_key(&mut keys, key, tenant.clone(), &format!("{path}.key_env"))?;

@@ -5,6 +5,7 @@
 //! [`super::Config`] whose fields cannot be invalid.
 
 mod gateway;
+pub mod limits;
 mod store;
 mod telemetry;
 mod upstream;
@@ -35,6 +36,25 @@ pub struct RawConfig {
     pub store: Option<RawStore>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<RawTelemetry>,
+}
+
+impl RawConfig {
+    /// Notes each provider's `pricing` globs in the order `text` (the
+    /// document this config was read from) writes them: the first match
+    /// wins, and the table read through figment has lost that order.
+    pub fn order_pricing(&mut self, text: &str) {
+        let Ok(doc) = text.parse::<toml::Table>() else {
+            return;
+        };
+        let Some(toml::Value::Array(providers)) = doc.get("providers") else {
+            return;
+        };
+        for (raw, written) in self.providers.iter_mut().zip(providers) {
+            if let Some(toml::Value::Table(pricing)) = written.get("pricing") {
+                raw.pricing_order = pricing.keys().cloned().collect();
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -86,6 +106,9 @@ pub struct RawServer {
     /// Browsers' cross-origin calls; off when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cors: Option<super::cors::RawCors>,
+    /// Where the keys' limits and budgets are counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<limits::RawServerLimits>,
 }
 
 /// `server.readiness`.
@@ -140,6 +163,12 @@ pub struct RawKey {
     /// The gateway tools this key may be offered (as `gateway_tools` names them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_tools: Option<Vec<String>>,
+    /// What the tenant may use per minute and at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<limits::RawLimits>,
+    /// What the tenant may spend per period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<limits::RawBudget>,
 }
 
 impl Default for RawServer {
@@ -165,6 +194,7 @@ impl Default for RawServer {
             allow_open_store: false,
             readiness: Readiness::Serving,
             cors: None,
+            limits: None,
         }
     }
 }
@@ -206,6 +236,13 @@ pub struct RawProvider {
     pub api: Api,
     #[serde(default)]
     pub tools: RawTools,
+    /// USD per million tokens, by glob over the model the client asked for.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pricing: BTreeMap<String, limits::RawPrice>,
+    /// `pricing`'s globs in the file's order (the table above is sorted):
+    /// set by [`RawConfig::order_pricing`].
+    #[serde(skip)]
+    pub pricing_order: Vec<String>,
 }
 
 /// The API a provider's upstream speaks: `/v1/responses` requests to a

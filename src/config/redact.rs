@@ -210,6 +210,8 @@ mod tests {
             r#"
             [server]
             listen = "127.0.0.1:8080"
+            [server.limits]
+            redis_url = "redis://:SECRET-22@127.0.0.1:6379/0"
             [[providers]]
             name = "p"
             base_url = "http://user1:SECRET-01@127.0.0.1:1/v1?api_key=SECRET-02&region=eu"
@@ -240,7 +242,7 @@ mod tests {
         )
         .unwrap();
         let out = redacted_toml(&raw);
-        for n in 1..=21 {
+        for n in 1..=22 {
             let secret = format!("SECRET-{n:02}");
             assert!(!out.contains(&secret), "{secret} printed:\n{out}");
         }

@@ -51,14 +51,25 @@ pub fn viewer_of(config: &Config, key: &[u8]) -> Option<Viewer> {
 
 /// The key a request presents.
 fn presented<B>(req: &Request<B>) -> Option<&[u8]> {
-    req.headers()
+    presented_in(req.headers())
+}
+
+/// The key `headers` present.
+fn presented_in(headers: &http::HeaderMap) -> Option<&[u8]> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| bearer_token(v.as_bytes()))
-        .or_else(|| {
-            req.headers()
-                .get("x-api-key")
-                .map(|v| v.as_bytes().trim_ascii())
-        })
+        .or_else(|| headers.get("x-api-key").map(|v| v.as_bytes().trim_ascii()))
+}
+
+/// Names the key `headers` present without showing it (`key-` and the
+/// first 8 hex digits of its SHA-256), for usage rows; without
+/// `[server.auth]`, `anonymous`.
+pub fn key_id(config: &Config, headers: &http::HeaderMap) -> String {
+    match (&config.server.auth, presented_in(headers)) {
+        (Some(_), Some(key)) => crate::config::auth::key_tenant_name(key),
+        _ => crate::config::auth::ANONYMOUS.to_owned(),
+    }
 }
 
 /// The token of an `Authorization: Bearer <token>` header. The scheme is

@@ -17,12 +17,15 @@ use crate::body::{Body, BoxError};
 use crate::config::{Provider, Tenant};
 use crate::error::GatewayError;
 use crate::inbound;
+use crate::limiter::Limiter;
 use crate::router;
 use crate::runtime::Runtime;
 
 pub(super) async fn proxy<B>(
     runtime: &Arc<Runtime>,
     limits: &Limits,
+    limiter: &Limiter,
+    store: Option<&Arc<crate::store::Store>>,
     req: Request<B>,
     tenant: &Arc<Tenant>,
     log: &mut RequestLog,
@@ -32,6 +35,10 @@ where
     B::Error: Into<BoxError>,
 {
     let (mut parts, incoming) = req.into_parts();
+    let key_id = match store {
+        Some(_) => super::auth::key_id(&runtime.config, &parts.headers),
+        None => String::new(),
+    };
     if runtime.config.server.auth.is_some() {
         // The client's key is toolgate's own; it never goes upstream.
         parts.headers.remove(header::AUTHORIZATION);
@@ -82,6 +89,40 @@ where
             .map(owned)
             .collect();
     drop(route);
+    // The tenant's limits, once the request is known to be routable; the
+    // admission is the meter every upstream answer of this request reports
+    // to, and it settles when the last of the request's work ends.
+    let usage = store.map(|store| (store.clone(), key_id));
+    let admission = match limiter.admit(tenant, &field.name, usage).await {
+        Ok(admission) => admission,
+        Err(refused) => {
+            log.model.clone_from(&field.name);
+            return Err(refused);
+        }
+    };
+    log.admission = Some(Guard::new(admission.clone()));
+    Box::pin(crate::telemetry::scope::with_meter(
+        admission,
+        attempt_in_turn(
+            runtime, tenant, log, parts, bytes, &field, primary, failovers,
+        ),
+    ))
+    .await
+}
+
+/// The routed provider, then its failovers while each fails before
+/// answering.
+#[allow(clippy::too_many_arguments)]
+async fn attempt_in_turn(
+    runtime: &Arc<Runtime>,
+    tenant: &Arc<Tenant>,
+    log: &mut RequestLog,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    field: &inbound::ModelField,
+    primary: (Arc<Provider>, String),
+    failovers: Vec<(Arc<Provider>, String)>,
+) -> Result<Response<Body>, GatewayError> {
     let mut kept = Some((parts, bytes));
     let mut chain = std::iter::once(primary).chain(failovers).peekable();
     let mut transcript = Transcript::default();
@@ -100,7 +141,7 @@ where
             }
         };
         let bytes = if *model != *field.name {
-            inbound::replace_model(&bytes, &field, &model)
+            inbound::replace_model(&bytes, field, &model)
         } else {
             bytes
         };
@@ -210,6 +251,15 @@ async fn dispatch(
         }
         Route::Forward | Route::Natural | Route::ToNatural => (runtime, provider, tenant),
     };
+    // A tenant whose limits count tokens gets them on streams too.
+    let asked = (door == Door::Chat
+        && crate::telemetry::scope::meter().is_some_and(|m| m.wants_usage()))
+    .then(|| crate::upstream::usage_asked::ask(&bytes))
+    .flatten();
+    let bytes = match &asked {
+        Some(with_usage) => with_usage.clone(),
+        None => bytes,
+    };
     // With a store, a chat exchange may be recorded: its answer is read on
     // the way to the client (and passed on unchanged).
     let tap = plan.tap
@@ -250,7 +300,7 @@ async fn dispatch(
     let recorder = (tap && response.status().is_success())
         .then(|| transcript.take())
         .flatten();
-    Ok(match recorder {
+    let response = match recorder {
         Some(recorder) => {
             let chat = recorder.chat_id().to_owned();
             let streamed = super::is_event_stream(&response);
@@ -261,7 +311,21 @@ async fn dispatch(
             response
         }
         _ => response,
-    })
+    };
+    // The usage the client did not ask for stays out of its answer (the
+    // meter and the transcript have read it).
+    Ok(
+        if asked.is_some() && response.status().is_success() && super::is_event_stream(&response) {
+            response.map(|body| {
+                crate::body::boxed(crate::sse::transform::TransformBody::new(
+                    body,
+                    crate::upstream::usage_asked::DropUsage::default(),
+                ))
+            })
+        } else {
+            response
+        },
+    )
 }
 
 /// A door's answer path: what `api::{chat, responses, messages}::handle` are.

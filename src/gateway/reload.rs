@@ -32,6 +32,10 @@ pub(super) fn refuse_reload(old: &Config, new: &Config) -> Option<ReloadRefused>
         // The exporter is started once, at boot.
         return Some(ReloadRefused("telemetry"));
     }
+    if old.server.limiter != new.server.limiter {
+        // The counters (and their Redis connections) are made once, at boot.
+        return Some(ReloadRefused("server.limits"));
+    }
     if old.raw.store != new.raw.store {
         // The store's connection and writer are started once, at boot.
         return Some(ReloadRefused("store"));

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::store::record::{Head, Message, StoredResponse, Write};
+use crate::store::record::{Head, Message, StoredResponse, Used, Write};
 
 /// The row counts an `INSERT` takes: a table's rows are cut greedily into
 /// these, so its inserts come in four shapes, each prepared once per
@@ -55,6 +55,9 @@ pub struct Planned<'a> {
     pub heads: Vec<Vec<&'a Head>>,
     pub responses: Vec<Vec<&'a StoredResponse>>,
     pub steps: Vec<Vec<StepRow<'a>>>,
+    /// One row per hour, tenant, key, provider and model (an upsert that
+    /// touched one row twice would be refused).
+    pub usage: Vec<Vec<Used>>,
 }
 
 #[cfg(test)]
@@ -66,6 +69,7 @@ impl Planned<'_> {
             + self.heads.len()
             + self.responses.len()
             + self.steps.len()
+            + self.usage.len()
     }
 }
 
@@ -77,8 +81,25 @@ pub fn plan(writes: &[Write]) -> Planned<'_> {
     let mut steps = Vec::new();
     let mut chats: Vec<ChatRow> = Vec::new();
     let mut chat_at: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut usage: Vec<Used> = Vec::new();
     for write in writes {
         match write {
+            Write::Usage(u) => {
+                let same = |v: &&mut Used| {
+                    (v.hour, &v.tenant, &v.key_id, &v.provider, &v.model)
+                        == (u.hour, &u.tenant, &u.key_id, &u.provider, &u.model)
+                };
+                match usage.iter_mut().find(same) {
+                    Some(row) => {
+                        row.requests += u.requests;
+                        row.input_tokens += u.input_tokens;
+                        row.output_tokens += u.output_tokens;
+                        row.cost_usd += u.cost_usd;
+                        row.estimated += u.estimated;
+                    }
+                    None => usage.push(u.clone()),
+                }
+            }
             Write::Message(m) => messages.push(&**m),
             Write::Head(h) => {
                 if head_seen.insert((&h.hash, &h.chat_id)) {
@@ -139,6 +160,7 @@ pub fn plan(writes: &[Write]) -> Planned<'_> {
         heads: chunks(heads),
         responses: chunks(responses),
         steps: chunks(steps),
+        usage: chunks(usage),
     }
 }
 

@@ -17,7 +17,9 @@ use sqlx::{QueryBuilder, Row, SqlSafeStr};
 
 use crate::config::store::Backend;
 use crate::store::batch;
-use crate::store::record::{ChatFilter, ChatSummary, Kept, StoredMessage, Write};
+use crate::store::record::{
+    ChatFilter, ChatSummary, Kept, StoredMessage, UsageColumn, UsageRow, Write,
+};
 
 /// How long a query may wait for a connection: a database that is down
 /// fails a batch quickly instead of stalling the writer.
@@ -34,6 +36,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("schema_4.sql"),
     ),
     (5, "chat errors", include_str!("schema_5.sql")),
+    (6, "usage", include_str!("schema_6.sql")),
 ];
 
 pub enum Db {
@@ -229,6 +232,33 @@ impl Db {
                             .push_bind(&*r.chat_id);
                     });
                     insert.push(" ON CONFLICT (id) DO NOTHING");
+                    insert.build().execute(&mut *tx).await?;
+                }
+                // Usage adds up: one row per hour, tenant, key, provider and model.
+                for rows in &planned.usage {
+                    let mut insert = QueryBuilder::new(
+                        "INSERT INTO usage (hour, tenant, key_id, provider, model, requests, input_tokens, output_tokens, cost_usd, estimated) ",
+                    );
+                    insert.push_values(rows, |mut row, u| {
+                        row.push_bind(u.hour)
+                            .push_bind(&*u.tenant)
+                            .push_bind(u.key_id.as_str())
+                            .push_bind(u.provider.as_str())
+                            .push_bind(u.model.as_str())
+                            .push_bind(u.requests)
+                            .push_bind(u.input_tokens)
+                            .push_bind(u.output_tokens)
+                            .push_bind(u.cost_usd)
+                            .push_bind(u.estimated);
+                    });
+                    insert.push(
+                        " ON CONFLICT (tenant, hour, key_id, provider, model) DO UPDATE SET \
+                         requests = usage.requests + excluded.requests, \
+                         input_tokens = usage.input_tokens + excluded.input_tokens, \
+                         output_tokens = usage.output_tokens + excluded.output_tokens, \
+                         cost_usd = usage.cost_usd + excluded.cost_usd, \
+                         estimated = usage.estimated + excluded.estimated",
+                    );
                     insert.build().execute(&mut *tx).await?;
                 }
                 for rows in &planned.steps {
@@ -451,6 +481,71 @@ impl Db {
             }
         }
         Ok(found)
+    }
+
+    /// Usage from `from` to `to` (hours, ms since the epoch, `to`
+    /// excluded), of `tenant` or of every tenant, summed over what
+    /// `group_by` leaves out.
+    pub async fn usage(
+        &self,
+        tenant: Option<&str>,
+        from: i64,
+        to: i64,
+        group_by: &[UsageColumn],
+    ) -> Result<Vec<UsageRow>, sqlx::Error> {
+        let columns: Vec<&str> = group_by.iter().map(|c| c.column()).collect();
+        let mut select = columns.join(", ");
+        if !select.is_empty() {
+            select.push_str(", ");
+        }
+        let group = if columns.is_empty() {
+            String::new()
+        } else {
+            format!(" GROUP BY {0} ORDER BY {0}", columns.join(", "))
+        };
+        let filter = if tenant.is_some() {
+            " AND tenant = $3"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT {select}CAST(SUM(requests) AS BIGINT) AS requests, \
+             CAST(SUM(input_tokens) AS BIGINT) AS input_tokens, \
+             CAST(SUM(output_tokens) AS BIGINT) AS output_tokens, SUM(cost_usd) AS cost_usd, \
+             CAST(SUM(estimated) AS BIGINT) AS estimated \
+             FROM usage WHERE hour >= $1 AND hour < $2{filter}{group}"
+        );
+        let rows = on_pool!(self, pool => {
+            // Audited: only fixed column names are formatted into it.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).bind(from).bind(to);
+            if let Some(tenant) = tenant {
+                query = query.bind(tenant);
+            }
+            let mut out = Vec::new();
+            for row in query.fetch_all(pool).await? {
+                let text = |c: UsageColumn| -> Result<Option<String>, sqlx::Error> {
+                    if group_by.contains(&c) { row.try_get(c.column()).map(Some) } else { Ok(None) }
+                };
+                let requests: Option<i64> = row.try_get("requests")?;
+                if requests.is_none() {
+                    // No row at all: SUM over nothing.
+                    continue;
+                }
+                out.push(UsageRow {
+                    tenant: text(UsageColumn::Tenant)?,
+                    key: text(UsageColumn::Key)?,
+                    provider: text(UsageColumn::Provider)?,
+                    model: text(UsageColumn::Model)?,
+                    requests: requests.unwrap_or(0),
+                    input_tokens: row.try_get::<Option<i64>, _>("input_tokens")?.unwrap_or(0),
+                    output_tokens: row.try_get::<Option<i64>, _>("output_tokens")?.unwrap_or(0),
+                    cost_usd: row.try_get::<Option<f64>, _>("cost_usd")?.unwrap_or(0.0),
+                    estimated_requests: row.try_get::<Option<i64>, _>("estimated")?.unwrap_or(0),
+                });
+            }
+            out
+        });
+        Ok(rows)
     }
 
     pub async fn delete_response(&self, tenant: &str, id: &str) -> Result<bool, sqlx::Error> {

@@ -223,6 +223,72 @@ pub struct Kept {
     pub chat: Option<String>,
 }
 
+/// What one request used of one provider, added to its hour's row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Used {
+    /// The hour it ended in (ms since the epoch, a multiple of an hour).
+    pub hour: i64,
+    pub tenant: Arc<str>,
+    /// The key it presented (`key-` and 8 hex digits of its SHA-256).
+    pub key_id: String,
+    pub provider: String,
+    /// The model the client asked for.
+    pub model: String,
+    pub requests: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_usd: f64,
+    /// 1 when an answer reported no usage and its tokens were estimated.
+    pub estimated: i64,
+}
+
+/// A usage total as read back; the fields not grouped by are `None`.
+#[derive(Debug, Clone, Serialize)]
+pub struct UsageRow {
+    pub tenant: Option<String>,
+    pub key: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub requests: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_usd: f64,
+    /// Of `requests`, those whose tokens are estimates (their answers
+    /// reported no usage).
+    pub estimated_requests: i64,
+}
+
+/// What usage can be grouped by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageColumn {
+    Tenant,
+    Key,
+    Provider,
+    Model,
+}
+
+impl UsageColumn {
+    /// `group_by`'s words.
+    pub fn parse(word: &str) -> Option<UsageColumn> {
+        Some(match word {
+            "tenant" => UsageColumn::Tenant,
+            "key" => UsageColumn::Key,
+            "provider" => UsageColumn::Provider,
+            "model" => UsageColumn::Model,
+            _ => return None,
+        })
+    }
+
+    pub fn column(self) -> &'static str {
+        match self {
+            UsageColumn::Tenant => "tenant",
+            UsageColumn::Key => "key_id",
+            UsageColumn::Provider => "provider",
+            UsageColumn::Model => "model",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum Write {
     /// Shared with live viewers of the chat.
@@ -231,6 +297,7 @@ pub enum Write {
     Head(Head),
     Response(StoredResponse),
     Steps(StoredSteps),
+    Usage(Used),
 }
 
 /// A chat as listed.

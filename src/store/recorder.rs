@@ -619,7 +619,9 @@ mod tests {
                         out.heads.push((h.hash.clone(), h.len));
                     }
                     Write::Chat(_) => {}
-                    Write::Response(_) | Write::Steps(_) => panic!("not the recorder's"),
+                    Write::Response(_) | Write::Steps(_) | Write::Usage(_) => {
+                        panic!("not the recorder's")
+                    }
                 }
             }
         }

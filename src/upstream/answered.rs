@@ -6,6 +6,7 @@
 //! usage read from it ([`super::usage`]).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
 use bytes::Bytes;
@@ -17,7 +18,9 @@ use pin_project_lite::pin_project;
 
 use super::usage::Scan;
 use crate::body::{self, Body, BoxError};
+use crate::config::limits::Price;
 use crate::config::{Provider, Target, UpstreamTarget};
+use crate::telemetry::scope::{Meter, Tokens};
 use crate::telemetry::{self, genai as g};
 
 /// An attempt's span, started under the request's trace context.
@@ -83,12 +86,22 @@ pub(super) fn failed(span: Option<Context>, error_type: &'static str, message: &
     }
 }
 
+/// Where an answer's usage is charged, and at what price.
+pub(super) struct Charge {
+    pub meter: Arc<dyn Meter>,
+    pub provider: String,
+    pub price: Option<Price>,
+    /// The request body's size, for an estimate when no usage comes.
+    pub request_bytes: usize,
+}
+
 /// Wraps an answer: a success's body is read for usage (and ends the span
 /// when it ends); any other status ends the span at once.
 pub(super) fn observe(
     response: Response<Body>,
     span: Option<Context>,
     tokens: Option<[metrics::Counter; 2]>,
+    charge: Option<Charge>,
 ) -> Response<Body> {
     let status = response.status();
     if let Some(cx) = &span {
@@ -117,6 +130,9 @@ pub(super) fn observe(
                 span,
                 tokens,
                 capture,
+                charge,
+                bytes: 0,
+                events: 0,
             }),
         })
     })
@@ -127,10 +143,20 @@ struct Ending {
     tokens: Option<[metrics::Counter; 2]>,
     /// `capture_content`: the answer's first bytes, for its output messages.
     capture: Option<Vec<u8>>,
+    charge: Option<Charge>,
+    /// The answer's bytes so far.
+    bytes: usize,
+    /// Its server-sent events so far (a stream's chunks, one token each
+    /// for most servers).
+    events: usize,
 }
 
 impl Ending {
     fn keep(&mut self, data: &Bytes) {
+        self.bytes += data.len();
+        if self.charge.is_some() {
+            self.events += memchr::memmem::find_iter(data, b"data:").count();
+        }
         if let Some(kept) = &mut self.capture {
             let room = telemetry::content::MAX_CAPTURE.saturating_sub(kept.len());
             kept.extend_from_slice(&data[..data.len().min(room)]);
@@ -142,6 +168,26 @@ impl Ending {
         if let Some(tokens) = &self.tokens {
             tokens[0].increment(seen.input_tokens.unwrap_or(0));
             tokens[1].increment(seen.output_tokens.unwrap_or(0));
+        }
+        if let Some(charge) = &self.charge {
+            let used = match (seen.input_tokens, seen.output_tokens) {
+                (None, None) => Tokens {
+                    input: estimate(charge.request_bytes),
+                    // A stream: a token a chunk, less the role and finish
+                    // chunks; a whole answer: from its size.
+                    output: match self.events {
+                        0 => estimate(self.bytes),
+                        n => n.saturating_sub(2) as u64,
+                    },
+                    estimated: true,
+                },
+                (input, output) => Tokens {
+                    input: input.unwrap_or(0),
+                    output: output.unwrap_or(0),
+                    estimated: false,
+                },
+            };
+            charge.meter.used(&charge.provider, charge.price, used);
         }
         let Some(cx) = self.span else { return };
         let span = cx.span();
@@ -176,6 +222,13 @@ impl Ending {
         }
         span.end();
     }
+}
+
+/// Tokens guessed from a body's size when its answer reported no usage
+/// (a stream cut before its usage chunk, an upstream that sends none):
+/// four bytes a token, which errs high for JSON framing.
+fn estimate(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(4)
 }
 
 pin_project! {

@@ -7,6 +7,7 @@ pub mod binary;
 pub mod config;
 pub mod installed;
 pub mod postgres;
+pub mod redis;
 
 pub use config::{TestConfig, demo_gateway, tools_gateway};
 

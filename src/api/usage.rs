@@ -1,0 +1,100 @@
+//! `GET /toolgate/api/usage`: what tenants used, from the usage rows the
+//! store keeps per hour, key, provider and model. An admin key reads every
+//! tenant's (or one, with `tenant=`); a client key its own tenant's.
+//!
+//! - `from`, `to`: RFC 3339 times or `YYYY-MM-DD` dates (UTC midnight);
+//!   rounded to their hours; `to` is excluded. Default: the 30 days up to now.
+//! - `group_by`: a comma-separated list of `tenant`, `key`, `provider`,
+//!   `model` (default all four); a field not grouped by is `null`.
+
+use std::sync::Arc;
+
+use http::Response;
+use serde_json::json;
+
+use super::transcripts::Viewer;
+use crate::body::Body;
+use crate::error::GatewayError;
+use crate::store::{Store, StoreError, UsageColumn};
+
+/// How far back `from` goes when not given.
+const DEFAULT_DAYS: i64 = 30;
+
+pub async fn handle(
+    store: &Store,
+    viewer: &Viewer,
+    query: Option<&str>,
+) -> Result<Response<Body>, GatewayError> {
+    let param = |name: &str| super::transcripts::param(query, name);
+    let now = chrono::Utc::now().timestamp_millis();
+    let to = param("to")
+        .map(|v| time("to", &v))
+        .transpose()?
+        .unwrap_or(now);
+    let from = param("from")
+        .map(|v| time("from", &v))
+        .transpose()?
+        .unwrap_or(to - DEFAULT_DAYS * 86_400_000);
+    if from >= to {
+        return Err(GatewayError::bad_request(
+            "`from` must be before `to`",
+            Some("from"),
+        ));
+    }
+    let group_by = match param("group_by") {
+        None => vec![
+            UsageColumn::Tenant,
+            UsageColumn::Key,
+            UsageColumn::Provider,
+            UsageColumn::Model,
+        ],
+        Some(list) => {
+            let mut columns = Vec::new();
+            for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+                let column = UsageColumn::parse(word).ok_or_else(|| {
+                    GatewayError::bad_request(
+                        format!("`group_by` takes tenant, key, provider and model, not {word:?}"),
+                        Some("group_by"),
+                    )
+                })?;
+                if !columns.contains(&column) {
+                    columns.push(column);
+                }
+            }
+            columns
+        }
+    };
+    let asked = param("tenant");
+    let tenant: Option<Arc<str>> = match viewer {
+        Viewer::Admin => asked.map(Arc::from),
+        Viewer::Tenant(own) => match asked {
+            Some(other) if *other != **own => {
+                return Err(GatewayError::Forbidden(
+                    "`tenant` filters usage for admin keys only; this key sees its own".into(),
+                ));
+            }
+            _ => Some(own.clone()),
+        },
+    };
+    let data = store
+        .usage(tenant, from, to, group_by)
+        .await
+        .map_err(|e: StoreError| GatewayError::StoreUnavailable(e.to_string()))?;
+    Ok(super::json(&json!({"data": data})))
+}
+
+/// A time parameter: RFC 3339, or a date at UTC midnight; ms since the epoch.
+fn time(name: &str, value: &str) -> Result<i64, GatewayError> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(value) {
+        return Ok(t.timestamp_millis());
+    }
+    if let Ok(date) = chrono::NaiveDate::parse_from_str(value, "%Y-%m-%d")
+        && let Some(t) = date.and_hms_opt(0, 0, 0)
+    {
+        return Ok(t.and_utc().timestamp_millis());
+    }
+    Err(GatewayError::bad_request(
+        format!("`{name}` must be an RFC 3339 time or a YYYY-MM-DD date, not {value:?}"),
+        Some(name),
+    ))
+}

@@ -1,0 +1,465 @@
+//! Tenants' limits and budgets (`limits` and `budget` on a
+//! `[[server.auth.keys]]` entry), counted in this replica's memory or, with
+//! `[server.limits] redis_url`, in Redis, shared by every replica.
+//!
+//! - [`Limiter::admit`] checks a request before anything is sent upstream:
+//!   a spent budget, the requests in flight, requests and tokens per minute
+//!   (one Redis script; none for a tenant without limits). A refusal is a
+//!   `429` [`GatewayError::Limited`] with `Retry-After` and `x-ratelimit-*`.
+//! - The [`Admission`] it returns is the request's [`Meter`]: every answered
+//!   upstream attempt (gateway-tool rounds and repairs too) reports its
+//!   tokens to it, priced by the provider's `pricing`. When the request's
+//!   last piece of work ends it is dropped, which frees its concurrency
+//!   slot and charges its tokens and spend (a second script, sent without
+//!   the request waiting for it).
+//!
+//! `gcra` holds the arithmetic both counters run; `memory` and `redis` the
+//! two counters.
+
+mod gcra;
+mod memory;
+mod redis;
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::HeaderValue;
+use http::header::HeaderName;
+
+use crate::config::Tenant;
+use crate::config::limits::{Amount, LimiterConfig, OnRedisError, Price};
+use crate::error::{GatewayError, Limited};
+use crate::store::{Store, Used};
+use crate::telemetry::scope::{Meter, Tokens};
+
+use gcra::Reading;
+
+/// What a refused concurrency check tells the client to wait: the slot
+/// frees when another request ends, which no clock predicts.
+const CONCURRENCY_WAIT_US: u64 = 1_000_000;
+
+/// Checks requests against their tenant's limits; kept across reloads (a
+/// reload changes the limits, never the counts).
+pub struct Limiter {
+    memory: Arc<memory::Counters>,
+    redis: Option<Arc<redis::Counters>>,
+    on_redis_error: OnRedisError,
+}
+
+impl Limiter {
+    /// Counters for `[server.limits]`; `workers` connections to Redis at
+    /// most, one per worker thread.
+    pub fn new(config: &LimiterConfig, workers: usize) -> Result<Limiter, String> {
+        let redis = config
+            .redis_url
+            .as_deref()
+            .map(|url| redis::Counters::new(url, config.redis_timeout, workers).map(Arc::new))
+            .transpose()?;
+        Ok(Limiter {
+            memory: Arc::default(),
+            redis,
+            on_redis_error: config.on_redis_error,
+        })
+    }
+
+    /// Admits a request of `tenant` for `model` (as the client wrote it),
+    /// or says which limit refuses it. With a `usage` store, what the
+    /// request uses is recorded there under `key_id`, the key it presented.
+    pub async fn admit(
+        &self,
+        tenant: &Arc<Tenant>,
+        model: &str,
+        usage: Option<(Arc<Store>, String)>,
+    ) -> Result<Arc<Admission>, GatewayError> {
+        let quota = &tenant.quota;
+        let mut admission = Admission {
+            tenant: tenant.clone(),
+            model: model.to_owned(),
+            held: None,
+            usage,
+            used: Mutex::default(),
+        };
+        if !quota.is_limited() {
+            return Ok(Arc::new(admission));
+        }
+        let now = now_us();
+        let member = format!("{:032x}", rand::random::<u128>());
+        let check = Check {
+            tenant: &tenant.name,
+            quota,
+            budget: quota.budget.map(|b| BudgetCheck {
+                period: gcra::period(now / 1_000_000, b.period_days.get()).0,
+                amount: match b.amount {
+                    Amount::Usd(usd) => usd,
+                    Amount::Tokens(n) => n as f64,
+                },
+            }),
+            member: &member,
+        };
+        let (counters, verdict) = match &self.redis {
+            None => (
+                Counters::Memory(self.memory.clone()),
+                Some(self.memory.admit(&check, now)),
+            ),
+            Some(redis) => match redis.admit(&check).await {
+                Ok(verdict) => (Counters::Redis(redis.clone()), Some(verdict)),
+                Err(_) if self.on_redis_error == OnRedisError::Deny => {
+                    return Err(GatewayError::LimiterUnavailable);
+                }
+                // Served uncounted; what it uses is still charged if Redis is back by then.
+                Err(_) => (Counters::Redis(redis.clone()), None),
+            },
+        };
+        if let Some(Verdict::Refused {
+            limit,
+            wait_us,
+            readings,
+        }) = verdict
+        {
+            metrics::counter!(crate::metrics::RATE_LIMITED, "tenant" => tenant.name.clone(), "limit" => limit.name())
+                .increment(1);
+            return Err(refusal(tenant, limit, wait_us, &readings, now));
+        }
+        admission.held = Some(Held {
+            counters,
+            counted_in_flight: verdict.is_some() && quota.max_concurrent_requests.is_some(),
+            member,
+        });
+        Ok(Arc::new(admission))
+    }
+}
+
+/// One admitted request: its meter while it runs, and its settling when
+/// the last of its work drops it.
+pub struct Admission {
+    tenant: Arc<Tenant>,
+    model: String,
+    /// `None` for a tenant without limits.
+    held: Option<Held>,
+    /// Where its usage is recorded, and the key it presented.
+    usage: Option<(Arc<Store>, String)>,
+    /// What its answers used, per provider.
+    used: Mutex<Vec<Spent>>,
+}
+
+/// What the answers of one provider used.
+struct Spent {
+    provider: String,
+    input: u64,
+    output: u64,
+    usd: f64,
+    /// Some answer reported no usage: its tokens are estimates.
+    estimated: bool,
+}
+
+struct Held {
+    counters: Counters,
+    /// Whether a concurrency slot was taken (not when Redis was down).
+    counted_in_flight: bool,
+    /// Names the request's slot in Redis.
+    member: String,
+}
+
+enum Counters {
+    Memory(Arc<memory::Counters>),
+    Redis(Arc<redis::Counters>),
+}
+
+impl fmt::Debug for Admission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Admission({})", self.tenant.name)
+    }
+}
+
+impl Meter for Admission {
+    fn wants_usage(&self) -> bool {
+        self.tenant.quota.counts_tokens()
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn used(&self, provider: &str, price: Option<Price>, tokens: Tokens) {
+        let cost = price.map_or(0.0, |p| p.cost(tokens.input, tokens.output));
+        if cost > 0.0 {
+            metrics::gauge!(crate::metrics::COST_USD, "provider" => provider.to_owned(), "tenant" => self.tenant.name.clone())
+                .increment(cost);
+        }
+        let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+        let spent = match used.iter().position(|s| s.provider == provider) {
+            Some(i) => &mut used[i],
+            None => {
+                used.push(Spent {
+                    provider: provider.to_owned(),
+                    input: 0,
+                    output: 0,
+                    usd: 0.0,
+                    estimated: false,
+                });
+                used.last_mut().expect("just pushed")
+            }
+        };
+        spent.input += tokens.input;
+        spent.output += tokens.output;
+        spent.usd += cost;
+        spent.estimated |= tokens.estimated;
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let used = std::mem::take(self.used.get_mut().unwrap_or_else(PoisonError::into_inner));
+        if let Some((store, key_id)) = self.usage.take() {
+            let hour = crate::store::hour_of(now_us() as i64 / 1_000);
+            store.record_usage(
+                used.iter()
+                    .map(|s| Used {
+                        hour,
+                        tenant: self.tenant.name.clone(),
+                        key_id: key_id.clone(),
+                        provider: s.provider.clone(),
+                        model: self.model.clone(),
+                        requests: 1,
+                        input_tokens: s.input as i64,
+                        output_tokens: s.output as i64,
+                        cost_usd: s.usd,
+                        estimated: i64::from(s.estimated),
+                    })
+                    .collect(),
+            );
+        }
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        let tokens: u64 = used.iter().map(|s| s.input + s.output).sum();
+        let usd: f64 = used.iter().map(|s| s.usd).sum();
+        let quota = &self.tenant.quota;
+        let now = now_us();
+        let budget = quota
+            .budget
+            .map(|b| (b, gcra::period(now / 1_000_000, b.period_days.get())));
+        let settle = Settle {
+            tenant: self.tenant.name.clone(),
+            counted_in_flight: held.counted_in_flight,
+            member: held.member,
+            tokens_per_minute: quota.tokens_per_minute.map(std::num::NonZeroU64::get),
+            tokens,
+            period: budget.map(|(_, (first, _))| first),
+            spend: match budget.map(|(b, _)| b.amount) {
+                Some(Amount::Usd(_)) => usd,
+                Some(Amount::Tokens(_)) => tokens as f64,
+                None => 0.0,
+            },
+        };
+        match held.counters {
+            Counters::Memory(memory) => memory.settle(&settle, now),
+            Counters::Redis(redis) => {
+                // Kept a day past the period's end.
+                let ttl = budget.map_or(0, |(_, (_, end))| {
+                    end.saturating_sub(now / 1_000_000) + 86_400
+                });
+                match tokio::runtime::Handle::try_current() {
+                    Ok(handle) => {
+                        handle.spawn(async move { redis.settle(&settle, ttl).await });
+                    }
+                    Err(_) => {
+                        tracing::warn!(tenant = %settle.tenant, "a request ended outside any runtime: its limits were not settled");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What one check reads.
+struct Check<'a> {
+    tenant: &'a Arc<str>,
+    quota: &'a crate::config::limits::Quota,
+    budget: Option<BudgetCheck>,
+    /// Names the request's concurrency slot.
+    member: &'a str,
+}
+
+#[derive(Clone, Copy)]
+struct BudgetCheck {
+    /// The current period's first day.
+    period: u64,
+    /// USD or tokens.
+    amount: f64,
+}
+
+/// What one request's end charges.
+struct Settle {
+    tenant: Arc<str>,
+    counted_in_flight: bool,
+    member: String,
+    tokens_per_minute: Option<u64>,
+    tokens: u64,
+    /// The budget period (its first day) the spend goes to.
+    period: Option<u64>,
+    spend: f64,
+}
+
+/// The limits' readings, for the headers.
+#[derive(Debug, Clone, Copy, Default)]
+struct Readings {
+    requests: Option<Reading>,
+    tokens: Option<Reading>,
+}
+
+enum Verdict {
+    Admitted,
+    Refused {
+        limit: Limit,
+        /// `None`: until the budget's period ends.
+        wait_us: Option<u64>,
+        readings: Readings,
+    },
+}
+
+/// Which limit refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    Budget,
+    Concurrency,
+    Requests,
+    Tokens,
+}
+
+impl Limit {
+    fn name(self) -> &'static str {
+        match self {
+            Limit::Budget => "budget",
+            Limit::Concurrency => "concurrency",
+            Limit::Requests => "requests",
+            Limit::Tokens => "tokens",
+        }
+    }
+}
+
+/// The `429` a refusal answers.
+fn refusal(
+    tenant: &Tenant,
+    limit: Limit,
+    wait_us: Option<u64>,
+    readings: &Readings,
+    now_us: u64,
+) -> GatewayError {
+    let quota = &tenant.quota;
+    let name = &tenant.name;
+    let (message, wait) = match (limit, quota.budget) {
+        (Limit::Budget, Some(budget)) => {
+            let (_, end) = gcra::period(now_us / 1_000_000, budget.period_days.get());
+            let amount = match budget.amount {
+                Amount::Usd(usd) => format!("${usd:.2}"),
+                Amount::Tokens(n) => format!("{n} tokens"),
+            };
+            let resets = chrono::DateTime::from_timestamp(end as i64, 0)
+                .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+                .unwrap_or_default();
+            (
+                format!(
+                    "{name} has spent its budget of {amount} for this {}-day period; it resets at {resets}",
+                    budget.period_days
+                ),
+                (end * 1_000_000).saturating_sub(now_us),
+            )
+        }
+        (Limit::Concurrency, _) => (
+            format!(
+                "{name} has {} requests in flight, its limit; retry when one ends",
+                quota
+                    .max_concurrent_requests
+                    .map_or(0, std::num::NonZero::get)
+            ),
+            CONCURRENCY_WAIT_US,
+        ),
+        (Limit::Requests | Limit::Tokens | Limit::Budget, _) => {
+            let wait = wait_us.unwrap_or(CONCURRENCY_WAIT_US);
+            let what = match limit {
+                Limit::Tokens => format!(
+                    "{} tokens per minute",
+                    quota.tokens_per_minute.map_or(0, std::num::NonZero::get)
+                ),
+                _ => format!(
+                    "{} requests per minute",
+                    quota.requests_per_minute.map_or(0, std::num::NonZero::get)
+                ),
+            };
+            (
+                format!(
+                    "{name} is over its limit of {what}; retry in {}",
+                    go_duration(wait)
+                ),
+                wait,
+            )
+        }
+    };
+    let mut headers = Vec::new();
+    for (suffix, reading) in [("requests", readings.requests), ("tokens", readings.tokens)] {
+        let Some(reading) = reading else { continue };
+        for (what, value) in [
+            ("limit", reading.limit.to_string()),
+            ("remaining", reading.remaining.to_string()),
+            ("reset", go_duration(reading.reset_us)),
+        ] {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::try_from(format!("x-ratelimit-{what}-{suffix}")),
+                HeaderValue::try_from(value),
+            ) {
+                headers.push((name, value));
+            }
+        }
+    }
+    GatewayError::Limited(Box::new(Limited {
+        message,
+        budget: limit == Limit::Budget,
+        retry_after: Duration::from_micros(wait),
+        headers,
+    }))
+}
+
+/// A duration as OpenAI's `x-ratelimit-reset-*` headers write it: `20ms`,
+/// `1.5s`, `6m0s`, `1h2m3s`.
+fn go_duration(us: u64) -> String {
+    if us < 1_000_000 {
+        return format!("{}ms", us.div_ceil(1_000));
+    }
+    let ms = us.div_ceil(1_000);
+    let (h, rest) = (ms / 3_600_000, ms % 3_600_000);
+    let (m, rest) = (rest / 60_000, rest % 60_000);
+    let secs = if rest % 1_000 == 0 {
+        format!("{}s", rest / 1_000)
+    } else {
+        let s = format!("{}.{:03}", rest / 1_000, rest % 1_000);
+        format!("{}s", s.trim_end_matches('0'))
+    };
+    match (h, m) {
+        (0, 0) => secs,
+        (0, m) => format!("{m}m{secs}"),
+        (h, m) => format!("{h}h{m}m{secs}"),
+    }
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_openais_headers() {
+        assert_eq!(go_duration(17_000), "17ms");
+        assert_eq!(go_duration(1), "1ms");
+        assert_eq!(go_duration(1_000_000), "1s");
+        assert_eq!(go_duration(1_500_000), "1.5s");
+        assert_eq!(go_duration(360_000_000), "6m0s");
+        assert_eq!(go_duration(3_723_000_000), "1h2m3s");
+    }
+}

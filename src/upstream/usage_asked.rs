@@ -1,0 +1,155 @@
+//! Usage a client did not ask for: a tenant whose limits count tokens has
+//! its streamed Chat Completions requests sent with
+//! `stream_options.include_usage`, and the usage chunk this adds (the one
+//! with `choices: []`) is taken out of the answer before the client sees
+//! it. The other chunks keep the `"usage": null` the upstream then adds to
+//! them. Requests of tenants without token limits or budgets, and requests
+//! whose client asked for usage, are not touched.
+
+use bytes::{Bytes, BytesMut};
+use serde_json::Value;
+
+use crate::error::GatewayError;
+use crate::sse::encoder;
+use crate::sse::transform::Transform;
+
+/// `body` with `stream_options.include_usage` set, when it is a streamed
+/// request whose client did not ask for usage; `None` otherwise (the body
+/// then goes as it is).
+pub fn ask(body: &[u8]) -> Option<Bytes> {
+    let Ok(Value::Object(mut request)) = serde_json::from_slice::<Value>(body) else {
+        return None;
+    };
+    if request.get("stream") != Some(&Value::Bool(true)) {
+        return None;
+    }
+    let options = request
+        .entry("stream_options")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let Value::Object(options) = options else {
+        return None;
+    };
+    if options.get("include_usage") == Some(&Value::Bool(true)) {
+        return None;
+    }
+    options.insert("include_usage".into(), Value::Bool(true));
+    serde_json::to_vec(&request).ok().map(Bytes::from)
+}
+
+/// Passes an answer's events on, without the usage chunk.
+#[derive(Debug, Default)]
+pub struct DropUsage {
+    done: bool,
+    ended: bool,
+}
+
+impl DropUsage {
+    /// Whether `data` is the usage chunk `include_usage` adds.
+    fn is_usage_chunk(data: &[u8]) -> bool {
+        if memchr::memmem::find(data, b"\"usage\"").is_none() {
+            return false;
+        }
+        match serde_json::from_slice::<Value>(data) {
+            Ok(Value::Object(chunk)) => {
+                chunk.get("usage").is_some_and(Value::is_object)
+                    && chunk
+                        .get("choices")
+                        .is_some_and(|c| c.as_array().is_some_and(Vec::is_empty))
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Transform for DropUsage {
+    fn on_event(&mut self, data: &[u8], out: &mut BytesMut) {
+        if self.ended {
+            return;
+        }
+        if data == b"[DONE]" {
+            self.done = true;
+            self.ended = true;
+            out.extend_from_slice(encoder::DONE);
+            return;
+        }
+        if !Self::is_usage_chunk(data) {
+            encoder::write_raw(out, data);
+        }
+    }
+
+    fn finish(&mut self, out: &mut BytesMut) {
+        if !self.ended {
+            self.fail(out, &super::chat_decode::cut());
+        }
+    }
+
+    fn fail(&mut self, out: &mut BytesMut, error: &GatewayError) {
+        if self.ended {
+            return;
+        }
+        encoder::write_json(out, &error.to_json());
+        out.extend_from_slice(encoder::DONE);
+        self.ended = true;
+    }
+
+    fn is_ended(&self) -> bool {
+        self.ended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asks_only_streams_whose_client_did_not() {
+        let asked = ask(br#"{"model":"m","stream":true,"messages":[]}"#).unwrap();
+        let v: Value = serde_json::from_slice(&asked).unwrap();
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        assert_eq!(v["model"], "m", "every other field kept");
+        let kept =
+            ask(br#"{"stream":true,"stream_options":{"include_usage":false,"x":1}}"#).unwrap();
+        let v: Value = serde_json::from_slice(&kept).unwrap();
+        assert_eq!(
+            v["stream_options"],
+            serde_json::json!({"include_usage": true, "x": 1})
+        );
+        assert!(ask(br#"{"stream":true,"stream_options":{"include_usage":true}}"#).is_none());
+        assert!(ask(br#"{"stream":false}"#).is_none());
+        assert!(ask(br#"{"messages":[]}"#).is_none());
+        assert!(ask(b"not json").is_none());
+    }
+
+    #[test]
+    fn the_usage_chunk_is_dropped_and_everything_else_passes() {
+        let mut t = DropUsage::default();
+        let mut out = BytesMut::new();
+        let text = br#"{"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}],"usage":null}"#;
+        let usage = br#"{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
+        t.on_event(text, &mut out);
+        t.on_event(usage, &mut out);
+        t.on_event(b"[DONE]", &mut out);
+        t.finish(&mut out);
+        let expected = format!(
+            "data: {}\n\ndata: [DONE]\n\n",
+            std::str::from_utf8(text).unwrap()
+        );
+        assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
+    }
+
+    #[test]
+    fn a_stream_cut_before_done_ends_with_an_error() {
+        let mut t = DropUsage::default();
+        let mut out = BytesMut::new();
+        t.on_event(
+            br#"{"choices":[{"index":0,"delta":{"content":"hi"}}]}"#,
+            &mut out,
+        );
+        t.finish(&mut out);
+        let text = std::str::from_utf8(&out).unwrap();
+        assert!(
+            text.contains("upstream_stream_cut") && text.ends_with("data: [DONE]\n\n"),
+            "{text}"
+        );
+    }
+}

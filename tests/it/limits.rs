@@ -1,0 +1,564 @@
+//! A tenant's limits and budget: enforced exactly as configured (no
+//! refusal below a limit, no admission above it), in this replica's memory
+//! and in a real Redis shared by two toolgate processes; each door's `429`
+//! with OpenAI's headers; tokens read from the upstream's usage (asked for
+//! on streams whose client did not ask); spend priced by `pricing` in the
+//! file's order; a Redis outage decided by `on_redis_error`.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::binary::Binary;
+use common::postgres::Postgres;
+use common::redis::Redis;
+use common::{Collected, Mock, Recorded, Reply, TestConfig};
+use http::Request;
+use http_body_util::Full;
+use serde_json::{Value, json};
+
+/// The tenants' keys, the same values every time they are set.
+const KEYS: [(&str, &str); 7] = [
+    ("LIMITS_TEST_ADMIN", "admin-key"),
+    ("LIMITS_TEST_RPM", "rpm-key"),
+    ("LIMITS_TEST_CONC", "conc-key"),
+    ("LIMITS_TEST_TPM", "tpm-key"),
+    ("LIMITS_TEST_BUDGET", "budget-key"),
+    ("LIMITS_TEST_FREE", "free-key"),
+    ("LIMITS_TEST_TOKENS_BUDGET", "tokens-budget-key"),
+];
+
+fn keys() {
+    for (var, key) in KEYS {
+        // SAFETY: this module's own variables, set to the same values before
+        // its gateways read them.
+        unsafe { std::env::set_var(var, key) };
+    }
+}
+
+/// Tenants with one limit each, and one without.
+const AUTH: &str = "[server.auth]\nadmin_keys_env = \"LIMITS_TEST_ADMIN\"\n\
+    [[server.auth.keys]]\nname = \"rpm\"\nkey_env = \"LIMITS_TEST_RPM\"\n\
+    [server.auth.keys.limits]\nrequests_per_minute = 3\n\
+    [[server.auth.keys]]\nname = \"conc\"\nkey_env = \"LIMITS_TEST_CONC\"\n\
+    [server.auth.keys.limits]\nmax_concurrent_requests = 1\n\
+    [[server.auth.keys]]\nname = \"tpm\"\nkey_env = \"LIMITS_TEST_TPM\"\n\
+    [server.auth.keys.limits]\ntokens_per_minute = 40\n\
+    [[server.auth.keys]]\nname = \"budget\"\nkey_env = \"LIMITS_TEST_BUDGET\"\n\
+    [server.auth.keys.budget]\nusd = 0.8\nperiod = \"1d\"\n\
+    [[server.auth.keys]]\nname = \"tokens-budget\"\nkey_env = \"LIMITS_TEST_TOKENS_BUDGET\"\n\
+    [server.auth.keys.budget]\ntokens = 50\nperiod = \"30d\"\n\
+    [[server.auth.keys]]\nname = \"free\"\nkey_env = \"LIMITS_TEST_FREE\"\n";
+
+/// `cheap*` costs $0.50 for the mock's 10 input and 20 output tokens. The
+/// free `*` comes second in the file and first in sorted order: read in the
+/// wrong order, nothing would cost anything.
+const PRICING: &str = "[providers.pricing]\n\"cheap*\" = { input = 10000, output = 20000 }\n\"*\" = { input = 0, output = 0 }\n";
+
+/// An upstream that reports 10 input and 20 output tokens: in the
+/// completion, and on a stream only when asked (`include_usage`), as
+/// OpenAI does.
+async fn upstream() -> Mock {
+    Mock::start(answer).await
+}
+
+fn answer(r: &Recorded) -> Reply {
+    let request = r.json();
+    if request["stream"] == true {
+        let usage = (request["stream_options"]["include_usage"] == true)
+            .then(|| json!({"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}));
+        Reply::sse(
+            &[&common::upstream_sse(&["hello"], usage.as_ref())],
+            Duration::ZERO,
+        )
+    } else {
+        Reply::json(&common::upstream_completion("hello"))
+    }
+}
+
+async fn post(url: &str, key: &str, body: &Value) -> Collected {
+    common::send(
+        Request::post(url)
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap(),
+    )
+    .await
+}
+
+fn chat(model: &str) -> Value {
+    json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+fn header<'a>(r: &'a Collected, name: &str) -> &'a str {
+    r.headers
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name} header: {:?}", r.headers))
+        .to_str()
+        .unwrap()
+}
+
+/// The value of the metric line starting with `prefix`.
+async fn metric(base: &str, prefix: &str) -> Option<f64> {
+    let text = common::get(&format!("{base}/metrics")).await.text();
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test]
+async fn requests_per_minute_admit_exactly_the_limit_then_each_door_answers_429() {
+    keys();
+    let mock = upstream().await;
+    let gw = TestConfig::new()
+        .server(AUTH)
+        .up(&mock.url(), "")
+        .start()
+        .await;
+    let chat_url = gw.url("/v1/chat/completions");
+    for i in 0..3 {
+        let r = post(&chat_url, "rpm-key", &chat("m")).await;
+        assert_eq!(
+            r.status,
+            200,
+            "request {i} is within the limit: {}",
+            r.text()
+        );
+    }
+    let r = post(&chat_url, "rpm-key", &chat("m")).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let error = &r.json()["error"];
+    assert_eq!(error["type"], "rate_limit_exceeded");
+    assert_eq!(error["code"], "rate_limit_exceeded");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("3 requests per minute"),
+        "{error}"
+    );
+    // 3 a minute: the next one is admitted 20 s after the burst.
+    assert_eq!(header(&r, "retry-after"), "20");
+    let ms: u64 = header(&r, "retry-after-ms").parse().unwrap();
+    assert!((19_000..=20_000).contains(&ms), "{ms}");
+    assert_eq!(header(&r, "x-ratelimit-limit-requests"), "3");
+    assert_eq!(header(&r, "x-ratelimit-remaining-requests"), "0");
+    assert!(header(&r, "x-ratelimit-reset-requests").ends_with('s'));
+    assert_eq!(mock.count(), 3, "a refused request reaches no upstream");
+
+    let r = post(
+        &gw.url("/v1/responses"),
+        "rpm-key",
+        &json!({"model": "m", "input": "hi"}),
+    )
+    .await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
+    let r = post(
+        &gw.url("/v1/messages"),
+        "rpm-key",
+        &json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.json()["type"], "error");
+    assert_eq!(r.json()["error"]["type"], "rate_limit_error");
+    assert_eq!(header(&r, "retry-after"), "20");
+
+    // Another tenant is not counted.
+    assert_eq!(post(&chat_url, "free-key", &chat("m")).await.status, 200);
+    let refused = metric(
+        &gw.url(""),
+        "toolgate_rate_limited_total{tenant=\"rpm\",limit=\"requests\"}",
+    )
+    .await;
+    assert_eq!(refused, Some(3.0));
+}
+
+#[tokio::test]
+async fn concurrency_is_held_until_the_answer_ends() {
+    keys();
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let mock = Mock::start(move |r| Reply::Gated(gate.clone(), Box::new(answer(r)))).await;
+    let gw = TestConfig::new()
+        .server(AUTH)
+        .up(&mock.url(), "")
+        .start()
+        .await;
+    let url = gw.url("/v1/chat/completions");
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { post(&url, "conc-key", &chat("m")).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mock.count() < 1 {
+        assert!(Instant::now() < deadline, "the first request never arrived");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let second = post(&url, "conc-key", &chat("m")).await;
+    assert_eq!(second.status, 429, "{}", second.text());
+    assert!(
+        second.text().contains("1 requests in flight"),
+        "{}",
+        second.text()
+    );
+    assert_eq!(mock.count(), 1);
+    open.send_replace(true);
+    assert_eq!(first.await.unwrap().status, 200);
+    // The slot is free once the first answer's body ended.
+    let third = post(&url, "conc-key", &chat("m")).await;
+    assert_eq!(third.status, 200, "{}", third.text());
+}
+
+#[tokio::test]
+async fn tokens_come_from_usage_the_client_did_not_ask_for_and_it_never_sees_it() {
+    keys();
+    let mock = upstream().await;
+    let gw = TestConfig::new()
+        .server(AUTH)
+        .up(&mock.url(), "")
+        .start()
+        .await;
+    let url = gw.url("/v1/chat/completions");
+    let mut streamed = chat("m");
+    streamed["stream"] = json!(true);
+    // 40 tokens a minute; each answer uses 30.
+    let first = post(&url, "tpm-key", &streamed).await;
+    assert_eq!(first.status, 200);
+    let upstream_got = mock.last().json();
+    assert_eq!(upstream_got["stream_options"]["include_usage"], true);
+    let text = first.text();
+    assert!(
+        text.contains("hello") && text.ends_with("data: [DONE]\n\n"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("\"choices\":[]") && !text.contains("prompt_tokens"),
+        "the usage chunk the client did not ask for is dropped: {text}"
+    );
+    // 10 tokens left: admitted (an answer may overdraw the minute).
+    let second = post(&url, "tpm-key", &chat("m")).await;
+    assert_eq!(second.status, 200);
+    let third = post(&url, "tpm-key", &streamed).await;
+    assert_eq!(third.status, 429, "{}", third.text());
+    assert!(third.text().contains("40 tokens per minute"));
+    assert_eq!(header(&third, "x-ratelimit-limit-tokens"), "40");
+    assert_eq!(header(&third, "x-ratelimit-remaining-tokens"), "0");
+    // 60 tokens used of 40 a minute: free again 30 s from now, plus the
+    // time one token takes (1.5 s).
+    let wait: u64 = header(&third, "retry-after").parse().unwrap();
+    assert!((31..=32).contains(&wait), "{wait}");
+
+    // A tenant without limits: its stream goes upstream byte for byte.
+    let body = streamed.to_string();
+    let r = common::send(
+        Request::post(&url)
+            .header("authorization", "Bearer free-key")
+            .body(Full::new(Bytes::from(body.clone())))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(mock.last().body, body.as_bytes());
+    // A client that asked for usage gets it.
+    let mut asked = streamed.clone();
+    asked["stream_options"] = json!({"include_usage": true});
+    let budget = post(&url, "tokens-budget-key", &asked).await;
+    assert!(
+        budget.text().contains("\"prompt_tokens\":10"),
+        "{}",
+        budget.text()
+    );
+}
+
+#[tokio::test]
+async fn a_spent_budget_is_insufficient_quota_until_its_period_ends() {
+    keys();
+    let mock = upstream().await;
+    let gw = TestConfig::new()
+        .server(AUTH)
+        .up(&mock.url(), PRICING)
+        .start()
+        .await;
+    let url = gw.url("/v1/chat/completions");
+    // $0.80 a day, $0.50 an answer: two pass, the third is refused.
+    for _ in 0..2 {
+        assert_eq!(post(&url, "budget-key", &chat("cheap-1")).await.status, 200);
+    }
+    let r = post(&url, "budget-key", &chat("cheap-1")).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let error = &r.json()["error"];
+    assert_eq!(error["code"], "insufficient_quota");
+    assert_eq!(error["type"], "insufficient_quota");
+    let tomorrow = (chrono::Utc::now() + chrono::Duration::days(1))
+        .format("%Y-%m-%dT00:00:00Z")
+        .to_string();
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("$0.80") && message.contains(&tomorrow),
+        "{message}"
+    );
+    let wait: u64 = header(&r, "retry-after").parse().unwrap();
+    assert!(wait <= 86_400);
+    let cost = metric(
+        &gw.url(""),
+        "toolgate_cost_usd_total{provider=\"up\",tenant=\"budget\"}",
+    )
+    .await
+    .unwrap();
+    assert!((cost - 1.0).abs() < 1e-9, "two answers at $0.50: {cost}");
+
+    // A budget in tokens: 50 tokens, 30 an answer.
+    let other = chat("other");
+    assert_eq!(post(&url, "tokens-budget-key", &other).await.status, 200);
+    assert_eq!(post(&url, "tokens-budget-key", &other).await.status, 200);
+    let spent = post(&url, "tokens-budget-key", &other).await;
+    assert_eq!(spent.json()["error"]["code"], "insufficient_quota");
+}
+
+/// The config of a replica counting in the Redis at `url`.
+fn replica_config(mock: &Mock, url: &str, on_error: &str) -> String {
+    TestConfig::new()
+        .server(&format!(
+            "{AUTH}[server.limits]\nredis_url = \"{url}\"\non_redis_error = \"{on_error}\"\nredis_timeout_ms = 1000\n"
+        ))
+        .up(&mock.url(), PRICING)
+        .toml()
+}
+
+fn replicas(mock: &Mock, redis: &Redis, on_error: [&str; 2]) -> [Binary; 2] {
+    on_error.map(|e| Binary::start(&replica_config(mock, &redis.url(), e), &KEYS))
+}
+
+#[tokio::test]
+async fn two_replicas_sharing_redis_enforce_each_limit_exactly() {
+    let redis = Redis::start();
+    let (open, gate) = tokio::sync::watch::channel(true);
+    let mock = Mock::start(move |r| Reply::Gated(gate.clone(), Box::new(answer(r)))).await;
+    let [a, b] = replicas(&mock, &redis, ["allow", "allow"]);
+    let urls = [a.url("/v1/chat/completions"), b.url("/v1/chat/completions")];
+
+    // Requests: 3 a minute across both, taken in turn.
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        statuses.push(
+            post(&urls[i % 2], "rpm-key", &chat("m"))
+                .await
+                .status
+                .as_u16(),
+        );
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
+
+    // Concurrency: one in flight across both.
+    open.send_replace(false);
+    let held = tokio::spawn({
+        let url = urls[0].clone();
+        async move { post(&url, "conc-key", &chat("m")).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mock.count() < 4 {
+        assert!(Instant::now() < deadline, "the held request never arrived");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(post(&urls[1], "conc-key", &chat("m")).await.status, 429);
+    open.send_replace(true);
+    assert_eq!(held.await.unwrap().status, 200);
+    // Settled after the answer: poll the other replica until the slot frees.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = post(&urls[1], "conc-key", &chat("m")).await;
+        if r.status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slot was never freed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Tokens: 40 a minute, 30 an answer, charged on one replica and read on the other.
+    assert_eq!(post(&urls[0], "tpm-key", &chat("m")).await.status, 200);
+    assert_eq!(post(&urls[1], "tpm-key", &chat("m")).await.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while post(&urls[0], "tpm-key", &chat("m")).await.status != 429 {
+        assert!(Instant::now() < deadline, "60 tokens of 40 never refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Budget: $0.80, $0.50 an answer, spent across both.
+    assert_eq!(
+        post(&urls[0], "budget-key", &chat("cheap-1")).await.status,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        post(&urls[1], "budget-key", &chat("cheap-1")).await.status,
+        200
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = post(&urls[0], "budget-key", &chat("cheap-1")).await;
+        if r.status == 429 {
+            assert_eq!(r.json()["error"]["code"], "insufficient_quota");
+            break;
+        }
+        assert!(Instant::now() < deadline, "a spent budget never refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_redis_outage_follows_on_redis_error_and_limits_resume_after_it() {
+    let mut redis = Redis::start();
+    let mock = upstream().await;
+    let [allow, deny] = replicas(&mock, &redis, ["allow", "deny"]);
+    let url = |b: &Binary| b.url("/v1/chat/completions");
+    assert_eq!(post(&url(&allow), "free-key", &chat("m")).await.status, 200);
+    assert_eq!(post(&url(&allow), "rpm-key", &chat("m")).await.status, 200);
+
+    redis.stop();
+    for _ in 0..5 {
+        let r = post(&url(&allow), "rpm-key", &chat("m")).await;
+        assert_eq!(
+            r.status,
+            200,
+            "allow serves while Redis is down: {}",
+            r.text()
+        );
+    }
+    let r = post(&url(&deny), "rpm-key", &chat("m")).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "limiter_unavailable");
+    // A tenant without limits never asks Redis.
+    assert_eq!(post(&url(&deny), "free-key", &chat("m")).await.status, 200);
+    let errors = metric(&allow.url(""), "toolgate_limiter_errors_total")
+        .await
+        .unwrap_or(0.0);
+    assert!(errors >= 5.0, "{errors}");
+
+    // Back (empty): limiting resumes, 3 a minute.
+    redis.up();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut admitted = 0;
+    loop {
+        let r = post(&url(&deny), "rpm-key", &chat("m")).await;
+        match r.status.as_u16() {
+            200 => admitted += 1,
+            429 => break,
+            503 => {}
+            other => panic!("{other}: {}", r.text()),
+        }
+        assert!(Instant::now() < deadline, "limits never resumed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(admitted, 3, "a fresh window admits exactly the limit");
+}
+
+async fn get(url: &str, key: &str) -> Collected {
+    common::send(
+        Request::get(url)
+            .header("authorization", format!("Bearer {key}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
+    )
+    .await
+}
+
+/// What each key used is kept per hour, key, provider and model, and read
+/// back summed by what `group_by` names: each tenant its own, the admin
+/// every tenant's. The tokens are the upstream's reported usage, the cost
+/// that usage at the configured prices.
+#[tokio::test]
+async fn usage_is_kept_per_key_and_read_back_per_tenant_in_sqlite_and_postgresql() {
+    keys();
+    let pg = Postgres::start();
+    for store in ["sqlite::memory:".to_owned(), pg.url()] {
+        let mock = upstream().await;
+        let gw = TestConfig::new()
+            .server(AUTH)
+            .up(&mock.url(), PRICING)
+            .raw(&format!("[store]\nurl = \"{store}\"\nrecord = \"none\"\n"))
+            .start()
+            .await;
+        let url = gw.url("/v1/chat/completions");
+        for _ in 0..2 {
+            assert_eq!(post(&url, "budget-key", &chat("cheap-1")).await.status, 200);
+        }
+        assert_eq!(post(&url, "free-key", &chat("other")).await.status, 200);
+        // A stream whose client did not ask for usage, of a tenant without
+        // limits: nothing is added to its request, so its tokens are estimated.
+        let mut streamed = chat("other");
+        streamed["stream"] = json!(true);
+        assert_eq!(post(&url, "free-key", &streamed).await.status, 200);
+
+        let usage = gw.url("/toolgate/api/usage");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let all = loop {
+            let r = get(&format!("{usage}?group_by=tenant,model"), "admin-key").await;
+            assert_eq!(r.status, 200, "{store}: {}", r.text());
+            let data = r.json()["data"].clone();
+            if data.as_array().unwrap().len() == 2 && data[1]["requests"] == 2 {
+                break data;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{store}: usage never landed: {data}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        // Two answers of 10 + 20 tokens at $10 000 and $20 000 a million.
+        assert_eq!(all[0]["tenant"], "budget", "{store}: {all}");
+        assert_eq!(all[0]["model"], "cheap-1");
+        assert_eq!(
+            (
+                all[0]["requests"].as_i64(),
+                all[0]["input_tokens"].as_i64(),
+                all[0]["output_tokens"].as_i64()
+            ),
+            (Some(2), Some(20), Some(40))
+        );
+        assert!(
+            (all[0]["cost_usd"].as_f64().unwrap() - 1.0).abs() < 1e-9,
+            "{all}"
+        );
+        assert_eq!(all[0]["estimated_requests"], 0);
+        assert!(all[0]["key"].is_null() && all[0]["provider"].is_null());
+        assert_eq!(all[1]["tenant"], "free");
+        assert_eq!(all[1]["estimated_requests"], 1, "{all}");
+        assert_eq!(all[1]["cost_usd"], 0.0);
+
+        // A client key reads its own tenant's, by key: the key's name, not the key.
+        let own = get(&format!("{usage}?group_by=key,provider"), "budget-key").await;
+        let data = &own.json()["data"];
+        assert_eq!(data.as_array().unwrap().len(), 1, "{data}");
+        let key = data[0]["key"].as_str().unwrap();
+        assert!(
+            key.starts_with("key-") && key.len() == 12 && !key.contains("budget-key"),
+            "{key}"
+        );
+        assert_eq!(data[0]["provider"], "up");
+        assert!(data[0]["tenant"].is_null());
+        let other = get(&format!("{usage}?tenant=free"), "budget-key").await;
+        assert_eq!(other.status, 403);
+        assert_eq!(
+            get(&format!("{usage}?group_by=colour"), "admin-key")
+                .await
+                .status,
+            400
+        );
+        assert_eq!(
+            get(&format!("{usage}?from=yesterday"), "admin-key")
+                .await
+                .status,
+            400
+        );
+        // A range that ended before anything was used holds nothing.
+        let old = get(
+            &format!("{usage}?from=2020-01-01&to=2020-02-01"),
+            "admin-key",
+        )
+        .await;
+        assert_eq!(old.json()["data"], json!([]));
+    }
+}
