@@ -929,3 +929,38 @@ async fn node_anthropic_streams_a_tool_call() {
     assert_eq!(events.last(), Some(&"message_stop"), "{events:?}");
     assert!(events.contains(&"content_block_delta"), "{events:?}");
 }
+
+/// A key's requests per minute through the official SDKs: the OpenAI SDK
+/// reads the `429` and its retry waits what `Retry-After` says; the
+/// Anthropic SDK reads the Messages door's `rate_limit_error`.
+#[tokio::test]
+async fn python_sdks_read_a_429_and_the_retry_honours_retry_after() {
+    // SAFETY: this test's own variable, set to the same value each time.
+    unsafe { std::env::set_var("LIMITS_TEST_SDK", "sdk-key") };
+    let mock = Mock::start(|_| Reply::json(&upstream_completion("hello"))).await;
+    // 30 a minute: a burst of 30, then one every 2 s.
+    let gw = TestConfig::new()
+        .server(
+            "[server.auth]\n[[server.auth.keys]]\nname = \"sdk\"\nkey_env = \"LIMITS_TEST_SDK\"\n\
+             [server.auth.keys.limits]\nrequests_per_minute = 30\n",
+        )
+        .up(&mock.url(), "")
+        .start()
+        .await;
+    let run = python_run("rate_limited", &base_url(&gw), "m").await;
+    let r = run.success();
+    assert_eq!(r["admitted"], 30, "{r:#}");
+    assert_eq!(r["status"], 429);
+    assert_eq!(r["code"], "rate_limit_exceeded");
+    assert_eq!(r["type"], "rate_limit_exceeded");
+    assert_eq!(r["retry_after"], "2");
+    assert_eq!(r["limit"], "30");
+    assert_eq!(r["remaining"], "0");
+    let waited = r["waited"].as_f64().unwrap();
+    assert!(
+        waited >= 1.5,
+        "the retry came before Retry-After: {waited} s"
+    );
+    assert_eq!(r["anthropic"]["type"], "error", "{r:#}");
+    assert_eq!(r["anthropic"]["error"]["type"], "rate_limit_error");
+}

@@ -349,9 +349,51 @@ def anthropic_tool_loop() -> dict:
             "answer": "".join(b.text for b in second.content if b.type == "text")}
 
 
+def rate_limited() -> dict:
+    """A key over its requests per minute through the SDKs: the OpenAI SDK
+    reads the 429, and with one retry waits what `Retry-After` says (its
+    own first backoff is under a second, which would be refused again);
+    the Anthropic SDK reads the Messages door's shape."""
+    import time
+
+    import anthropic
+
+    key = os.environ["LIMITS_TEST_SDK"]
+    base = os.environ["CLIENT_TESTS_BASE_URL"]
+    quick = OpenAI(base_url=base, api_key=key, max_retries=0, timeout=20.0)
+    admitted = 0
+    while True:
+        try:
+            quick.chat.completions.create(model=model(), messages=QUESTION)
+            admitted += 1
+        except openai.RateLimitError as e:
+            refused = e
+            break
+        assert admitted < 1000, "never refused"
+    error = refused.body.get("error", refused.body) if isinstance(refused.body, dict) else {}
+    headers = refused.response.headers
+    retrying = OpenAI(base_url=base, api_key=key, max_retries=1, timeout=20.0)
+    started = time.monotonic()
+    retrying.chat.completions.create(model=model(), messages=QUESTION)
+    waited = time.monotonic() - started
+    messages = anthropic.Anthropic(base_url=base.removesuffix("/").removesuffix("/v1"), api_key=key,
+                                   max_retries=0, timeout=20.0)
+    try:
+        messages.messages.create(model=model(), max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+        anthropic_refused = None
+    except anthropic.RateLimitError as e:
+        anthropic_refused = e.body
+    return {"admitted": admitted, "status": refused.status_code, "code": error.get("code"),
+            "type": error.get("type"), "retry_after": headers.get("retry-after"),
+            "limit": headers.get("x-ratelimit-limit-requests"),
+            "remaining": headers.get("x-ratelimit-remaining-requests"), "waited": waited,
+            "anthropic": anthropic_refused}
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
+        rate_limited,
         three_turns,
         create_stream,
         stream_helper,
