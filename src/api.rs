@@ -6,6 +6,7 @@ pub mod chat_events;
 pub mod chat_message;
 pub mod chat_tap;
 pub mod fields;
+pub mod keys;
 pub mod live_views;
 pub mod messages;
 pub mod messages_events;

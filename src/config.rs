@@ -332,6 +332,12 @@ impl Config {
                 ),
             ));
         }
+        if server.auth.as_ref().is_some_and(|a| a.managed) && store.is_none() {
+            return Err(ConfigError::new(
+                "server.auth.managed_keys",
+                "keeps the keys in the transcript store: configure a [store] (SQLite, or PostgreSQL for several replicas)",
+            ));
+        }
         upstream::check_failover(&raw.providers)?;
         let mut providers = Vec::with_capacity(raw.providers.len());
         for (i, p) in raw.providers.iter().enumerate() {

@@ -43,6 +43,7 @@ use crate::body::stall::StallGuard;
 use crate::body::{self, Body, BoxError};
 use crate::config::Config;
 use crate::error::GatewayError;
+use crate::keys::ManagedKeys;
 use crate::limiter::Limiter;
 use crate::metrics::request::route_of;
 use crate::runtime::Runtime;
@@ -75,6 +76,8 @@ pub struct Gateway {
     /// The tenants' limits and budgets: their counts are kept across
     /// reloads, which change only the limits.
     limiter: Limiter,
+    /// Keys made through the API (`managed_keys = true`).
+    keys: Option<Arc<ManagedKeys>>,
     draining: AtomicBool,
     /// Turns true when the shutdown grace period is over: open streams end.
     grace_over: watch::Sender<bool>,
@@ -113,9 +116,23 @@ impl Gateway {
                 tracing::error!(error = %e, "cannot use server.limits.redis_url; limits are counted in memory");
                 Limiter::new(&Default::default(), 1).expect("memory counters need nothing")
             });
+        let managed = config.server.auth.as_ref().is_some_and(|a| a.managed);
+        let keys = store
+            .clone()
+            .filter(|_| managed)
+            .map(|store| ManagedKeys::start(store, config.clone()));
+        if let (Some(keys), Some(transcripts)) = (&keys, &transcripts) {
+            // A live view lasts only while its key is one in force.
+            let views = transcripts.views.clone();
+            keys.on_change(move |keys| {
+                let config = keys.config();
+                views.recheck(|key| auth::viewer_of(&config, Some(keys), key));
+            });
+        }
         Gateway {
             transcripts,
             limiter,
+            keys,
             limits: Limits::new(&config.server),
             runtime: ArcSwap::from_pointee(Runtime::new(
                 config,
@@ -158,6 +175,9 @@ impl Gateway {
         self.tools.reload(&config);
         self.limits.resize(&config.server);
         let config = Arc::new(config);
+        if let Some(keys) = &self.keys {
+            keys.reconfigure(config.clone());
+        }
         self.runtime.store(Arc::new(Runtime::new(
             config.clone(),
             self.tools.clone(),
@@ -169,7 +189,7 @@ impl Gateway {
         if let Some(transcripts) = &self.transcripts {
             transcripts
                 .views
-                .recheck(|key| auth::viewer_of(&config, key));
+                .recheck(|key| auth::viewer_of(&config, self.keys.as_deref(), key));
         }
         metrics::counter!(crate::metrics::CONFIG_RELOADS, "outcome" => "success").increment(1);
         tracing::info!("config reloaded");
@@ -264,21 +284,22 @@ impl Gateway {
             } else {
                 GatewayError::into_response
             };
-        let mut response = match auth::tenant(&runtime.config, &req) {
+        let mut response = match auth::tenant(&runtime.config, self.keys.as_deref(), &req) {
             Err(e) => shape(e),
-            Ok(tenant) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
-                models::list_models(&runtime.config, &tenant)
+            Ok(who) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
+                models::list_models(&runtime.config, &who.tenant)
             }
-            Ok(tenant) if path.starts_with("/v1/responses/") && req.method() != Method::POST => {
-                log.tenant = Some(tenant.name.clone());
+            Ok(who) if path.starts_with("/v1/responses/") && req.method() != Method::POST => {
+                log.tenant = Some(who.tenant.name.clone());
                 let id = &path["/v1/responses/".len()..];
                 let store = self.store.as_ref();
-                match crate::api::responses::stored(store, &tenant, req.method(), id).await {
+                match crate::api::responses::stored(store, &who.tenant, req.method(), id).await {
                     Ok(r) => r,
                     Err(e) => e.into_response(),
                 }
             }
-            Ok(tenant) => {
+            Ok(who) => {
+                let tenant = who.tenant.clone();
                 log.tenant = Some(tenant.name.clone());
                 let scope = crate::telemetry::scope::Scope {
                     tenant: tenant.name.clone(),
@@ -293,7 +314,7 @@ impl Gateway {
                     &self.limiter,
                     self.store.as_ref(),
                     req,
-                    &tenant,
+                    &who,
                     &mut log,
                 ));
                 let (result, attempted) = crate::upstream::noting_attempts(

@@ -34,6 +34,8 @@ pub mod gateway;
 pub mod headers;
 pub mod inbound;
 pub mod json;
+/// Keys an admin makes at run time, kept in the store.
+pub mod keys;
 /// Tenants' limits and budgets, in memory or in Redis.
 pub mod limiter;
 #[allow(missing_docs)]

@@ -1,17 +1,21 @@
 //! Tenants' limits and budgets (`limits` and `budget` on a
-//! `[[server.auth.keys]]` entry), counted in this replica's memory or, with
-//! `[server.limits] redis_url`, in Redis, shared by every replica.
+//! `[[server.auth.keys]]` entry, and a managed key's own share), counted in
+//! this replica's memory or, with `[server.limits] redis_url`, in Redis,
+//! shared by every replica.
 //!
-//! - [`Limiter::admit`] checks a request before anything is sent upstream:
-//!   a spent budget, the requests in flight, requests and tokens per minute
-//!   (one Redis script; none for a tenant without limits). A refusal is a
-//!   `429` [`GatewayError::Limited`] with `Retry-After` and `x-ratelimit-*`.
+//! - [`Limiter::admit`] checks a request before anything is sent upstream
+//!   against each of its subjects (its tenant's limits, all its keys
+//!   together; a managed key's own): a spent budget, the requests in flight,
+//!   requests and tokens per minute, every subject checked before any is
+//!   charged (one Redis script; none for a request without limits). A
+//!   refusal is a `429` [`GatewayError::Limited`] with `Retry-After` and
+//!   `x-ratelimit-*`.
 //! - The [`Admission`] it returns is the request's [`Meter`]: every answered
 //!   upstream attempt (gateway-tool rounds and repairs too) reports its
 //!   tokens to it, priced by the provider's `pricing`. When the request's
 //!   last piece of work ends it is dropped, which frees its concurrency
-//!   slot and charges its tokens and spend (a second script, sent without
-//!   the request waiting for it).
+//!   slots, charges its tokens and spend (a second script, sent without
+//!   the request waiting for it) and queues its usage rows.
 //!
 //! `gcra` holds the arithmetic both counters run; `memory` and `redis` the
 //! two counters.
@@ -28,7 +32,7 @@ use http::HeaderValue;
 use http::header::HeaderName;
 
 use crate::config::Tenant;
-use crate::config::limits::{Amount, LimiterConfig, OnRedisError, Price};
+use crate::config::limits::{Amount, LimiterConfig, OnRedisError, Price, Quota};
 use crate::error::{GatewayError, Limited};
 use crate::store::{Store, Used};
 use crate::telemetry::scope::{Meter, Tokens};
@@ -39,12 +43,55 @@ use gcra::Reading;
 /// frees when another request ends, which no clock predicts.
 const CONCURRENCY_WAIT_US: u64 = 1_000_000;
 
-/// Checks requests against their tenant's limits; kept across reloads (a
+/// Checks requests against their subjects' limits; kept across reloads (a
 /// reload changes the limits, never the counts).
 pub struct Limiter {
     memory: Arc<memory::Counters>,
     redis: Option<Arc<redis::Counters>>,
     on_redis_error: OnRedisError,
+}
+
+/// A managed key's own share of its tenant's use.
+#[derive(Debug, Clone)]
+pub struct Share {
+    /// The key's id.
+    pub id: Arc<str>,
+    /// The key's name, for messages.
+    pub name: Arc<str>,
+    /// Its own `limits` and `budget`, on top of its tenant's.
+    pub quota: Quota,
+}
+
+/// Whose limits a request counts against.
+#[derive(Debug, Clone)]
+struct Subject {
+    /// Its counters' name in memory.
+    counter: String,
+    /// Its keys' base name in Redis.
+    redis: String,
+    /// Names it in a refusal.
+    shown: String,
+    quota: Quota,
+}
+
+impl Subject {
+    fn tenant(tenant: &Tenant) -> Subject {
+        Subject {
+            counter: format!("tenant:{}", tenant.name),
+            redis: format!("toolgate:{{{}}}", tenant.name),
+            shown: tenant.name.to_string(),
+            quota: tenant.quota.clone(),
+        }
+    }
+
+    fn key(tenant: &Tenant, share: &Share) -> Subject {
+        Subject {
+            counter: format!("key:{}", share.id),
+            redis: format!("toolgate:{{{}}}:key:{}", tenant.name, share.id),
+            shown: format!("key `{}` of {}", share.name, tenant.name),
+            quota: share.quota.clone(),
+        }
+    }
 }
 
 impl Limiter {
@@ -63,38 +110,50 @@ impl Limiter {
         })
     }
 
-    /// Admits a request of `tenant` for `model` (as the client wrote it),
-    /// or says which limit refuses it. With a `usage` store, what the
-    /// request uses is recorded there under `key_id`, the key it presented.
+    /// Admits a request of `tenant` (and, for a managed key, of its `share`)
+    /// for `model` (as the client wrote it), or says which limit refuses
+    /// it. With a `usage` store, what the request uses is recorded there
+    /// under `key_id`, the key it presented.
     pub async fn admit(
         &self,
         tenant: &Arc<Tenant>,
+        share: Option<&Share>,
         model: &str,
         usage: Option<(Arc<Store>, String)>,
     ) -> Result<Arc<Admission>, GatewayError> {
-        let quota = &tenant.quota;
+        let subjects: Vec<Subject> = std::iter::once(Subject::tenant(tenant))
+            .chain(share.map(|s| Subject::key(tenant, s)))
+            .filter(|s| s.quota.is_limited())
+            .collect();
         let mut admission = Admission {
             tenant: tenant.clone(),
             model: model.to_owned(),
+            wants_usage: subjects.iter().any(|s| s.quota.counts_tokens()),
             held: None,
             usage,
             used: Mutex::default(),
         };
-        if !quota.is_limited() {
+        if subjects.is_empty() {
             return Ok(Arc::new(admission));
         }
         let now = now_us();
         let member = format!("{:032x}", rand::random::<u128>());
         let check = Check {
-            tenant: &tenant.name,
-            quota,
-            budget: quota.budget.map(|b| BudgetCheck {
-                period: gcra::period(now / 1_000_000, b.period_days.get()).0,
-                amount: match b.amount {
-                    Amount::Usd(usd) => usd,
-                    Amount::Tokens(n) => n as f64,
-                },
-            }),
+            subjects: subjects
+                .iter()
+                .map(|s| SubjectCheck {
+                    counter: &s.counter,
+                    redis: &s.redis,
+                    quota: &s.quota,
+                    budget: s.quota.budget.map(|b| BudgetCheck {
+                        period: gcra::period(now / 1_000_000, b.period_days.get()).0,
+                        amount: match b.amount {
+                            Amount::Usd(usd) => usd,
+                            Amount::Tokens(n) => n as f64,
+                        },
+                    }),
+                })
+                .collect(),
             member: &member,
         };
         let (counters, verdict) = match &self.redis {
@@ -112,6 +171,7 @@ impl Limiter {
             },
         };
         if let Some(Verdict::Refused {
+            subject,
             limit,
             wait_us,
             readings,
@@ -119,11 +179,12 @@ impl Limiter {
         {
             metrics::counter!(crate::metrics::RATE_LIMITED, "tenant" => tenant.name.clone(), "limit" => limit.name())
                 .increment(1);
-            return Err(refusal(tenant, limit, wait_us, &readings, now));
+            return Err(refusal(&subjects[subject], limit, wait_us, &readings, now));
         }
         admission.held = Some(Held {
             counters,
-            counted_in_flight: verdict.is_some() && quota.max_concurrent_requests.is_some(),
+            counted: verdict.is_some(),
+            subjects,
             member,
         });
         Ok(Arc::new(admission))
@@ -135,7 +196,9 @@ impl Limiter {
 pub struct Admission {
     tenant: Arc<Tenant>,
     model: String,
-    /// `None` for a tenant without limits.
+    /// Whether a subject counts tokens (its streams then ask for usage).
+    wants_usage: bool,
+    /// `None` for a request without limits.
     held: Option<Held>,
     /// Where its usage is recorded, and the key it presented.
     usage: Option<(Arc<Store>, String)>,
@@ -155,9 +218,10 @@ struct Spent {
 
 struct Held {
     counters: Counters,
-    /// Whether a concurrency slot was taken (not when Redis was down).
-    counted_in_flight: bool,
-    /// Names the request's slot in Redis.
+    /// Whether the admission was counted (not when Redis was down).
+    counted: bool,
+    subjects: Vec<Subject>,
+    /// Names the request's slots in Redis.
     member: String,
 }
 
@@ -174,7 +238,7 @@ impl fmt::Debug for Admission {
 
 impl Meter for Admission {
     fn wants_usage(&self) -> bool {
-        self.tenant.quota.counts_tokens()
+        self.wants_usage
     }
 
     fn model(&self) -> &str {
@@ -235,51 +299,64 @@ impl Drop for Admission {
         };
         let tokens: u64 = used.iter().map(|s| s.input + s.output).sum();
         let usd: f64 = used.iter().map(|s| s.usd).sum();
-        let quota = &self.tenant.quota;
         let now = now_us();
-        let budget = quota
-            .budget
-            .map(|b| (b, gcra::period(now / 1_000_000, b.period_days.get())));
         let settle = Settle {
-            tenant: self.tenant.name.clone(),
-            counted_in_flight: held.counted_in_flight,
             member: held.member,
-            tokens_per_minute: quota.tokens_per_minute.map(std::num::NonZeroU64::get),
             tokens,
-            period: budget.map(|(_, (first, _))| first),
-            spend: match budget.map(|(b, _)| b.amount) {
-                Some(Amount::Usd(_)) => usd,
-                Some(Amount::Tokens(_)) => tokens as f64,
-                None => 0.0,
-            },
+            subjects: held
+                .subjects
+                .iter()
+                .map(|s| {
+                    let budget = s
+                        .quota
+                        .budget
+                        .map(|b| (b, gcra::period(now / 1_000_000, b.period_days.get())));
+                    SubjectSettle {
+                        counter: s.counter.clone(),
+                        redis: s.redis.clone(),
+                        slot: held.counted && s.quota.max_concurrent_requests.is_some(),
+                        tokens_per_minute: s.quota.tokens_per_minute.map(std::num::NonZeroU64::get),
+                        period: budget.map(|(_, (first, _))| first),
+                        spend: match budget.map(|(b, _)| b.amount) {
+                            Some(Amount::Usd(_)) => usd,
+                            Some(Amount::Tokens(_)) => tokens as f64,
+                            None => 0.0,
+                        },
+                        // Kept a day past the period's end.
+                        budget_ttl_secs: budget.map_or(0, |(_, (_, end))| {
+                            end.saturating_sub(now / 1_000_000) + 86_400
+                        }),
+                    }
+                })
+                .collect(),
         };
         match held.counters {
             Counters::Memory(memory) => memory.settle(&settle, now),
-            Counters::Redis(redis) => {
-                // Kept a day past the period's end.
-                let ttl = budget.map_or(0, |(_, (_, end))| {
-                    end.saturating_sub(now / 1_000_000) + 86_400
-                });
-                match tokio::runtime::Handle::try_current() {
-                    Ok(handle) => {
-                        handle.spawn(async move { redis.settle(&settle, ttl).await });
-                    }
-                    Err(_) => {
-                        tracing::warn!(tenant = %settle.tenant, "a request ended outside any runtime: its limits were not settled");
-                    }
+            Counters::Redis(redis) => match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    handle.spawn(async move { redis.settle(&settle).await });
                 }
-            }
+                Err(_) => tracing::warn!(
+                    tenant = %self.tenant.name,
+                    "a request ended outside any runtime: its limits were not settled"
+                ),
+            },
         }
     }
 }
 
 /// What one check reads.
 struct Check<'a> {
-    tenant: &'a Arc<str>,
-    quota: &'a crate::config::limits::Quota,
-    budget: Option<BudgetCheck>,
-    /// Names the request's concurrency slot.
+    subjects: Vec<SubjectCheck<'a>>,
+    /// Names the request's concurrency slots.
     member: &'a str,
+}
+
+struct SubjectCheck<'a> {
+    counter: &'a str,
+    redis: &'a str,
+    quota: &'a Quota,
+    budget: Option<BudgetCheck>,
 }
 
 #[derive(Clone, Copy)]
@@ -292,14 +369,22 @@ struct BudgetCheck {
 
 /// What one request's end charges.
 struct Settle {
-    tenant: Arc<str>,
-    counted_in_flight: bool,
     member: String,
-    tokens_per_minute: Option<u64>,
+    /// Its answers' tokens, input and output.
     tokens: u64,
+    subjects: Vec<SubjectSettle>,
+}
+
+struct SubjectSettle {
+    counter: String,
+    redis: String,
+    /// Whether a concurrency slot was taken.
+    slot: bool,
+    tokens_per_minute: Option<u64>,
     /// The budget period (its first day) the spend goes to.
     period: Option<u64>,
     spend: f64,
+    budget_ttl_secs: u64,
 }
 
 /// The limits' readings, for the headers.
@@ -312,6 +397,8 @@ struct Readings {
 enum Verdict {
     Admitted,
     Refused {
+        /// Which of the check's subjects refused.
+        subject: usize,
         limit: Limit,
         /// `None`: until the budget's period ends.
         wait_us: Option<u64>,
@@ -341,14 +428,14 @@ impl Limit {
 
 /// The `429` a refusal answers.
 fn refusal(
-    tenant: &Tenant,
+    subject: &Subject,
     limit: Limit,
     wait_us: Option<u64>,
     readings: &Readings,
     now_us: u64,
 ) -> GatewayError {
-    let quota = &tenant.quota;
-    let name = &tenant.name;
+    let quota = &subject.quota;
+    let name = &subject.shown;
     let (message, wait) = match (limit, quota.budget) {
         (Limit::Budget, Some(budget)) => {
             let (_, end) = gcra::period(now_us / 1_000_000, budget.period_days.get());

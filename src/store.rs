@@ -41,7 +41,7 @@ use generations::Generations;
 use link::Choice;
 use live::Live;
 pub use record::{
-    ChatFilter, ChatSummary, Kept, Message, StoredMessage, UsageColumn, UsageRow, Used,
+    ChatFilter, ChatSummary, Kept, KeyRow, Message, StoredMessage, UsageColumn, UsageRow, Used,
 };
 use record::{ChatUpdate, StoredResponse, StoredSteps, Write, next_id, now_ms};
 pub use recorder::Recorder;
@@ -74,6 +74,13 @@ const RESPONSE_RETRY: Duration = Duration::from_millis(25);
 const OPEN_WAIT: Duration = Duration::from_secs(5);
 /// The request header naming (and the response header reporting) the chat.
 pub const CHAT_HEADER: &str = "x-toolgate-chat-id";
+
+/// How often the managed keys are read again when no change was announced.
+const KEYS_REREAD: Duration = Duration::from_secs(5);
+
+fn db_error(e: sqlx::Error) -> StoreError {
+    StoreError::Database(e.to_string())
+}
 
 /// An hour, in ms.
 const HOUR_MS: i64 = 3_600_000;
@@ -663,6 +670,112 @@ impl Store {
             .map_err(|e| StoreError::Database(e.to_string()))
         })
         .await
+    }
+
+    /// Keeps a new managed key (an admin's request waits for it; traffic
+    /// never writes keys).
+    pub async fn create_key(&self, key: KeyRow) -> Result<(), StoreError> {
+        self.read(move |shared| async move {
+            let db = shared.db.get().ok_or(StoreError::NotReady)?;
+            db.insert_key(&key).await.map_err(db_error)
+        })
+        .await
+    }
+
+    /// Every managed key not revoked.
+    pub async fn keys(&self) -> Result<Vec<KeyRow>, StoreError> {
+        self.read(|shared| async move {
+            let db = shared.db.get().ok_or(StoreError::NotReady)?;
+            db.keys().await.map_err(db_error)
+        })
+        .await
+    }
+
+    /// Changes a managed key's name, policy and expiry; whether it exists.
+    pub async fn update_key(&self, key: KeyRow) -> Result<bool, StoreError> {
+        self.read(move |shared| async move {
+            let db = shared.db.get().ok_or(StoreError::NotReady)?;
+            db.update_key(&key, now_ms()).await.map_err(db_error)
+        })
+        .await
+    }
+
+    /// Revokes a managed key; whether it was live.
+    pub async fn revoke_key(&self, id: String) -> Result<bool, StoreError> {
+        self.read(move |shared| async move {
+            let db = shared.db.get().ok_or(StoreError::NotReady)?;
+            db.revoke_key(&id, now_ms()).await.map_err(db_error)
+        })
+        .await
+    }
+
+    /// What key `key_id` spent since `since` (ms): USD and tokens.
+    pub async fn key_spend(&self, key_id: String, since: i64) -> Result<(f64, i64), StoreError> {
+        self.read(move |shared| async move {
+            let db = shared.db.get().ok_or(StoreError::NotReady)?;
+            db.key_spend(&key_id, hour_of(since))
+                .await
+                .map_err(db_error)
+        })
+        .await
+    }
+
+    /// Notes when managed keys were last used (queued on the store's
+    /// runtime; nothing waits for it).
+    pub fn touch_keys(&self, used: Vec<(String, i64)>) {
+        let shared = self.shared.clone();
+        self.runtime.spawn(async move {
+            if let Some(db) = shared.db.get()
+                && let Err(e) = db.touch_keys(&used).await
+            {
+                tracing::debug!(error = %e, "cannot note when keys were last used");
+            }
+        });
+    }
+
+    /// Calls `on_rows` with every managed key not revoked: when the database
+    /// opens, whenever a replica announces a change (PostgreSQL `NOTIFY`),
+    /// and every [`KEYS_REREAD`] in case an announcement was missed.
+    pub fn watch_keys(&self, on_rows: Arc<dyn Fn(Vec<KeyRow>) + Send + Sync>) {
+        let shared = self.shared.clone();
+        let stop = self.stop.clone();
+        self.runtime.spawn(async move {
+            // The database first: the listener and the first read need it.
+            while shared.db.get().is_none() {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+            let mut listener = None;
+            loop {
+                if let Some(db) = shared.db.get() {
+                    if listener.is_none() {
+                        listener = db.listen_keys().await.ok().flatten();
+                    }
+                    match db.keys().await {
+                        Ok(rows) => on_rows(rows),
+                        Err(e) => tracing::warn!(error = %e, "cannot read the managed keys; the last read stays in force"),
+                    }
+                }
+                let announced = async {
+                    match listener.as_mut() {
+                        Some(l) => l.recv().await.map(drop),
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(KEYS_REREAD) => {}
+                    heard = announced => {
+                        if heard.is_err() {
+                            // Reconnected on the next turn.
+                            listener = None;
+                        }
+                    }
+                }
+            }
+        });
     }
 
     /// Queues what a request used (one row per provider it reached); added

@@ -83,6 +83,11 @@ pub struct Auth {
     keys: Vec<(Vec<u8>, Arc<Tenant>)>,
     /// `admin_keys_env`; empty when not set.
     admin: Vec<Vec<u8>>,
+    /// `managed_keys`: keys made through the API are accepted too.
+    pub managed: bool,
+    /// The `gateway_tools` entries the config can name (for managed keys'
+    /// policies).
+    entries: HashSet<String>,
 }
 
 /// What a presented key is.
@@ -118,6 +123,52 @@ impl Auth {
     /// Whether `admin_keys_env` is set.
     pub fn has_admin_keys(&self) -> bool {
         !self.admin.is_empty()
+    }
+
+    /// The configured tenant named `name` (its policy and limits apply to
+    /// its managed keys too).
+    pub fn tenant_named(&self, name: &str) -> Option<&Arc<Tenant>> {
+        self.keys.iter().map(|(_, t)| t).find(|t| &*t.name == name)
+    }
+
+    /// A tenant the config does not name, for managed keys: `models` and
+    /// `gateway_tools` as the key says.
+    pub fn managed_tenant(
+        &self,
+        name: &str,
+        models: Option<&[String]>,
+        gateway_tools: Option<&[String]>,
+    ) -> Result<Tenant, ConfigError> {
+        check_name("tenant", name)?;
+        let models = models
+            .map(|globs| model_globs("models", globs).map(|set| (set, globs.to_vec())))
+            .transpose()?;
+        let gateway_tools = gateway_tools
+            .map(|list| self.tool_entries("gateway_tools", list))
+            .transpose()?;
+        Ok(Tenant {
+            name: name.into(),
+            models,
+            gateway_tools,
+            quota: Quota::default(),
+        })
+    }
+
+    /// `list`, each entry checked against the config's gateway tools.
+    pub fn tool_entries(
+        &self,
+        path: &str,
+        list: &[String],
+    ) -> Result<HashSet<String>, ConfigError> {
+        for (j, tool) in list.iter().enumerate() {
+            if !self.entries.contains(tool) {
+                return Err(ConfigError::new(
+                    format!("{path}[{j}]"),
+                    format!("names no [[mcp_servers]], [[http_tools]] or builtin:… tool: {tool:?}"),
+                ));
+            }
+        }
+        Ok(list.iter().cloned().collect())
     }
 
     /// Every tenant with a key, once each.
@@ -193,23 +244,7 @@ fn auth_from(
     for (i, entry) in raw.keys.iter().enumerate() {
         let path = format!("server.auth.keys[{i}]");
         let name = entry.name.as_str();
-        let plain = name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-        if name.is_empty() || name.len() > 64 || !plain {
-            return Err(ConfigError::new(
-                format!("{path}.name"),
-                "must be 1 to 64 letters, digits, '-', '_' or '.'",
-            ));
-        }
-        if name == ANONYMOUS || name.starts_with("key-") {
-            return Err(ConfigError::new(
-                format!("{path}.name"),
-                format!(
-                    "{name:?} is reserved (`{ANONYMOUS}`, and `key-…` names the api_keys_env keys)"
-                ),
-            ));
-        }
+        check_name(&format!("{path}.name"), name)?;
         if !names.insert(name) {
             return Err(ConfigError::new(
                 format!("{path}.name"),
@@ -223,22 +258,11 @@ fn auth_from(
                 model_globs(&format!("{path}.models"), globs).map(|set| (set, globs.clone()))
             })
             .transpose()?;
-        let gateway_tools = match &entry.gateway_tools {
-            None => None,
-            Some(list) => {
-                for (j, tool) in list.iter().enumerate() {
-                    if !tool_entries.contains(tool) {
-                        return Err(ConfigError::new(
-                            format!("{path}.gateway_tools[{j}]"),
-                            format!(
-                                "names no [[mcp_servers]], [[http_tools]] or builtin:… tool: {tool:?}"
-                            ),
-                        ));
-                    }
-                }
-                Some(list.iter().cloned().collect())
-            }
-        };
+        let gateway_tools = entry
+            .gateway_tools
+            .as_ref()
+            .map(|list| tool_set(tool_entries, &format!("{path}.gateway_tools"), list))
+            .transpose()?;
         let quota = super::limits::quota(&path, entry.limits.as_ref(), entry.budget.as_ref())?;
         let tenant = Arc::new(Tenant {
             name: name.into(),
@@ -246,11 +270,29 @@ fn auth_from(
             gateway_tools,
             quota,
         });
-        for key in env_keys(&format!("{path}.key_env"), &entry.key_env)? {
-            push_key(&mut keys, key, tenant.clone(), &format!("{path}.key_env"))?;
+        let (source, found) = match (&entry.key_env, &entry.key_file) {
+            (Some(var), None) => {
+                let source = format!("{path}.key_env");
+                let found = env_keys(&source, var)?;
+                (source, found)
+            }
+            (None, Some(file)) => {
+                let source = format!("{path}.key_file");
+                let found = file_keys(&source, file)?;
+                (source, found)
+            }
+            _ => {
+                return Err(ConfigError::new(
+                    path,
+                    "takes one of `key_env` (an environment variable) or `key_file` (a file of keys)",
+                ));
+            }
+        };
+        for key in found {
+            push_key(&mut keys, key, tenant.clone(), &source)?;
         }
     }
-    if keys.is_empty() {
+    if keys.is_empty() && !raw.managed_keys {
         return Err(ConfigError::new(
             "server.auth",
             "names no keys: set api_keys_env or add [[server.auth.keys]]",
@@ -260,13 +302,83 @@ fn auth_from(
         Some(var) => env_keys("server.auth.admin_keys_env", var)?,
         None => Vec::new(),
     };
+    if raw.managed_keys && admin.is_empty() {
+        return Err(ConfigError::new(
+            "server.auth.managed_keys",
+            "needs admin_keys_env: only an admin key makes keys",
+        ));
+    }
     if admin.iter().any(|a| keys.iter().any(|(k, _)| k == a)) {
         return Err(ConfigError::new(
             "server.auth.admin_keys_env",
             "a key is both an admin key and a client key",
         ));
     }
-    Ok(Auth { keys, admin })
+    Ok(Auth {
+        keys,
+        admin,
+        managed: raw.managed_keys,
+        entries: tool_entries.clone(),
+    })
+}
+
+/// The keys in file `file`: separated by commas or line breaks; lines
+/// starting with `#` are comments.
+fn file_keys(path: &str, file: &str) -> Result<Vec<Vec<u8>>, ConfigError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| ConfigError::new(path, format!("cannot read {file}: {e}")))?;
+    let keys: Vec<Vec<u8>> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .flat_map(|l| l.split(','))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(|k| k.as_bytes().to_vec())
+        .collect();
+    if keys.is_empty() {
+        return Err(ConfigError::new(path, format!("{file} holds no key")));
+    }
+    Ok(keys)
+}
+
+/// `list` (at `path`), each entry one of `entries`.
+fn tool_set(
+    entries: &HashSet<String>,
+    path: &str,
+    list: &[String],
+) -> Result<HashSet<String>, ConfigError> {
+    for (j, tool) in list.iter().enumerate() {
+        if !entries.contains(tool) {
+            return Err(ConfigError::new(
+                format!("{path}[{j}]"),
+                format!("names no [[mcp_servers]], [[http_tools]] or builtin:… tool: {tool:?}"),
+            ));
+        }
+    }
+    Ok(list.iter().cloned().collect())
+}
+
+/// A tenant's name: what `[[server.auth.keys]] name` and a managed key's
+/// `tenant` may be.
+fn check_name(path: &str, name: &str) -> Result<(), ConfigError> {
+    let plain = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if name.is_empty() || name.len() > 64 || !plain {
+        return Err(ConfigError::new(
+            path,
+            "must be 1 to 64 letters, digits, '-', '_' or '.'",
+        ));
+    }
+    if name == ANONYMOUS || name.starts_with("key-") {
+        return Err(ConfigError::new(
+            path,
+            format!(
+                "{name:?} is reserved (`{ANONYMOUS}`, and `key-…` names the api_keys_env keys)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn push_key(

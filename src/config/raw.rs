@@ -147,6 +147,9 @@ pub struct RawAuth {
     /// Named tenants (`[[server.auth.keys]]`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keys: Vec<RawKey>,
+    /// Keys made through `/toolgate/api/keys`, kept in `[store]`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub managed_keys: bool,
 }
 
 /// `[[server.auth.keys]]`: a named tenant, its keys and its policy.
@@ -156,7 +159,12 @@ pub struct RawKey {
     /// The tenant: owns what its requests store, names it in logs and the API.
     pub name: String,
     /// Env var holding one or more comma-separated keys.
-    pub key_env: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_env: Option<String>,
+    /// A file holding the tenant's keys (comma- or line-separated), read
+    /// again on every reload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<String>,
     /// Globs over the requested `model`; anything else is `403 model_not_allowed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub models: Option<Vec<String>>,

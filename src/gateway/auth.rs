@@ -9,24 +9,64 @@ use http::{Request, header};
 use crate::api::transcripts::{Reader, Viewer};
 use crate::config::{Caller, Config, Tenant};
 use crate::error::GatewayError;
+use crate::keys::ManagedKeys;
+use crate::limiter::Share;
 
-/// The tenant of a `/v1` request. Admin keys read transcripts; they do not
+/// Who a `/v1` request comes from.
+pub struct Identity {
+    pub tenant: Arc<Tenant>,
+    /// A managed key's own limits and budget.
+    pub share: Option<Share>,
+    /// A managed key's id (usage rows name it).
+    pub managed_id: Option<Arc<str>>,
+}
+
+/// The tenant of a `/v1` request: a static key's (`[server.auth]`), else a
+/// managed key's. Admin keys read transcripts and make keys; they do not
 /// call models.
-pub fn tenant<B>(config: &Config, req: &Request<B>) -> Result<Arc<Tenant>, GatewayError> {
+pub fn tenant<B>(
+    config: &Config,
+    keys: Option<&ManagedKeys>,
+    req: &Request<B>,
+) -> Result<Identity, GatewayError> {
     let Some(auth) = &config.server.auth else {
-        return Ok(Tenant::anonymous());
+        return Ok(Identity {
+            tenant: Tenant::anonymous(),
+            share: None,
+            managed_id: None,
+        });
     };
-    match presented(req).and_then(|key| auth.identify(key)) {
-        Some(Caller::Client(tenant)) => Ok(tenant),
-        Some(Caller::Admin) | None => Err(GatewayError::Unauthorized),
+    let key = presented(req).ok_or(GatewayError::Unauthorized)?;
+    match auth.identify(key) {
+        Some(Caller::Client(tenant)) => Ok(Identity {
+            tenant,
+            share: None,
+            managed_id: None,
+        }),
+        Some(Caller::Admin) => Err(GatewayError::Unauthorized),
+        None => {
+            let managed = keys
+                .and_then(|k| k.identify(key))
+                .ok_or(GatewayError::Unauthorized)?;
+            Ok(Identity {
+                tenant: managed.tenant.clone(),
+                share: Some(managed.share.clone()),
+                managed_id: Some(managed.id.clone()),
+            })
+        }
     }
 }
 
 /// Who reads the transcript API: an admin key sees every tenant, a client
-/// key its own tenant, and without `[server.auth]` everyone is anonymous.
-pub fn reader<B>(config: &Config, req: &Request<B>) -> Result<Reader, GatewayError> {
+/// key (static or managed) its own tenant, and without `[server.auth]`
+/// everyone is anonymous.
+pub fn reader<B>(
+    config: &Config,
+    keys: Option<&ManagedKeys>,
+    req: &Request<B>,
+) -> Result<Reader, GatewayError> {
     let key = presented(req).unwrap_or_default();
-    let viewer = viewer_of(config, key).ok_or(GatewayError::Unauthorized)?;
+    let viewer = viewer_of(config, keys, key).ok_or(GatewayError::Unauthorized)?;
     let key = if config.server.auth.is_some() {
         key
     } else {
@@ -38,14 +78,18 @@ pub fn reader<B>(config: &Config, req: &Request<B>) -> Result<Reader, GatewayErr
     })
 }
 
-/// Who `key` reads the transcripts as under `config`; `None`: no one.
-pub fn viewer_of(config: &Config, key: &[u8]) -> Option<Viewer> {
+/// Who `key` reads the transcripts as under `config` and the managed
+/// `keys`; `None`: no one.
+pub fn viewer_of(config: &Config, keys: Option<&ManagedKeys>, key: &[u8]) -> Option<Viewer> {
     let Some(auth) = &config.server.auth else {
         return Some(Viewer::Tenant(Tenant::anonymous().name.clone()));
     };
-    match auth.identify(key)? {
-        Caller::Admin => Some(Viewer::Admin),
-        Caller::Client(tenant) => Some(Viewer::Tenant(tenant.name.clone())),
+    match auth.identify(key) {
+        Some(Caller::Admin) => Some(Viewer::Admin),
+        Some(Caller::Client(tenant)) => Some(Viewer::Tenant(tenant.name.clone())),
+        None => keys
+            .and_then(|k| k.identify(key))
+            .map(|m| Viewer::Tenant(m.tenant.name.clone())),
     }
 }
 

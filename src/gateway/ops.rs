@@ -10,9 +10,16 @@ use super::{Gateway, auth};
 use crate::body::{self, Body};
 use crate::error::GatewayError;
 
+/// The largest body `/toolgate/api/keys` reads.
+const KEY_REQUEST_BYTES: usize = 64 * 1024;
+
 impl Gateway {
     /// Everything outside `/v1`: health, readiness, metrics, transcripts.
-    pub(super) async fn operational<B>(&self, req: Request<B>) -> Response<Body> {
+    pub(super) async fn operational<B>(&self, req: Request<B>) -> Response<Body>
+    where
+        B: http_body::Body<Data = Bytes>,
+        B::Error: Into<crate::body::BoxError>,
+    {
         match (req.method(), req.uri().path()) {
             (&Method::GET, "/healthz") => plain(StatusCode::OK, "ok\n"),
             (&Method::GET, "/readyz") => self.readiness(),
@@ -33,6 +40,11 @@ impl Gateway {
                     }
                     .into_response()
                 })
+            }
+            (_, path)
+                if path == "/toolgate/api/keys" || path.starts_with("/toolgate/api/keys/") =>
+            {
+                self.keys_api(req).await
             }
             (_, path) if path.starts_with("/toolgate/api/") => {
                 // Lists and chats are JSON that compresses well; the
@@ -57,10 +69,42 @@ impl Gateway {
         }
     }
 
+    /// `/toolgate/api/keys…`, answered `no-store`.
+    async fn keys_api<B>(&self, req: Request<B>) -> Response<Body>
+    where
+        B: http_body::Body<Data = Bytes>,
+        B::Error: Into<crate::body::BoxError>,
+    {
+        let runtime = self.runtime.load_full();
+        let answer = async {
+            let reader = auth::reader(&runtime.config, self.keys.as_deref(), &req)?;
+            let (parts, body) = req.into_parts();
+            let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(
+                body,
+                KEY_REQUEST_BYTES,
+            ))
+            .await
+            .map_err(|_| GatewayError::PayloadTooLarge {
+                limit: KEY_REQUEST_BYTES,
+            })?
+            .to_bytes();
+            crate::api::keys::handle(
+                self.keys.as_deref(),
+                &reader.viewer,
+                &parts.method,
+                parts.uri.path(),
+                &body,
+            )
+            .await
+        }
+        .await;
+        crate::api::transcripts::private(answer.unwrap_or_else(GatewayError::into_response))
+    }
+
     /// The transcript API (`/toolgate/api/…`), answered `no-store`.
     async fn transcript_api(&self, req: &Request<()>) -> Response<Body> {
         let runtime = self.runtime.load_full();
-        let reader = match auth::reader(&runtime.config, req) {
+        let reader = match auth::reader(&runtime.config, self.keys.as_deref(), req) {
             Ok(reader) => reader,
             Err(e) => return crate::api::transcripts::private(e.into_response()),
         };

@@ -27,17 +27,19 @@ pub(super) async fn proxy<B>(
     limiter: &Limiter,
     store: Option<&Arc<crate::store::Store>>,
     req: Request<B>,
-    tenant: &Arc<Tenant>,
+    who: &super::auth::Identity,
     log: &mut RequestLog,
 ) -> Result<Response<Body>, GatewayError>
 where
     B: HttpBody<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
+    let tenant = &who.tenant;
     let (mut parts, incoming) = req.into_parts();
-    let key_id = match store {
-        Some(_) => super::auth::key_id(&runtime.config, &parts.headers),
-        None => String::new(),
+    let key_id = match (store, &who.managed_id) {
+        (None, _) => String::new(),
+        (Some(_), Some(id)) => id.to_string(),
+        (Some(_), None) => super::auth::key_id(&runtime.config, &parts.headers),
     };
     if runtime.config.server.auth.is_some() {
         // The client's key is toolgate's own; it never goes upstream.
@@ -93,7 +95,10 @@ where
     // admission is the meter every upstream answer of this request reports
     // to, and it settles when the last of the request's work ends.
     let usage = store.map(|store| (store.clone(), key_id));
-    let admission = match limiter.admit(tenant, &field.name, usage).await {
+    let admission = match limiter
+        .admit(tenant, who.share.as_ref(), &field.name, usage)
+        .await
+    {
         Ok(admission) => admission,
         Err(refused) => {
             log.model.clone_from(&field.name);

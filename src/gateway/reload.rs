@@ -20,6 +20,10 @@ pub(super) fn refuse_reload(old: &Config, new: &Config) -> Option<ReloadRefused>
     if old.server.auth.is_some() != new.server.auth.is_some() {
         return Some(ReloadRefused("server.auth"));
     }
+    let managed = |c: &Config| c.server.auth.as_ref().is_some_and(|a| a.managed);
+    if managed(old) != managed(new) {
+        return Some(ReloadRefused("server.auth.managed_keys"));
+    }
     let admin = |c: &Config| c.server.auth.as_ref().is_some_and(|a| a.has_admin_keys());
     if admin(old) != admin(new) {
         return Some(ReloadRefused("server.auth.admin_keys_env"));

@@ -1,69 +1,77 @@
 -- toolgate's admission of one request (src/limiter/gcra.rs holds the same
 -- arithmetic and its reasons). Times are microseconds, from Redis's clock,
--- so every replica reads one clock.
--- KEYS: 1 requests TAT, 2 tokens TAT, 3 in-flight set, 4 budget spent
--- ARGV: 1 requests/min, 2 tokens/min, 3 concurrent, 4 budget (0: none of it),
---       5 member (this request), 6 lease (µs)
--- Returns {verdict, wait µs, requests remaining, requests reset µs,
---          tokens remaining, tokens reset µs}; verdict 0 admitted,
---          1 budget, 2 concurrency, 3 requests, 4 tokens.
+-- so every replica reads one clock. A request counts against one or more
+-- subjects (its tenant, a managed key's own share): every subject is
+-- checked before any is charged, so a refusal takes nothing.
+-- KEYS, per subject: requests TAT, tokens TAT, in-flight set, budget spent
+-- ARGV: 1 member (this request), 2 lease (µs), 3 subjects, then per
+--       subject: requests/min, tokens/min, concurrent, budget (0: none)
+-- Returns {verdict, subject (1-based), wait µs, requests remaining,
+--          requests reset µs, tokens remaining, tokens reset µs}; verdict 0
+--          admitted, 1 budget, 2 concurrency, 3 requests, 4 tokens.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local MINUTE = 60000000
-local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
-local conc, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
+local member, lease, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
-local r_tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now)
-local r_remaining, r_reset, r_new = 0, 0, 0
-if rpm > 0 then
-  local interval = math.ceil(MINUTE / rpm)
-  r_remaining = math.floor(math.max(now + rpm * interval - r_tat, 0) / interval)
-  r_reset = r_tat - now
-end
-local t_used = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') - now, 0)
-local t_remaining, t_reset = 0, t_used
-if tpm > 0 then
-  t_remaining = math.floor(math.max(MINUTE - t_used, 0) * tpm / MINUTE)
-end
-local function refuse(verdict, wait)
-  return {verdict, wait, r_remaining, r_reset, t_remaining, t_reset}
-end
-
-if budget > 0 then
-  local spent = tonumber(redis.call('GET', KEYS[4]) or '0')
-  if spent >= budget then
-    return refuse(1, -1)
+local subjects = {}
+for i = 1, n do
+  local k, a = (i - 1) * 4, 3 + (i - 1) * 4
+  local s = {
+    keys = {KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]},
+    rpm = tonumber(ARGV[a + 1]), tpm = tonumber(ARGV[a + 2]),
+    conc = tonumber(ARGV[a + 3]), budget = tonumber(ARGV[a + 4]),
+  }
+  s.r_tat = math.max(tonumber(redis.call('GET', s.keys[1]) or '0'), now)
+  s.r_remaining, s.r_reset = 0, 0
+  if s.rpm > 0 then
+    s.interval = math.ceil(MINUTE / s.rpm)
+    s.r_remaining = math.floor(math.max(now + s.rpm * s.interval - s.r_tat, 0) / s.interval)
+    s.r_reset = s.r_tat - now
   end
-end
-if conc > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  if redis.call('ZCARD', KEYS[3]) >= conc then
-    return refuse(2, 1000000)
+  s.t_used = math.max(tonumber(redis.call('GET', s.keys[2]) or '0') - now, 0)
+  s.t_remaining, s.t_reset = 0, s.t_used
+  if s.tpm > 0 then
+    s.t_remaining = math.floor(math.max(MINUTE - s.t_used, 0) * s.tpm / MINUTE)
   end
-end
-if rpm > 0 then
-  local interval = math.ceil(MINUTE / rpm)
-  local tolerance = (rpm - 1) * interval
-  if r_tat - now > tolerance then
-    return refuse(3, r_tat - now - tolerance)
-  end
-end
-if tpm > 0 then
-  if t_remaining == 0 then
-    return refuse(4, math.max(t_used + math.ceil(MINUTE / tpm) - MINUTE, 1))
-  end
+  subjects[i] = s
 end
 
-if rpm > 0 then
-  local interval = math.ceil(MINUTE / rpm)
-  r_new = r_tat + interval
-  redis.call('SET', KEYS[1], string.format('%.0f', r_new), 'PX', math.ceil((r_new - now) / 1000) + 1000)
-  r_remaining = math.floor(math.max(now + rpm * interval - r_new, 0) / interval)
-  r_reset = r_new - now
+for i, s in ipairs(subjects) do
+  local function refuse(verdict, wait)
+    return {verdict, i, wait, s.r_remaining, s.r_reset, s.t_remaining, s.t_reset}
+  end
+  if s.budget > 0 then
+    local spent = tonumber(redis.call('GET', s.keys[4]) or '0')
+    if spent >= s.budget then
+      return refuse(1, -1)
+    end
+  end
+  if s.conc > 0 then
+    redis.call('ZREMRANGEBYSCORE', s.keys[3], '-inf', now)
+    if redis.call('ZCARD', s.keys[3]) >= s.conc then
+      return refuse(2, 1000000)
+    end
+  end
+  if s.rpm > 0 then
+    local tolerance = (s.rpm - 1) * s.interval
+    if s.r_tat - now > tolerance then
+      return refuse(3, s.r_tat - now - tolerance)
+    end
+  end
+  if s.tpm > 0 and s.t_remaining == 0 then
+    return refuse(4, math.max(s.t_used + math.ceil(MINUTE / s.tpm) - MINUTE, 1))
+  end
 end
-if conc > 0 then
-  local lease = tonumber(ARGV[6])
-  redis.call('ZADD', KEYS[3], now + lease, ARGV[5])
-  redis.call('PEXPIRE', KEYS[3], math.ceil(lease / 1000))
+
+for _, s in ipairs(subjects) do
+  if s.rpm > 0 then
+    local new = s.r_tat + s.interval
+    redis.call('SET', s.keys[1], string.format('%.0f', new), 'PX', math.ceil((new - now) / 1000) + 1000)
+  end
+  if s.conc > 0 then
+    redis.call('ZADD', s.keys[3], now + lease, member)
+    redis.call('PEXPIRE', s.keys[3], math.ceil(lease / 1000))
+  end
 end
-return {0, 0, r_remaining, r_reset, t_remaining, t_reset}
+return {0, 0, 0, 0, 0, 0, 0}

@@ -7,7 +7,7 @@
 //! a second (checks meanwhile fail at once, as `on_redis_error` says).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -114,41 +114,40 @@ impl Counters {
 
     async fn try_admit(&self, check: &Check<'_>) -> Result<Verdict, RedisFailure> {
         let mut conn = self.connection().await?;
-        let quota = check.quota;
-        let keys = Keys::of(check.tenant, check.budget.map_or(0, |b| b.period));
         let mut call = self.admit.prepare_invoke();
-        call.key(&keys.requests)
-            .key(&keys.tokens)
-            .key(&keys.in_flight)
-            .key(&keys.budget)
-            .arg(quota.requests_per_minute.map_or(0, std::num::NonZero::get))
-            .arg(quota.tokens_per_minute.map_or(0, std::num::NonZeroU64::get))
-            .arg(
-                quota
-                    .max_concurrent_requests
-                    .map_or(0, std::num::NonZero::get),
-            )
-            .arg(check.budget.map_or(0.0, |b| b.amount))
-            .arg(check.member)
-            .arg(LEASE.as_micros() as u64);
+        call.arg(check.member)
+            .arg(LEASE.as_micros() as u64)
+            .arg(check.subjects.len());
+        for subject in &check.subjects {
+            let keys = Keys::of(subject.redis, subject.budget.map_or(0, |b| b.period));
+            let quota = subject.quota;
+            call.key(keys.requests)
+                .key(keys.tokens)
+                .key(keys.in_flight)
+                .key(keys.budget)
+                .arg(quota.requests_per_minute.map_or(0, std::num::NonZero::get))
+                .arg(quota.tokens_per_minute.map_or(0, std::num::NonZeroU64::get))
+                .arg(
+                    quota
+                        .max_concurrent_requests
+                        .map_or(0, std::num::NonZero::get),
+                )
+                .arg(subject.budget.map_or(0.0, |b| b.amount));
+        }
         let reply: Vec<i64> = tokio::time::timeout(self.timeout, call.invoke_async(&mut conn))
             .await
             .map_err(|_| RedisFailure::Timeout(self.timeout))??;
-        let [verdict, wait, r_remaining, r_reset, t_remaining, t_reset] = reply[..] else {
+        let [
+            verdict,
+            subject,
+            wait,
+            r_remaining,
+            r_reset,
+            t_remaining,
+            t_reset,
+        ] = reply[..]
+        else {
             return Err(RedisFailure::Reply(reply));
-        };
-        let n = |v: i64| u64::try_from(v).unwrap_or(0);
-        let readings = Readings {
-            requests: quota.requests_per_minute.map(|limit| Reading {
-                limit: u64::from(limit.get()),
-                remaining: n(r_remaining),
-                reset_us: n(r_reset),
-            }),
-            tokens: quota.tokens_per_minute.map(|limit| Reading {
-                limit: limit.get(),
-                remaining: n(t_remaining),
-                reset_us: n(t_reset),
-            }),
         };
         let limit = match verdict {
             0 => return Ok(Verdict::Admitted),
@@ -158,35 +157,53 @@ impl Counters {
             4 => Limit::Tokens,
             _ => return Err(RedisFailure::Reply(reply)),
         };
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        let index = usize::try_from(subject - 1).unwrap_or(usize::MAX);
+        let Some(refusing) = check.subjects.get(index) else {
+            return Err(RedisFailure::Reply(reply));
+        };
+        let quota = refusing.quota;
         Ok(Verdict::Refused {
+            subject: index,
             limit,
             wait_us: (wait >= 0).then(|| n(wait)),
-            readings,
+            readings: Readings {
+                requests: quota.requests_per_minute.map(|limit| Reading {
+                    limit: u64::from(limit.get()),
+                    remaining: n(r_remaining),
+                    reset_us: n(r_reset),
+                }),
+                tokens: quota.tokens_per_minute.map(|limit| Reading {
+                    limit: limit.get(),
+                    remaining: n(t_remaining),
+                    reset_us: n(t_reset),
+                }),
+            },
         })
     }
 
     /// Runs `settle.lua` for a request whose answer ended.
-    pub(super) async fn settle(&self, settle: &Settle, budget_ttl_secs: u64) {
+    pub(super) async fn settle(&self, settle: &Settle) {
         let result = async {
             let mut conn = self.connection().await?;
-            let keys = Keys::of(&settle.tenant, settle.period.unwrap_or(0));
             let mut call = self.settle.prepare_invoke();
-            call.key(&keys.tokens)
-                .key(&keys.in_flight)
-                .key(&keys.budget)
-                .arg(settle.tokens_per_minute.unwrap_or(0))
+            call.arg(&settle.member)
                 .arg(settle.tokens)
-                .arg(if settle.counted_in_flight {
-                    settle.member.as_str()
-                } else {
-                    ""
-                })
-                .arg(if settle.period.is_some() {
-                    settle.spend
-                } else {
-                    0.0
-                })
-                .arg(budget_ttl_secs);
+                .arg(settle.subjects.len());
+            for subject in &settle.subjects {
+                let keys = Keys::of(&subject.redis, subject.period.unwrap_or(0));
+                call.key(keys.tokens)
+                    .key(keys.in_flight)
+                    .key(keys.budget)
+                    .arg(subject.tokens_per_minute.unwrap_or(0))
+                    .arg(u8::from(subject.slot))
+                    .arg(if subject.period.is_some() {
+                        subject.spend
+                    } else {
+                        0.0
+                    })
+                    .arg(subject.budget_ttl_secs);
+            }
             tokio::time::timeout(self.timeout, call.invoke_async::<i64>(&mut conn))
                 .await
                 .map_err(|_| RedisFailure::Timeout(self.timeout))??;
@@ -214,8 +231,9 @@ impl Counters {
     }
 }
 
-/// A tenant's keys in Redis. The braces make one hash tag of the tenant,
-/// so a Redis Cluster keeps a tenant's keys (one script's keys) together.
+/// A subject's keys in Redis, under `base` (`toolgate:{tenant}` or
+/// `toolgate:{tenant}:key:ID`). The braces make one hash tag of the tenant,
+/// so a Redis Cluster keeps one request's keys (one script's) together.
 struct Keys {
     requests: String,
     tokens: String,
@@ -224,12 +242,12 @@ struct Keys {
 }
 
 impl Keys {
-    fn of(tenant: &Arc<str>, period: u64) -> Keys {
+    fn of(base: &str, period: u64) -> Keys {
         Keys {
-            requests: format!("toolgate:{{{tenant}}}:requests"),
-            tokens: format!("toolgate:{{{tenant}}}:tokens"),
-            in_flight: format!("toolgate:{{{tenant}}}:in_flight"),
-            budget: format!("toolgate:{{{tenant}}}:spent:{period}"),
+            requests: format!("{base}:requests"),
+            tokens: format!("{base}:tokens"),
+            in_flight: format!("{base}:in_flight"),
+            budget: format!("{base}:spent:{period}"),
         }
     }
 }

@@ -18,8 +18,11 @@ use sqlx::{QueryBuilder, Row, SqlSafeStr};
 use crate::config::store::Backend;
 use crate::store::batch;
 use crate::store::record::{
-    ChatFilter, ChatSummary, Kept, StoredMessage, UsageColumn, UsageRow, Write,
+    ChatFilter, ChatSummary, Kept, KeyRow, StoredMessage, UsageColumn, UsageRow, Write,
 };
+
+/// The PostgreSQL channel a change of the managed keys is announced on.
+const KEYS_CHANNEL: &str = "toolgate_keys";
 
 /// How long a query may wait for a connection: a database that is down
 /// fails a batch quickly instead of stalling the writer.
@@ -37,6 +40,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
     (5, "chat errors", include_str!("schema_5.sql")),
     (6, "usage", include_str!("schema_6.sql")),
+    (7, "managed keys", include_str!("schema_7.sql")),
 ];
 
 pub enum Db {
@@ -546,6 +550,152 @@ impl Db {
             out
         });
         Ok(rows)
+    }
+
+    /// Keeps a new managed key.
+    pub async fn insert_key(&self, key: &KeyRow) -> Result<(), sqlx::Error> {
+        on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO api_keys (id, tenant, name, prefix, key_sha256, policy_json, created_at, updated_at, expires_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)",
+            )
+            .bind(&key.id)
+            .bind(&key.tenant)
+            .bind(&key.name)
+            .bind(&key.prefix)
+            .bind(&key.sha256)
+            .bind(&key.policy)
+            .bind(key.created_at)
+            .bind(key.expires_at)
+            .execute(pool)
+            .await?;
+        });
+        self.notify_keys(&key.id).await
+    }
+
+    /// Every managed key not revoked.
+    pub async fn keys(&self) -> Result<Vec<KeyRow>, sqlx::Error> {
+        let rows = on_pool!(self, pool => {
+            sqlx::query(
+                "SELECT id, tenant, name, prefix, key_sha256, policy_json, created_at, expires_at, last_used_at \
+                 FROM api_keys WHERE revoked_at IS NULL ORDER BY created_at, id",
+            )
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok::<_, sqlx::Error>(KeyRow {
+                    id: row.try_get("id")?,
+                    tenant: row.try_get("tenant")?,
+                    name: row.try_get("name")?,
+                    prefix: row.try_get("prefix")?,
+                    sha256: row.try_get("key_sha256")?,
+                    policy: row.try_get("policy_json")?,
+                    created_at: row.try_get("created_at")?,
+                    expires_at: row.try_get("expires_at")?,
+                    last_used_at: row.try_get("last_used_at")?,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?
+        });
+        Ok(rows)
+    }
+
+    /// Changes a managed key's name, policy and expiry; whether it exists.
+    pub async fn update_key(&self, key: &KeyRow, at: i64) -> Result<bool, sqlx::Error> {
+        let done = on_pool!(self, pool => {
+            sqlx::query(
+                "UPDATE api_keys SET name = $2, policy_json = $3, expires_at = $4, updated_at = $5 \
+                 WHERE id = $1 AND revoked_at IS NULL",
+            )
+            .bind(&key.id)
+            .bind(&key.name)
+            .bind(&key.policy)
+            .bind(key.expires_at)
+            .bind(at)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        if done > 0 {
+            self.notify_keys(&key.id).await?;
+        }
+        Ok(done > 0)
+    }
+
+    /// Revokes a managed key; whether it was live.
+    pub async fn revoke_key(&self, id: &str, at: i64) -> Result<bool, sqlx::Error> {
+        let done = on_pool!(self, pool => {
+            sqlx::query("UPDATE api_keys SET revoked_at = $2, updated_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+                .bind(id)
+                .bind(at)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        if done > 0 {
+            self.notify_keys(id).await?;
+        }
+        Ok(done > 0)
+    }
+
+    /// Notes when keys were last used (a later time only).
+    pub async fn touch_keys(&self, used: &[(String, i64)]) -> Result<(), sqlx::Error> {
+        for (id, at) in used {
+            on_pool!(self, pool => {
+                sqlx::query("UPDATE api_keys SET last_used_at = $2 WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)")
+                    .bind(id)
+                    .bind(at)
+                    .execute(pool)
+                    .await?;
+            });
+        }
+        Ok(())
+    }
+
+    /// What key `key_id` spent since `since` (ms, an hour's start): USD and
+    /// tokens, from the usage rows.
+    pub async fn key_spend(&self, key_id: &str, since: i64) -> Result<(f64, i64), sqlx::Error> {
+        let spent = on_pool!(self, pool => {
+            let row = sqlx::query(
+                "SELECT SUM(cost_usd) AS usd, CAST(SUM(input_tokens + output_tokens) AS BIGINT) AS tokens \
+                 FROM usage WHERE key_id = $1 AND hour >= $2",
+            )
+            .bind(key_id)
+            .bind(since)
+            .fetch_one(pool)
+            .await?;
+            (
+                row.try_get::<Option<f64>, _>("usd")?.unwrap_or(0.0),
+                row.try_get::<Option<i64>, _>("tokens")?.unwrap_or(0),
+            )
+        });
+        Ok(spent)
+    }
+
+    /// Tells every replica listening that the keys changed (PostgreSQL;
+    /// SQLite has one replica).
+    async fn notify_keys(&self, id: &str) -> Result<(), sqlx::Error> {
+        if let Db::Postgres(pool) = self {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(KEYS_CHANNEL)
+                .bind(id)
+                .execute(pool)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// A listener told of every change of the keys (PostgreSQL only).
+    pub async fn listen_keys(&self) -> Result<Option<sqlx::postgres::PgListener>, sqlx::Error> {
+        match self {
+            Db::Postgres(pool) => {
+                let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+                listener.listen(KEYS_CHANNEL).await?;
+                Ok(Some(listener))
+            }
+            Db::Sqlite(..) => Ok(None),
+        }
     }
 
     pub async fn delete_response(&self, tenant: &str, id: &str) -> Result<bool, sqlx::Error> {

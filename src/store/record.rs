@@ -258,6 +258,24 @@ pub struct UsageRow {
     pub estimated_requests: i64,
 }
 
+/// A managed key as kept (never the key itself: its SHA-256).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRow {
+    pub id: String,
+    pub tenant: String,
+    pub name: String,
+    /// The key's first characters, to tell keys apart in a list.
+    pub prefix: String,
+    /// Hex SHA-256 of the key.
+    pub sha256: String,
+    /// What the key was made with, as JSON (models, gateway tools, limits,
+    /// budget).
+    pub policy: String,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub last_used_at: Option<i64>,
+}
+
 /// What usage can be grouped by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UsageColumn {

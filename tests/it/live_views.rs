@@ -120,3 +120,45 @@ async fn views_are_bounded_per_key_and_in_all_and_their_places_come_back() {
         "the place of a view whose client left is free again"
     );
 }
+
+#[tokio::test]
+async fn revoking_a_managed_key_closes_its_views() {
+    set_keys();
+    let config =
+        auth("LIVE_VIEWS_A").replace("[server.auth]\n", "[server.auth]\nmanaged_keys = true\n");
+    let gw = TestGateway::start(&config).await;
+    let admin = |method: http::Method, path: String, body: &str| {
+        Request::builder()
+            .method(method)
+            .uri(gw.url(&path))
+            .header("authorization", "Bearer v-admin")
+            .body(Full::new(Bytes::copy_from_slice(body.as_bytes())))
+            .unwrap()
+    };
+    let made = common::send(admin(
+        http::Method::POST,
+        "/toolgate/api/keys".into(),
+        r#"{"tenant": "team-m", "name": "viewer"}"#,
+    ))
+    .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let made = made.json();
+    let (status, mut view) = open(&gw, made["key"].as_str().unwrap(), "chat-m").await;
+    assert_eq!(status, 200);
+    let (status, mut other) = open(&gw, "va-1", "chat-a").await;
+    assert_eq!(status, 200);
+    assert!(!ends_within(&mut view, Duration::from_millis(200)).await);
+    let id = made["id"].as_str().unwrap();
+    let revoked = common::send(admin(
+        http::Method::DELETE,
+        format!("/toolgate/api/keys/{id}"),
+        "",
+    ))
+    .await;
+    assert_eq!(revoked.status, 200);
+    assert!(
+        ends_within(&mut view, Duration::from_secs(5)).await,
+        "the revoked key's view is closed"
+    );
+    assert!(!ends_within(&mut other, Duration::from_millis(200)).await);
+}

@@ -20,6 +20,7 @@ mod fidelity;
 mod gateway;
 mod gateway_tools;
 mod key_policy;
+mod keys;
 mod limits;
 mod live_views;
 mod mcp_servers;

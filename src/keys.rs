@@ -1,0 +1,373 @@
+//! Keys an admin makes at run time (`[server.auth] managed_keys = true`):
+//! kept in the transcript store (only their SHA-256), read by every replica
+//! when one announces a change (PostgreSQL `NOTIFY`) and every few seconds
+//! in case an announcement was missed, and checked beside the config's
+//! static keys.
+//!
+//! A managed key names its tenant. When the config names that tenant too
+//! (`[[server.auth.keys]]`), the config's policy (models, gateway tools) and
+//! limits apply to it, all the tenant's keys together; otherwise the key's
+//! own `models` and `gateway_tools` are its tenant's policy. A key's own
+//! `limits` and `budget` are its share, enforced on top of its tenant's.
+//!
+//! `policy`: what a key is made with, validated against the config.
+
+mod policy;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+
+use arc_swap::ArcSwap;
+use base64::Engine;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::config::{Config, Tenant};
+use crate::error::GatewayError;
+use crate::limiter::Share;
+use crate::store::{KeyRow, Store, StoreError};
+
+pub use policy::Policy;
+
+/// How often a key's use is written back as its `last_used_at`, at most.
+const TOUCH_EVERY_MS: i64 = 60_000;
+
+/// What is told of a change of the keys in force.
+type OnChange = Box<dyn Fn(&ManagedKeys) + Send + Sync>;
+
+/// The managed keys in force, kept current.
+pub struct ManagedKeys {
+    store: Arc<Store>,
+    config: ArcSwap<Config>,
+    /// The keys as last read.
+    rows: Mutex<Vec<KeyRow>>,
+    /// By the SHA-256 of the key.
+    by_hash: ArcSwap<HashMap<[u8; 32], Arc<ManagedKey>>>,
+    /// When each key was last noted as used.
+    touched: Mutex<HashMap<Arc<str>, i64>>,
+    /// Told after every change of the keys in force.
+    on_change: OnceLock<OnChange>,
+}
+
+/// One managed key in force.
+#[derive(Debug)]
+pub struct ManagedKey {
+    /// `key_…`: names it in the API and in usage rows.
+    pub id: Arc<str>,
+    /// Its tenant: the config's, or one made of the key's own policy.
+    pub tenant: Arc<Tenant>,
+    /// Its own limits and budget.
+    pub share: Share,
+    /// ms since the epoch; `None`: never.
+    pub expires_at: Option<i64>,
+}
+
+/// A key just made: the only time its secret is seen.
+pub struct Made {
+    /// The key as kept.
+    pub row: KeyRow,
+    /// `tg-` and 32 random bytes, URL-safe base64.
+    pub secret: String,
+}
+
+impl ManagedKeys {
+    /// The keys of `store`, read now and whenever they change.
+    pub fn start(store: Arc<Store>, config: Arc<Config>) -> Arc<ManagedKeys> {
+        let keys = Arc::new(ManagedKeys {
+            store: store.clone(),
+            config: ArcSwap::new(config),
+            rows: Mutex::default(),
+            by_hash: ArcSwap::default(),
+            touched: Mutex::default(),
+            on_change: OnceLock::new(),
+        });
+        let weak: Weak<ManagedKeys> = Arc::downgrade(&keys);
+        store.watch_keys(Arc::new(move |rows| {
+            if let Some(keys) = weak.upgrade() {
+                keys.set_rows(rows);
+            }
+        }));
+        keys
+    }
+
+    /// `f` is told after every change of the keys in force (to close the
+    /// live views of a key that went).
+    pub fn on_change(&self, f: impl Fn(&ManagedKeys) + Send + Sync + 'static) {
+        let _ = self.on_change.set(Box::new(f));
+    }
+
+    /// The config the keys are built against.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    /// A reload: the keys are built again against the new config.
+    pub fn reconfigure(&self, config: Arc<Config>) {
+        self.config.store(config);
+        self.rebuild();
+    }
+
+    fn set_rows(&self, rows: Vec<KeyRow>) {
+        let mut kept = self.rows.lock().unwrap_or_else(PoisonError::into_inner);
+        if *kept == rows {
+            return;
+        }
+        *kept = rows;
+        drop(kept);
+        self.rebuild();
+    }
+
+    fn rebuild(&self) {
+        let config = self.config.load_full();
+        let rows = self
+            .rows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut map = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            match build(&config, row) {
+                Ok(key) => {
+                    if let Some(hash) = decode_hash(&row.sha256) {
+                        map.insert(hash, Arc::new(key));
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(key = %row.id, tenant = %row.tenant, error = %e, "a managed key's policy no longer fits the config; the key is refused");
+                }
+            }
+        }
+        self.by_hash.store(Arc::new(map));
+        if let Some(f) = self.on_change.get() {
+            f(self);
+        }
+    }
+
+    /// The managed key `presented` is, when it is one in force and not
+    /// expired.
+    pub fn identify(&self, presented: &[u8]) -> Option<Arc<ManagedKey>> {
+        let hash: [u8; 32] = Sha256::digest(presented).into();
+        let key = self.by_hash.load().get(&hash)?.clone();
+        let now = now_ms();
+        if key.expires_at.is_some_and(|at| now >= at) {
+            return None;
+        }
+        let mut touched = self.touched.lock().unwrap_or_else(PoisonError::into_inner);
+        let last = touched.entry(key.id.clone()).or_insert(0);
+        if now - *last >= TOUCH_EVERY_MS {
+            *last = now;
+            drop(touched);
+            self.store.touch_keys(vec![(key.id.to_string(), now)]);
+        }
+        Some(key)
+    }
+
+    /// Makes a key as `request` says (`tenant`, `name`, and optionally
+    /// `models`, `gateway_tools`, `limits`, `budget`, `expires_at`).
+    pub async fn create(&self, request: &Map<String, Value>) -> Result<Made, GatewayError> {
+        let tenant = text(request, "tenant")?;
+        let name = text(request, "name")?;
+        let expires_at = expiry(request.get("expires_at"))?;
+        let policy = Policy::from_request(request)?;
+        let bytes: [u8; 32] = rand::random();
+        let secret = format!(
+            "tg-{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+        );
+        let row = KeyRow {
+            id: format!("key_{:016x}", rand::random::<u64>()),
+            tenant,
+            name,
+            prefix: secret[..9].to_owned(),
+            sha256: hex(&Sha256::digest(secret.as_bytes())),
+            policy: policy.to_json(),
+            created_at: now_ms(),
+            expires_at,
+            last_used_at: None,
+        };
+        build(&self.config.load(), &row).map_err(|e| GatewayError::bad_request(e, None))?;
+        self.store
+            .create_key(row.clone())
+            .await
+            .map_err(unavailable)?;
+        self.refresh().await;
+        Ok(Made { row, secret })
+    }
+
+    /// The keys in force, `tenant`'s only when given, oldest first.
+    pub fn list(&self, tenant: Option<&str>) -> Vec<KeyRow> {
+        let touched = self.touched.lock().unwrap_or_else(PoisonError::into_inner);
+        self.rows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|r| tenant.is_none_or(|t| r.tenant == t))
+            .map(|r| {
+                let mut r = r.clone();
+                if let Some(&at) = touched.get(r.id.as_str()) {
+                    r.last_used_at = Some(r.last_used_at.map_or(at, |was| was.max(at)));
+                }
+                r
+            })
+            .collect()
+    }
+
+    /// Changes key `id`: the members of `change` replace the key's (`null`
+    /// removes a policy member or the expiry); its tenant stays.
+    pub async fn update(
+        &self,
+        id: &str,
+        change: &Map<String, Value>,
+    ) -> Result<KeyRow, GatewayError> {
+        if change.contains_key("tenant") {
+            return Err(GatewayError::bad_request(
+                "a key's tenant cannot change: make a key for the other tenant",
+                Some("tenant"),
+            ));
+        }
+        let Some(mut row) = self.list(None).into_iter().find(|r| r.id == id) else {
+            return Err(no_key(id));
+        };
+        if change.contains_key("name") {
+            row.name = text(change, "name")?;
+        }
+        if change.contains_key("expires_at") {
+            row.expires_at = expiry(change.get("expires_at"))?;
+        }
+        let mut policy = Policy::from_json(&row.policy).map_err(GatewayError::StoreUnavailable)?;
+        policy.apply(change)?;
+        row.policy = policy.to_json();
+        build(&self.config.load(), &row).map_err(|e| GatewayError::bad_request(e, None))?;
+        if !self
+            .store
+            .update_key(row.clone())
+            .await
+            .map_err(unavailable)?
+        {
+            return Err(no_key(id));
+        }
+        self.refresh().await;
+        Ok(row)
+    }
+
+    /// Revokes key `id`: refused at once here, within a second on every
+    /// replica.
+    pub async fn revoke(&self, id: &str) -> Result<(), GatewayError> {
+        if !self
+            .store
+            .revoke_key(id.to_owned())
+            .await
+            .map_err(unavailable)?
+        {
+            return Err(no_key(id));
+        }
+        self.refresh().await;
+        Ok(())
+    }
+
+    /// What key `id` spent since `since` (ms): USD and tokens.
+    pub async fn spent(&self, id: &str, since: i64) -> Result<(f64, i64), GatewayError> {
+        self.store
+            .key_spend(id.to_owned(), since)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Reads the keys again now (after a change made here).
+    async fn refresh(&self) {
+        match self.store.keys().await {
+            Ok(rows) => self.set_rows(rows),
+            Err(e) => tracing::warn!(error = %e, "cannot read the managed keys back"),
+        }
+    }
+}
+
+/// A key row as a key in force under `config`.
+fn build(config: &Config, row: &KeyRow) -> Result<ManagedKey, String> {
+    let auth = config
+        .server
+        .auth
+        .as_ref()
+        .ok_or("managed keys need [server.auth]")?;
+    let policy = Policy::from_json(&row.policy)?;
+    let tenant = match auth.tenant_named(&row.tenant) {
+        Some(configured) => configured.clone(),
+        None => Arc::new(
+            auth.managed_tenant(
+                &row.tenant,
+                policy.models.as_deref(),
+                policy.gateway_tools.as_deref(),
+            )
+            .map_err(|e| e.to_string())?,
+        ),
+    };
+    let quota = crate::config::limits::quota("", policy.limits.as_ref(), policy.budget.as_ref())
+        .map_err(|e| e.to_string())?;
+    Ok(ManagedKey {
+        id: row.id.as_str().into(),
+        tenant,
+        share: Share {
+            id: row.id.as_str().into(),
+            name: row.name.as_str().into(),
+            quota,
+        },
+        expires_at: row.expires_at,
+    })
+}
+
+fn text(request: &Map<String, Value>, field: &str) -> Result<String, GatewayError> {
+    match request.get(field) {
+        Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 128 => Ok(s.clone()),
+        _ => Err(GatewayError::bad_request(
+            format!("`{field}` must be a string of 1 to 128 characters"),
+            Some(field),
+        )),
+    }
+}
+
+/// `expires_at`: an RFC 3339 time in the future, or null.
+fn expiry(value: Option<&Value>) -> Result<Option<i64>, GatewayError> {
+    let bad =
+        |why: &str| GatewayError::bad_request(format!("`expires_at` {why}"), Some("expires_at"));
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => {
+            let at = chrono::DateTime::parse_from_rfc3339(s)
+                .map_err(|_| bad("must be an RFC 3339 time"))?
+                .timestamp_millis();
+            if at <= now_ms() {
+                return Err(bad("is in the past"));
+            }
+            Ok(Some(at))
+        }
+        Some(_) => Err(bad("must be an RFC 3339 time or null")),
+    }
+}
+
+fn no_key(id: &str) -> GatewayError {
+    GatewayError::NotFound(format!("No key `{id}`"))
+}
+
+fn unavailable(e: StoreError) -> GatewayError {
+    GatewayError::StoreUnavailable(e.to_string())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn decode_hash(hex: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if hex.len() != 64 {
+        return None;
+    }
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// ms since the epoch.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

@@ -1,0 +1,330 @@
+//! Keys an admin makes at run time (`managed_keys = true`): made, used at
+//! once, listed without secrets (a tenant's own key sees its tenant's only),
+//! changed and revoked; a key's own limits on top of its tenant's; a key of
+//! a configured tenant gets the config's policy; on PostgreSQL a key made on
+//! one replica works on the other within a second, and one revoked there is
+//! refused here within a second. Static keys from a `key_file` are read
+//! again on reload.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::binary::Binary;
+use common::postgres::Postgres;
+use common::{Collected, Mock, Reply, TestConfig};
+use http::{Method, Request};
+use http_body_util::Full;
+use serde_json::{Value, json};
+
+const KEYS: [(&str, &str); 2] = [
+    ("MANAGED_TEST_ADMIN", "admin-key"),
+    ("MANAGED_TEST_TEAM_A", "static-a"),
+];
+
+fn keys() {
+    for (var, key) in KEYS {
+        // SAFETY: this module's own variables, set to the same values before
+        // its gateways read them.
+        unsafe { std::env::set_var(var, key) };
+    }
+}
+
+/// Managed keys beside one configured tenant, `team-a`, limited to `demo*`.
+const AUTH: &str = "[server.auth]\nadmin_keys_env = \"MANAGED_TEST_ADMIN\"\nmanaged_keys = true\n\
+    [[server.auth.keys]]\nname = \"team-a\"\nkey_env = \"MANAGED_TEST_TEAM_A\"\nmodels = [\"demo*\"]\n";
+
+async fn call(method: Method, url: &str, key: &str, body: Option<Value>) -> Collected {
+    common::send(
+        Request::builder()
+            .method(method)
+            .uri(url)
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .body(Full::new(
+                body.map(|b| Bytes::from(b.to_string())).unwrap_or_default(),
+            ))
+            .unwrap(),
+    )
+    .await
+}
+
+async fn chat(base: &str, key: &str, model: &str) -> u16 {
+    call(
+        Method::POST,
+        &format!("{base}/v1/chat/completions"),
+        key,
+        Some(json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})),
+    )
+    .await
+    .status
+    .as_u16()
+}
+
+async fn upstream() -> Mock {
+    Mock::start(|_| Reply::json(&common::upstream_completion("hello"))).await
+}
+
+#[tokio::test]
+async fn an_admin_makes_lists_changes_and_revokes_keys_that_work_at_once() {
+    keys();
+    let mock = upstream().await;
+    let gw = TestConfig::new()
+        .server(AUTH)
+        .up(&mock.url(), "")
+        .raw("[store]\nurl = \"sqlite::memory:\"\n")
+        .start()
+        .await;
+    let base = gw.url("");
+    let api = gw.url("/toolgate/api/keys");
+
+    let made = call(
+        Method::POST,
+        &api,
+        "admin-key",
+        Some(
+            json!({"tenant": "team-x", "name": "ci-bot", "models": ["m*"],
+                    "limits": {"requests_per_minute": 2}}),
+        ),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let made = made.json();
+    let secret = made["key"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("tg-") && secret.len() == 46, "{secret}");
+    assert_eq!(made["tenant"], "team-x");
+    assert_eq!(made["prefix"], &secret[..9]);
+    let id = made["id"].as_str().unwrap().to_owned();
+
+    // Used at once; its policy and its own limit hold.
+    assert_eq!(chat(&base, &secret, "m1").await, 200);
+    assert_eq!(chat(&base, &secret, "other").await, 403);
+    assert_eq!(chat(&base, &secret, "m2").await, 200);
+    assert_eq!(chat(&base, &secret, "m3").await, 429, "2 a minute");
+
+    // Listed without the secret; a key sees its own tenant's keys only, and
+    // makes none.
+    let listed = call(Method::GET, &api, "admin-key", None).await;
+    assert_eq!(listed.status, 200);
+    assert!(!listed.text().contains(&secret[3..]), "{}", listed.text());
+    assert_eq!(listed.json()["data"][0]["id"], id.as_str());
+    assert!(listed.json()["data"][0]["last_used_at"].is_string());
+    let own = call(Method::GET, &api, &secret, None).await.json();
+    assert_eq!(own["data"].as_array().unwrap().len(), 1);
+    let other = call(Method::GET, &api, "static-a", None).await.json();
+    assert_eq!(
+        other["data"],
+        json!([]),
+        "team-a sees none of team-x's keys"
+    );
+    let forged = call(
+        Method::POST,
+        &api,
+        &secret,
+        Some(json!({"tenant": "team-x", "name": "mine"})),
+    )
+    .await;
+    assert_eq!(forged.status, 403);
+    assert_eq!(
+        call(Method::DELETE, &format!("{api}/{id}"), &secret, None)
+            .await
+            .status,
+        403
+    );
+
+    // Changed: a wider model policy applies to the next request.
+    let changed = call(
+        Method::PATCH,
+        &format!("{api}/{id}"),
+        "admin-key",
+        Some(json!({"models": ["other"], "limits": null})),
+    )
+    .await;
+    assert_eq!(changed.status, 200, "{}", changed.text());
+    assert_eq!(changed.json()["models"], json!(["other"]));
+    assert_eq!(chat(&base, &secret, "other").await, 200);
+
+    // Revoked: refused at once.
+    let revoked = call(Method::DELETE, &format!("{api}/{id}"), "admin-key", None).await;
+    assert_eq!(revoked.status, 200);
+    assert_eq!(chat(&base, &secret, "other").await, 401);
+    assert_eq!(call(Method::GET, &api, &secret, None).await.status, 401);
+
+    // A key of a configured tenant has the config's policy.
+    let team = call(
+        Method::POST,
+        &api,
+        "admin-key",
+        Some(json!({"tenant": "team-a", "name": "second", "models": ["*"]})),
+    )
+    .await
+    .json();
+    let second = team["key"].as_str().unwrap();
+    assert_eq!(chat(&base, second, "demo-1").await, 200);
+    assert_eq!(
+        chat(&base, second, "m1").await,
+        403,
+        "team-a's models come from the config"
+    );
+    let listed = call(Method::GET, &api, "static-a", None).await.json();
+    assert_eq!(listed["data"][0]["name"], "second");
+
+    // An expired key is refused.
+    let soon = (chrono::Utc::now() + chrono::Duration::seconds(2)).to_rfc3339();
+    let brief = call(
+        Method::POST,
+        &api,
+        "admin-key",
+        Some(json!({"tenant": "team-x", "name": "brief", "expires_at": soon})),
+    )
+    .await
+    .json();
+    let brief = brief["key"].as_str().unwrap().to_owned();
+    assert_eq!(chat(&base, &brief, "anything").await, 200);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(chat(&base, &brief, "anything").await, 401);
+
+    // Bad requests name what is wrong.
+    for (body, field) in [
+        (
+            json!({"tenant": "team-x", "name": "n", "colour": 1}),
+            "colour",
+        ),
+        (json!({"tenant": "a b", "name": "n"}), "tenant"),
+        (json!({"tenant": "anonymous", "name": "n"}), "reserved"),
+        (
+            json!({"tenant": "t", "name": "n", "gateway_tools": ["nope"]}),
+            "gateway_tools",
+        ),
+        (
+            json!({"tenant": "t", "name": "n", "expires_at": "2020-01-01T00:00:00Z"}),
+            "past",
+        ),
+        (
+            json!({"tenant": "t", "name": "n", "limits": {"requests_per_minute": 0}}),
+            "requests_per_minute",
+        ),
+        (json!({"tenant": "t"}), "name"),
+    ] {
+        let r = call(Method::POST, &api, "admin-key", Some(body.clone())).await;
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert!(r.text().contains(field), "{body}: {}", r.text());
+    }
+}
+
+/// The config of a replica sharing keys through PostgreSQL at `url`.
+fn replica_config(mock: &Mock, url: &str) -> String {
+    TestConfig::new()
+        .server(AUTH)
+        .up(&mock.url(), "")
+        .raw(&format!("[store]\nurl = \"{url}\"\n"))
+        .toml()
+}
+
+#[tokio::test]
+async fn a_key_made_on_one_replica_works_on_the_other_and_a_revoked_one_stops_within_a_second() {
+    let pg = Postgres::start();
+    let mock = upstream().await;
+    let config = replica_config(&mock, &pg.url());
+    let one = Binary::start(&config, &KEYS);
+    let two = Binary::start(&config, &KEYS);
+    let (base1, base2) = (one.url(""), two.url(""));
+    // Both replicas have read the (empty) keys table.
+    for base in [&base1, &base2] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while call(
+            Method::GET,
+            &format!("{base}/toolgate/api/keys"),
+            "admin-key",
+            None,
+        )
+        .await
+        .status
+            != 200
+        {
+            assert!(Instant::now() < deadline, "the store never opened");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let made = call(
+        Method::POST,
+        &format!("{base1}/toolgate/api/keys"),
+        "admin-key",
+        Some(json!({"tenant": "team-x", "name": "shared"})),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let made = made.json();
+    let secret = made["key"].as_str().unwrap();
+    let id = made["id"].as_str().unwrap();
+    let started = Instant::now();
+    while chat(&base2, secret, "m").await != 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "replica 2 did not take the key within a second"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = started.elapsed();
+    assert_eq!(
+        call(
+            Method::DELETE,
+            &format!("{base2}/toolgate/api/keys/{id}"),
+            "admin-key",
+            None
+        )
+        .await
+        .status,
+        200
+    );
+    let started = Instant::now();
+    while chat(&base1, secret, "m").await != 401 {
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "replica 1 still took the revoked key after a second"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "made on 1, served by 2 after {seen:?}; revoked on 2, refused by 1 after {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn keys_in_a_key_file_are_read_again_on_reload() {
+    let mock = upstream().await;
+    let dir = std::env::temp_dir().join(format!("toolgate-keyfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("keys.txt");
+    std::fs::write(&file, "# team-f's keys\nfile-key-1\n").unwrap();
+    let config = TestConfig::new()
+        .server(&format!(
+            "[server.auth]\n[[server.auth.keys]]\nname = \"team-f\"\nkey_file = \"{}\"\n",
+            file.display()
+        ))
+        .up(&mock.url(), "")
+        .toml();
+    let gw = Binary::start(&config, &[]);
+    let base = gw.url("");
+    assert_eq!(chat(&base, "file-key-1", "m").await, 200);
+    assert_eq!(chat(&base, "file-key-2", "m").await, 401);
+    std::fs::write(&file, "file-key-2, file-key-3\n").unwrap();
+    gw.signal(libc::SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while chat(&base, "file-key-2", "m").await != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the reload did not read the file again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        chat(&base, "file-key-1", "m").await,
+        401,
+        "a removed key is refused"
+    );
+    assert_eq!(chat(&base, "file-key-3", "m").await, 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
