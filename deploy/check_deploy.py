@@ -749,7 +749,8 @@ def check_dashboard(jsons: dict) -> None:
                    "toolgate_store_queue_depth", "toolgate_store_dropped_total",
                    "toolgate_upstream_attempts_total", "toolgate_upstream_target_up",
                    "toolgate_tokens_total", "toolgate_trace_spans_total",
-                   "toolgate_time_to_first_token_seconds_bucket"):
+                   "toolgate_time_to_first_token_seconds_bucket", "toolgate_cost_usd_total",
+                   "toolgate_rate_limited_total", "toolgate_limiter_errors_total"):
         if needed not in used:
             check(f"grafana dashboard: a panel shows {needed}", False)
     variables = {v.get("name") for v in dash.get("templating", {}).get("list", [])}
