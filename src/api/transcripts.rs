@@ -26,6 +26,7 @@ use crate::store::{ChatFilter, Message, Store, StoreError};
 const PAGE: &str = include_str!("transcripts.html");
 const SCRIPT: &str = include_str!("transcripts.js");
 const STYLE: &str = include_str!("transcripts.css");
+const ADMIN_SCRIPT: &str = include_str!("admin.js");
 /// The page runs only its own script file and style sheet, shows what it
 /// reads as text, and is never framed.
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
@@ -58,6 +59,7 @@ pub fn page(path: &str) -> Option<Response<Body>> {
         "/toolgate/ui" | "/toolgate/ui/" => (PAGE, "text/html; charset=utf-8"),
         "/toolgate/ui/transcripts.js" => (SCRIPT, "text/javascript; charset=utf-8"),
         "/toolgate/ui/transcripts.css" => (STYLE, "text/css; charset=utf-8"),
+        "/toolgate/ui/admin.js" => (ADMIN_SCRIPT, "text/javascript; charset=utf-8"),
         _ => return None,
     };
     let mut r = Response::new(body::full(text));

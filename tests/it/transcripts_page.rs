@@ -335,3 +335,106 @@ async fn an_operator_searches_filters_pages_and_reads_a_failed_call() {
     let png = std::fs::read(&shot).expect("a screenshot");
     assert!(png.starts_with(b"\x89PNG"));
 }
+
+/// The page's keys and usage views, as an admin uses them: a key made there
+/// (its secret shown once) works at once and is listed without it, the
+/// usage table shows what a tenant used at the configured prices, and a
+/// revoked key is refused.
+#[tokio::test]
+async fn an_admin_makes_and_revokes_a_key_and_reads_usage_on_the_page() {
+    // SAFETY: this test's own variables, set before its gateway reads them.
+    unsafe {
+        std::env::set_var("ADMIN_PAGE_ADMIN", "admin-page-admin");
+        std::env::set_var("ADMIN_PAGE_TEAM", "admin-page-team");
+    }
+    let mock = Mock::start(|_: &Recorded| Reply::json(&common::upstream_completion("hello"))).await;
+    let gw = TestConfig::new()
+        .server(
+            "[server.auth]\nadmin_keys_env = \"ADMIN_PAGE_ADMIN\"\nmanaged_keys = true\n\
+             [[server.auth.keys]]\nname = \"team-s\"\nkey_env = \"ADMIN_PAGE_TEAM\"\n",
+        )
+        .up(
+            &mock.url(),
+            "[providers.pricing]\n\"*\" = { input = 1000, output = 2000 }\n",
+        )
+        .raw("[store]\nurl = \"sqlite::memory:\"\n")
+        .start()
+        .await;
+    for _ in 0..3 {
+        let r = common::send(
+            http::Request::post(gw.url("/v1/chat/completions"))
+                .header("authorization", "Bearer admin-page-team")
+                .body(http_body_util::Full::new(Bytes::from(
+                    json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+                        .to_string(),
+                )))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let script = common::installed::node_dir().join("admin_page.mjs");
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new("node")
+            .arg(&script)
+            .arg(chromium())
+            .arg(gw.url(""))
+            .arg("admin-page-admin")
+            .current_dir(common::installed::node_dir())
+            .output(),
+    )
+    .await
+    .expect("the page session ends within 120 s")
+    .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .map(|j| serde_json::from_str(j).unwrap())
+        .unwrap_or_else(|| {
+            panic!(
+                "no RESULT: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert_eq!(report["errors"], json!([]), "{report:#}");
+    let secret = report["secret"].as_str().unwrap();
+    assert!(secret.starts_with("tg-"), "{report:#}");
+    assert_eq!(report["status"], 200, "the key made on the page works");
+    let listed = report["listed"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{report:#}");
+    assert_eq!(listed[0][0], "page-bot");
+    assert_eq!(listed[0][1], "team-p");
+    assert!(
+        !listed[0].to_string().contains(&secret[9..]),
+        "the list shows no secret"
+    );
+    // Grouped by tenant, provider and model: team-s's three answers of 10 +
+    // 20 tokens at $1 000 / $2 000 a million, and team-p's one.
+    let usage = report["usage"].as_array().unwrap();
+    let team_s = usage
+        .iter()
+        .find(|r| r[0] == "team-s")
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(team_s[1], "up");
+    assert_eq!(team_s[2], "m");
+    assert_eq!(
+        (&team_s[3], &team_s[4], &team_s[5]),
+        (&json!("3"), &json!("30"), &json!("60"))
+    );
+    assert_eq!(team_s[6], "0.1500");
+    assert_eq!(report["afterRevoke"], json!([]), "{report:#}");
+    assert_eq!(report["secretShownAgain"], false);
+    let refused = common::send(
+        http::Request::post(gw.url("/v1/chat/completions"))
+            .header("authorization", format!("Bearer {secret}"))
+            .body(http_body_util::Full::new(Bytes::from(
+                json!({"model": "m", "messages": []}).to_string(),
+            )))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(refused.status, 401, "revoked on the page, refused here");
+}
