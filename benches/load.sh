@@ -17,6 +17,11 @@
 #     OTLP posts like any other), for what traces cost;
 #   - toolgate "+store+tools": the same providers plus a [store] recording every
 #     exchange to SQLite and a provider offering gateway tools (HTTP, built-in);
+#   - toolgate "keyed": the plain config behind a key (a tenant without
+#     limits), and the same tenant with limits on every axis (requests and
+#     tokens per minute, concurrency, a budget), counted in memory and, with
+#     REDIS=1 (the default; Debian's redis-server, installed if missing), in
+#     a Redis on loopback: what enforcing limits costs;
 #   - nginx (Debian's package, installed if missing; NGINX=0 skips it) as a plain
 #     keep-alive proxy hop, one worker, access log and buffering off;
 #   - when TOOLIFY_BIN names a toolify-rs binary (built from its public
@@ -44,7 +49,7 @@
 # its runs, toolgate's RSS after the load and with $STREAMS open streams, and
 # the store's own metrics. The output is Markdown for README's Performance
 # section. Knobs: DURATION (s per wrk run, default 3), REPEAT (default 3),
-# CHUNKS (default 32), STREAMS (default 1000), NGINX (default 1),
+# CHUNKS (default 32), STREAMS (default 1000), NGINX (default 1), REDIS (default 1),
 # TOOLGATE_LOG (default info; the log goes to a temp file), TOOLIFY_BIN,
 # TOOLGATE_BIN (a release binary to measure instead of building one),
 # BASE_BIN (an earlier build, measured as one more hop with the plain config:
@@ -57,6 +62,7 @@ REPEAT=${REPEAT:-3}
 CHUNKS=${CHUNKS:-32}
 STREAMS=${STREAMS:-1000}
 NGINX=${NGINX:-1}
+REDIS=${REDIS:-1}
 TOOLIFY_BIN=${TOOLIFY_BIN:-}
 export TOOLGATE_LOG=${TOOLGATE_LOG:-info}
 
@@ -71,6 +77,10 @@ if [ "$NGINX" = 1 ] && ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/ng
     apt-get update >&2 && apt-get install -y nginx-light >&2
 fi
 NGINX_BIN=$(command -v nginx || echo /usr/sbin/nginx)
+if [ "$REDIS" = 1 ] && ! command -v redis-server >/dev/null 2>&1; then
+    log "installing redis-server (the shared limiter's counters)"
+    apt-get update >&2 && apt-get install -y redis-server >&2
+fi
 
 TMP=$(mktemp -d)
 PIDS=()
@@ -210,6 +220,42 @@ mode = \"natural\"
 gateway_tools = [\"GetForecast\", \"builtin:clock\"]
 ")
 PIDS+=("$FULL_PID")
+
+# --- limits: the same tenant without and with limits ---------------------------
+# The key is the one benches/post.lua sends. Limits high enough never to refuse:
+# every request is checked and charged, none is turned away.
+export BENCH_KEYS=sk-bench
+KEYED='
+[server.auth]
+[[server.auth.keys]]
+name = "bench"
+key_env = "BENCH_KEYS"
+'
+LIMITS='[server.auth.keys.limits]
+requests_per_minute = 1000000000
+tokens_per_minute = 1000000000000
+max_concurrent_requests = 100000
+[server.auth.keys.budget]
+tokens = 1000000000000000
+period = "30d"
+'
+read -r KEYED_PORT KEYED_PID < <(start_toolgate keyed "$KEYED")
+PIDS+=("$KEYED_PID")
+read -r MEMLIM_PORT MEMLIM_PID < <(start_toolgate memlimited "$KEYED$LIMITS")
+PIDS+=("$MEMLIM_PID")
+REDIS_PORT=
+REDLIM_PORT=
+if [ "$REDIS" = 1 ]; then
+    REDIS_PORT=$("$CLIENT" freeport)
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >"$TMP/redis.log" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    read -r REDLIM_PORT REDLIM_PID < <(start_toolgate redislimited "$KEYED$LIMITS
+[server.limits]
+redis_url = \"redis://127.0.0.1:$REDIS_PORT\"
+")
+    PIDS+=("$REDLIM_PID")
+fi
 
 # --- nginx, the reference hop ------------------------------------------------
 NGINX_PORT=
@@ -361,6 +407,9 @@ ADDR[traced]="127.0.0.1:$TRACED_PORT"; PID[traced]=$TRACED_PID
 # The same gateway under three names, one per front door (cells are keyed by hop).
 for door in chatdoor respdoor msgdoor; do ADDR[$door]="127.0.0.1:$GW_PORT"; PID[$door]=$GW_PID; done
 if [ -n "$BASE_PORT" ]; then ADDR[base]="127.0.0.1:$BASE_PORT"; PID[base]=$BASE_PID; fi
+ADDR[keyed]="127.0.0.1:$KEYED_PORT";   PID[keyed]=$KEYED_PID
+ADDR[memlimited]="127.0.0.1:$MEMLIM_PORT"; PID[memlimited]=$MEMLIM_PID
+if [ -n "$REDLIM_PORT" ]; then ADDR[redislimited]="127.0.0.1:$REDLIM_PORT"; PID[redislimited]=$REDLIM_PID; fi
 if [ -n "$NGINX_PORT" ]; then ADDR[nginx]="127.0.0.1:$NGINX_PORT"; PID[nginx]=$NGINX_PID; fi
 if [ -n "$TOOLIFY_PORT" ]; then
     ADDR[toolify]="127.0.0.1:$TOOLIFY_PORT"; PID[toolify]=$TOOLIFY_PID
@@ -419,7 +468,7 @@ cell() {
 log "warming up"
 RSS_IDLE=$(status_kb "$GW_PID" VmRSS)
 for b in json sse natural tools; do
-    for hop in direct toolgate full two traced ${BASE_PORT:+base}; do wrk_run "${ADDR[$hop]}" "$b" 8 1 >/dev/null; done
+    for hop in direct toolgate full two traced keyed memlimited ${REDLIM_PORT:+redislimited} ${BASE_PORT:+base}; do wrk_run "${ADDR[$hop]}" "$b" 8 1 >/dev/null; done
 done
 for b in door-chat door-responses door-messages; do wrk_run "${ADDR[toolgate]}" "$b" 8 1 >/dev/null; done
 [ -z "$NGINX_PORT" ] || wrk_run "${ADDR[nginx]}" json 8 1 >/dev/null
@@ -431,6 +480,8 @@ for conns in 1 32; do
     cell natural "$conns" direct:natural toolgate:natural nginx:natural tdirect:toolify-direct toolify:toolify
     cell tools "$conns" direct:tools toolgate:tools
     cell doors "$conns" direct:sse chatdoor:door-chat respdoor:door-responses msgdoor:door-messages
+    cell ljson "$conns" direct:json keyed:json memlimited:json redislimited:json
+    cell lsse "$conns" direct:sse keyed:sse memlimited:sse redislimited:sse
 done
 
 RSS_AFTER=$(status_kb "$GW_PID" VmRSS)
@@ -443,6 +494,16 @@ HOLD_NAT=$("$CLIENT" hold "${ADDR[toolgate]}" "$TMP/slow-natural.json" "$STREAMS
 sleep 1
 RSS_END=$(status_kb "$GW_PID" VmRSS)
 STORE_METRICS=$(curl -fs "http://127.0.0.1:$FULL_PORT/metrics" || true)
+# Redis calls per request through the Redis-limited gateway: its scripts
+# (EVALSHA, and EVAL the first time) over the requests it served.
+REDIS_CALLS=–
+LIMITER_ERRORS=–
+if [ -n "$REDLIM_PORT" ]; then
+    calls=$(redis-cli -p "$REDIS_PORT" info commandstats | awk -F'[=,:]' '/^cmdstat_eval/ {s += $3} END {print s + 0}')
+    served=$(curl -fs "http://127.0.0.1:$REDLIM_PORT/metrics" | awk '/^toolgate_requests_total\{/ {s += $NF} END {print s + 0}')
+    REDIS_CALLS=$(awk -v c="$calls" -v r="$served" 'BEGIN {printf "%.2f", r ? c / r : 0}')
+    LIMITER_ERRORS=$(curl -fs "http://127.0.0.1:$REDLIM_PORT/metrics" | awk '/^toolgate_limiter_errors_total/ {s += $NF} END {print s + 0}')
+fi
 # The recording gateway holds its SQLite file exclusively: stopped (it drains
 # and closes the database), its rows can be counted.
 kill -TERM "$FULL_PID" 2>/dev/null || true
@@ -548,6 +609,15 @@ done; done)
 | CPU per request (non-stream) | | $(cpu json toolgate 1) µs | $(cpu json traced 1) µs |$([ -z "$BASE_PORT" ] || echo " $(cpu json base 1) µs |")
 | CPU per upstream chunk (stream) | | $(cpu sse toolgate "$SSE_EVENTS") µs | $(cpu sse traced "$SSE_EVENTS") µs |$([ -z "$BASE_PORT" ] || echo " $(cpu sse base "$SSE_EVENTS") µs |")
 
+| limits, same run: req/s share · added p50 | c | a key, no limits | limits counted in memory | limits counted in Redis | req/s with Redis limits ÷ without limits |
+|---|---|---|---|---|---|
+$(for row in ljson lsse; do for c in 1 32; do
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$([ "$row" = ljson ] && echo non-stream || echo "stream (usage asked for and dropped)")" "$c" "$(hopcell "$row" "$c" keyed)" "$(hopcell "$row" "$c" memlimited)" "$(hopcell "$row" "$c" redislimited)" "$(awk -v a="${M[$row/$c/redislimited.rps]:-0}" -v b="${M[$row/$c/keyed.rps]:-1}" 'BEGIN {printf "%.2f", a / b}')"
+done; done)
+| CPU per request (non-stream) | | $(cpu ljson keyed 1) µs | $(cpu ljson memlimited 1) µs | $(cpu ljson redislimited 1) µs | |
+
+Redis script calls per request through the Redis-limited gateway: $REDIS_CALLS (the admission on the request's path, and the settlement sent after its answer without waiting); limiter errors: $LIMITER_ERRORS.
+
 The store wrote $(store_metric toolgate_store_write_seconds_count) batches (dropped rows: $(store_metric toolgate_store_dropped_total), queue depth at the end: $(store_metric toolgate_store_queue_depth)); it holds $(store_rows chats) chats and $(store_rows messages) message rows for $(store_metric 'toolgate_requests_total{') requests the recording gateway served.
 
 | target | measured | limit | met |
@@ -580,6 +650,10 @@ if have json/1/toolify; then
         x=$(pct "${M[natural/$c/toolgate.rps]}" "${M[natural/$c/direct.rps]}"); y=$(pct "${M[natural/$c/toolify.rps]}" "${M[natural/$c/tdirect.rps]}")
         echo "| natural c=$c: ahead of toolify-rs (added p50; req/s share) | +$a µs; $x % | +$b µs; $y % | $(awk -v a="$a" -v b="$b" -v x="$x" -v y="$y" 'BEGIN {print (a <= b && x >= y) ? "yes" : "**no**"}') |"
     done
+fi
+if have ljson/32/redislimited; then
+    r=$(awk -v a="${M[ljson/32/redislimited.rps]}" -v b="${M[ljson/32/keyed.rps]}" 'BEGIN {printf "%.2f", a / b}')
+    echo "| non-stream c=32: req/s with limits in Redis ÷ the same key without limits | $r | 0.90 | $(verdict "$r" ">=" 0.9) |"
 fi
 echo "| RSS after the load | $(mb "$RSS_AFTER") MB | 15 MB | $(verdict "$(mb "$RSS_AFTER")" "<=" 15) |"
 echo "| RSS with $(field open "$HOLD_NAT") open natural-mode streams | $(mb "$(field rss_kb "$HOLD_NAT")") MB | 40 MB | $(verdict "$(mb "$(field rss_kb "$HOLD_NAT")")" "<=" 40) |"

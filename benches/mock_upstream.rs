@@ -91,6 +91,9 @@ pub const TOOL_ARGUMENTS: &str = "{\"location\": \"Paris, France\", \"unit\": \"
 struct Canned {
     json: Bytes,
     sse: Arc<[Bytes]>,
+    /// `sse` with a usage chunk before `[DONE]`, for a request that asks
+    /// for one (`stream_options.include_usage`), as OpenAI sends it.
+    sse_usage: Arc<[Bytes]>,
     natural: Arc<[Bytes]>,
     tools: Arc<[Bytes]>,
     slow_first: Bytes,
@@ -122,6 +125,21 @@ fn toolify_stream(model: &str, request: &[u8]) -> Option<Arc<[Bytes]>> {
     pieces.push(trigger);
     pieces.extend(tokens(&call));
     Some(stream(model, &pieces))
+}
+
+/// `frames` with OpenAI's usage chunk (`choices: []`) before `[DONE]`.
+fn with_usage(frames: &[Bytes]) -> Arc<[Bytes]> {
+    let mut out = frames.to_vec();
+    let done = out.pop().expect("a stream ends with [DONE]");
+    out.push(Bytes::from(format!(
+        "data: {{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":{CREATED},\
+\"model\":\"bench-sse\",\"system_fingerprint\":\"fp_bench\",\"choices\":[],\
+\"usage\":{{\"prompt_tokens\":42,\"completion_tokens\":{},\"total_tokens\":{}}}}}\n\n",
+        frames.len() - 3,
+        frames.len() + 39
+    )));
+    out.push(done);
+    out.into()
 }
 
 fn content_delta(text: &str) -> String {
@@ -190,6 +208,7 @@ with a light breeze from the west.\",\"refusal\":null}},\"logprobs\":null,\"fini
         Canned {
             json: Bytes::from(json),
             sse: stream("bench-sse", &words),
+            sse_usage: with_usage(&stream("bench-sse", &words)),
             natural: stream("bench-natural", &tokens(NATURAL_TEXT)),
             tools: tool_stream("bench-tools"),
             slow_first: chunk("bench-slow", r#"{"role":"assistant","content":""}"#, None),
@@ -295,10 +314,12 @@ async fn answer(
             sleep: Box::pin(tokio::time::sleep(canned.slow_every)),
         })
     } else if contains(&body, b"\"bench-sse\"") {
-        sse(MockBody::Frames {
-            frames: canned.sse.clone(),
-            next: 0,
-        })
+        let frames = if contains(&body, b"\"include_usage\":true") {
+            canned.sse_usage.clone()
+        } else {
+            canned.sse.clone()
+        };
+        sse(MockBody::Frames { frames, next: 0 })
     } else if contains(&body, b"\"bench-natural\"") {
         sse(MockBody::Frames {
             frames: canned.natural.clone(),
