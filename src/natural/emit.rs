@@ -11,7 +11,6 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::natural::reply::ReadyCall;
-use crate::sse::encoder;
 use crate::upstream::plain::HeaderFields;
 
 /// The fields every chunk of one stream repeats, taken from the upstream's
@@ -318,11 +317,7 @@ fn calls_delta<T>(call: T, first_delta: bool) -> CallsDelta<T> {
     }
 }
 
-/// An error after the stream started (rule 15): an error event, then `[DONE]`.
-pub fn write_error(out: &mut BytesMut, error: &Value) {
-    encoder::write_json(out, error);
-    out.extend_from_slice(encoder::DONE);
-}
+pub use crate::sse::encoder::write_error;
 
 fn now() -> u64 {
     std::time::SystemTime::now()

@@ -18,6 +18,13 @@ pub fn write_json<T: Serialize + ?Sized>(out: &mut BytesMut, value: &T) {
     out.put_slice(b"\n\n");
 }
 
+/// An error after the stream started (conformance rule 15): an error
+/// event, then `[DONE]`.
+pub fn write_error<T: Serialize + ?Sized>(out: &mut BytesMut, error: &T) {
+    write_json(out, error);
+    out.extend_from_slice(DONE);
+}
+
 /// Appends `data: <before><value><after>\n\n`: a payload whose middle is
 /// rewritten and the rest copied as it came.
 pub fn write_spliced<T: Serialize + ?Sized>(

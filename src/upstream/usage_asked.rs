@@ -87,8 +87,7 @@ impl Transform for DropUsage {
         if self.ended {
             return;
         }
-        encoder::write_json(out, &error.to_json());
-        out.extend_from_slice(encoder::DONE);
+        encoder::write_error(out, &error.to_json());
         self.ended = true;
     }
 

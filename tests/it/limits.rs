@@ -77,6 +77,16 @@ fn answer(r: &Recorded) -> Reply {
     }
 }
 
+/// A gateway with [`AUTH`]'s tenants in front of `mock`; `provider` are
+/// more lines of its provider (its pricing).
+async fn gateway(mock: &Mock, provider: &str) -> common::TestGateway {
+    TestConfig::new()
+        .server(AUTH)
+        .up(&mock.url(), provider)
+        .start()
+        .await
+}
+
 async fn post(url: &str, key: &str, body: &Value) -> Collected {
     common::send(
         Request::post(url)
@@ -112,11 +122,7 @@ async fn metric(base: &str, prefix: &str) -> Option<f64> {
 async fn requests_per_minute_admit_exactly_the_limit_then_each_door_answers_429() {
     keys();
     let mock = upstream().await;
-    let gw = TestConfig::new()
-        .server(AUTH)
-        .up(&mock.url(), "")
-        .start()
-        .await;
+    let gw = gateway(&mock, "").await;
     let chat_url = gw.url("/v1/chat/completions");
     for i in 0..3 {
         let r = post(&chat_url, "rpm-key", &chat("m")).await;
@@ -182,11 +188,7 @@ async fn concurrency_is_held_until_the_answer_ends() {
     keys();
     let (open, gate) = tokio::sync::watch::channel(false);
     let mock = Mock::start(move |r| Reply::Gated(gate.clone(), Box::new(answer(r)))).await;
-    let gw = TestConfig::new()
-        .server(AUTH)
-        .up(&mock.url(), "")
-        .start()
-        .await;
+    let gw = gateway(&mock, "").await;
     let url = gw.url("/v1/chat/completions");
     let first = tokio::spawn({
         let url = url.clone();
@@ -216,11 +218,7 @@ async fn concurrency_is_held_until_the_answer_ends() {
 async fn tokens_come_from_usage_the_client_did_not_ask_for_and_it_never_sees_it() {
     keys();
     let mock = upstream().await;
-    let gw = TestConfig::new()
-        .server(AUTH)
-        .up(&mock.url(), "")
-        .start()
-        .await;
+    let gw = gateway(&mock, "").await;
     let url = gw.url("/v1/chat/completions");
     let mut streamed = chat("m");
     streamed["stream"] = json!(true);
@@ -277,11 +275,7 @@ async fn tokens_come_from_usage_the_client_did_not_ask_for_and_it_never_sees_it(
 async fn a_spent_budget_is_insufficient_quota_until_its_period_ends() {
     keys();
     let mock = upstream().await;
-    let gw = TestConfig::new()
-        .server(AUTH)
-        .up(&mock.url(), PRICING)
-        .start()
-        .await;
+    let gw = gateway(&mock, PRICING).await;
     let url = gw.url("/v1/chat/completions");
     // $0.80 a day, $0.50 an answer: two pass, the third is refused.
     for _ in 0..2 {

@@ -62,6 +62,38 @@ async fn render(url: &str, shot: Option<&PathBuf>) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs the Playwright session `script` (in `tests/clients/node`) against
+/// the page at `base` with `key`: what it reports on its `RESULT` line.
+async fn node_page(
+    script: &str,
+    base: &str,
+    key: &str,
+    shot: Option<&PathBuf>,
+) -> serde_json::Value {
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg(common::installed::node_dir().join(script))
+        .arg(chromium())
+        .arg(base)
+        .arg(key)
+        .current_dir(common::installed::node_dir());
+    if let Some(shot) = shot {
+        command.env("PAGE_SCREENSHOT", shot);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the page session ends within 120 s")
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("no RESULT line: {stdout}\n{stderr}"));
+    serde_json::from_str(line).unwrap()
+}
+
 #[tokio::test]
 async fn the_page_shows_calls_results_and_text_and_never_runs_markup() {
     let hostile = "<script>document.title='pwned'</script><b>bold</b> 21 C";
@@ -240,33 +272,8 @@ async fn an_operator_searches_filters_pages_and_reads_a_failed_call() {
     let _ = body.frame().await;
     drop(body);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let script = common::installed::node_dir().join("page.mjs");
     let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("transcripts-page-operator.png");
-    let out = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new("node")
-            .arg(&script)
-            .arg(chromium())
-            .arg(gw.url(""))
-            .arg("page-admin")
-            .env("PAGE_SCREENSHOT", &shot)
-            .current_dir(common::installed::node_dir())
-            .output(),
-    )
-    .await
-    .expect("the page session ends within 120 s")
-    .expect("node runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .expect("a RESULT line");
-    let seen: serde_json::Value = serde_json::from_str(line).unwrap();
+    let seen = node_page("page.mjs", &gw.url(""), "page-admin", Some(&shot)).await;
     let say = || serde_json::to_string_pretty(&seen).unwrap();
     assert_eq!(seen["keyBoxVisibleAtOnce"], true, "{}", say());
     assert_eq!(seen["askedForKey"], true, "{}", say());
@@ -374,31 +381,7 @@ async fn an_admin_makes_and_revokes_a_key_and_reads_usage_on_the_page() {
         assert_eq!(r.status, 200);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let script = common::installed::node_dir().join("admin_page.mjs");
-    let out = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new("node")
-            .arg(&script)
-            .arg(chromium())
-            .arg(gw.url(""))
-            .arg("admin-page-admin")
-            .current_dir(common::installed::node_dir())
-            .output(),
-    )
-    .await
-    .expect("the page session ends within 120 s")
-    .expect("node runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: serde_json::Value = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .map(|j| serde_json::from_str(j).unwrap())
-        .unwrap_or_else(|| {
-            panic!(
-                "no RESULT: {stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+    let report = node_page("admin_page.mjs", &gw.url(""), "admin-page-admin", None).await;
     assert_eq!(report["errors"], json!([]), "{report:#}");
     let secret = report["secret"].as_str().unwrap();
     assert!(secret.starts_with("tg-"), "{report:#}");

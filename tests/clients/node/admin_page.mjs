@@ -6,17 +6,10 @@
 //   node admin_page.mjs CHROMIUM BASE_URL ADMIN_KEY
 // Prints one line `RESULT <json>` of what the page showed.
 
-import { chromium } from 'playwright-core';
+import { open } from './launch.mjs';
 
 const [executablePath, base, adminKey] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-    '--disable-sync', '--no-first-run', '--disable-quic'],
-});
-const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
-const errors = [];
-page.on('pageerror', (e) => errors.push(String(e)));
+const { browser, page, errors } = await open(executablePath);
 const report = {};
 const cells = (selector) => page.$$eval(selector, (rows) => rows.map((r) => [...r.querySelectorAll('td')].map((c) => c.textContent)).filter((r) => r.length));
 

@@ -7,17 +7,10 @@
 // with the gateway already holding the chats the Rust test made. Prints one
 // line `RESULT <json>` of what the page showed; the Rust test asserts on it.
 
-import { chromium } from 'playwright-core';
+import { open } from './launch.mjs';
 
 const [executablePath, base, adminKey] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-    '--disable-sync', '--no-first-run', '--disable-quic'],
-});
-const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
-const errors = [];
-page.on('pageerror', (e) => errors.push(String(e)));
+const { browser, page, errors } = await open(executablePath);
 const report = {};
 
 const titles = () => page.$$eval('#list .chat .title', (els) => els.map((e) => e.textContent));
