@@ -85,6 +85,14 @@ pub fn event_stream(body: Body) -> Response<Body> {
     response
 }
 
+/// A query parameter, decoded (`+` and `%XX`); an empty one counts as absent.
+pub fn param(query: Option<&str>, name: &str) -> Option<String> {
+    form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+        .filter(|v| !v.is_empty())
+}
+
 /// A `200` JSON answer.
 pub fn json(value: &Value) -> Response<Body> {
     let mut response = Response::new(body::json(value));

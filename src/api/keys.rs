@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 
-use super::transcripts::Viewer;
+use super::viewer::Viewer;
 use crate::body::Body;
 use crate::error::GatewayError;
 use crate::keys::{ManagedKeys, Policy};

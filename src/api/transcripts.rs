@@ -203,14 +203,6 @@ fn no_chat(id: &str) -> GatewayError {
     GatewayError::NotFound(format!("No chat `{id}`"))
 }
 
-/// A query parameter, decoded (`+` and `%XX`); an empty one counts as absent.
-pub(super) fn param(query: Option<&str>, name: &str) -> Option<String> {
-    form_urlencoded::parse(query?.as_bytes())
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.into_owned())
-        .filter(|v| !v.is_empty())
-}
-
 /// `GET /toolgate/api/chats`: newest activity first, `limit` (50, at most
 /// 500) at a time; `q` searches titles, prompts, calls and results;
 /// `provider`, `model` and `errors=1` filter; `before` and `before_id` (the
@@ -221,7 +213,7 @@ async fn list(
     query: Option<&str>,
 ) -> Result<Response<Body>, GatewayError> {
     let number = |name: &str| -> Result<Option<i64>, GatewayError> {
-        param(query, name)
+        super::param(query, name)
             .map(|v| {
                 v.parse::<i64>().map_err(|_| {
                     GatewayError::bad_request(format!("`{name}` must be an integer"), Some(name))
@@ -232,8 +224,9 @@ async fn list(
     let limit = number("limit")?
         .unwrap_or(DEFAULT_LIMIT)
         .clamp(1, MAX_LIMIT);
-    let before = number("before")?.map(|ms| (ms, param(query, "before_id").unwrap_or_default()));
-    let asked = param(query, "tenant");
+    let before =
+        number("before")?.map(|ms| (ms, super::param(query, "before_id").unwrap_or_default()));
+    let asked = super::param(query, "tenant");
     let tenant = match viewer {
         Viewer::Admin => asked,
         Viewer::Tenant(own) => match asked {
@@ -245,7 +238,7 @@ async fn list(
             _ => Some(own.to_string()),
         },
     };
-    let errors_only = match param(query, "errors").as_deref() {
+    let errors_only = match super::param(query, "errors").as_deref() {
         None | Some("0" | "false") => false,
         Some("1" | "true") => true,
         Some(_) => {
@@ -257,10 +250,10 @@ async fn list(
     };
     let filter = ChatFilter {
         tenant,
-        provider: param(query, "provider"),
-        model: param(query, "model"),
+        provider: super::param(query, "provider"),
+        model: super::param(query, "model"),
         errors_only,
-        text: param(query, "q"),
+        text: super::param(query, "q"),
         before,
         limit: limit + 1,
     };

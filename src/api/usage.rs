@@ -12,7 +12,7 @@ use std::sync::Arc;
 use http::Response;
 use serde_json::json;
 
-use super::transcripts::Viewer;
+use super::viewer::Viewer;
 use crate::body::Body;
 use crate::error::GatewayError;
 use crate::store::{Store, StoreError, UsageColumn};
@@ -25,7 +25,7 @@ pub async fn handle(
     viewer: &Viewer,
     query: Option<&str>,
 ) -> Result<Response<Body>, GatewayError> {
-    let param = |name: &str| super::transcripts::param(query, name);
+    let param = |name: &str| super::param(query, name);
     let now = chrono::Utc::now().timestamp_millis();
     let to = param("to")
         .map(|v| time("to", &v))
