@@ -330,6 +330,14 @@ impl Drop for Admission {
                 })
                 .collect(),
         };
+        // Requests per minute alone are settled at admission: nothing to send.
+        let nothing = settle
+            .subjects
+            .iter()
+            .all(|s| !s.slot && s.tokens_per_minute.is_none() && s.period.is_none());
+        if nothing {
+            return;
+        }
         match held.counters {
             Counters::Memory(memory) => memory.settle(&settle, now),
             Counters::Redis(redis) => match tokio::runtime::Handle::try_current() {

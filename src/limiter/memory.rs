@@ -29,8 +29,13 @@ impl Counters {
     /// takes the request from each (its minute share, its concurrency slot).
     pub(super) fn admit(&self, check: &Check<'_>, now: u64) -> Verdict {
         let mut subjects = self.subjects.lock().unwrap_or_else(PoisonError::into_inner);
+        for subject in &check.subjects {
+            if !subjects.contains_key(subject.counter) {
+                subjects.insert(subject.counter.to_owned(), State::default());
+            }
+        }
         for (i, subject) in check.subjects.iter().enumerate() {
-            let state = subjects.entry(subject.counter.to_owned()).or_default();
+            let state = &subjects[subject.counter];
             let quota = subject.quota;
             let readings = Readings {
                 requests: quota
@@ -73,7 +78,9 @@ impl Counters {
             }
         }
         for subject in &check.subjects {
-            let state = subjects.entry(subject.counter.to_owned()).or_default();
+            let Some(state) = subjects.get_mut(subject.counter) else {
+                continue;
+            };
             if let Some(limit) = subject.quota.requests_per_minute
                 && let Ok((tat, _)) = gcra::request(state.requests_tat, now, u64::from(limit.get()))
             {
@@ -90,7 +97,9 @@ impl Counters {
     pub(super) fn settle(&self, settle: &Settle, now: u64) {
         let mut subjects = self.subjects.lock().unwrap_or_else(PoisonError::into_inner);
         for subject in &settle.subjects {
-            let state = subjects.entry(subject.counter.clone()).or_default();
+            let Some(state) = subjects.get_mut(subject.counter.as_str()) else {
+                continue;
+            };
             if subject.slot {
                 state.in_flight = state.in_flight.saturating_sub(1);
             }

@@ -46,7 +46,16 @@ pub struct DropUsage {
 impl DropUsage {
     /// Whether `data` is the usage chunk `include_usage` adds.
     fn is_usage_chunk(data: &[u8]) -> bool {
-        if memchr::memmem::find(data, b"\"usage\"").is_none() {
+        // Every other chunk carries `"usage":null` once usage is asked for:
+        // those are passed on without being parsed.
+        let Some(at) = memchr::memmem::find(data, b"\"usage\"") else {
+            return false;
+        };
+        let after = data[at + 7..].trim_ascii_start();
+        if after
+            .strip_prefix(b":")
+            .is_some_and(|v| v.trim_ascii_start().starts_with(b"null"))
+        {
             return false;
         }
         match serde_json::from_slice::<Value>(data) {

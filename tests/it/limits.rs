@@ -556,3 +556,64 @@ async fn usage_is_kept_per_key_and_read_back_per_tenant_in_sqlite_and_postgresql
         assert_eq!(old.json()["data"], json!([]));
     }
 }
+
+/// Every model call of an answer is charged to its key: an answer that ran a
+/// gateway tool took two rounds, and the usage kept for that one request is
+/// the tokens both rounds reported (what `toolgate_tokens_total` counted).
+#[tokio::test]
+async fn gateway_tool_rounds_are_charged_to_the_key() {
+    keys();
+    let gw = TestConfig::new()
+        .server(AUTH)
+        .demo(
+            "chunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]",
+        )
+        .raw("[store]\nurl = \"sqlite::memory:\"\n")
+        .start()
+        .await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        "tokens-budget-key",
+        &json!({"model": "demo", "messages": [{"role": "user", "content": "Ask the calculator: what is `(2 + 3) * 7`?"}]}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("35"), "the tool ran: {}", r.text());
+    let counted = |kind: &str| {
+        let base = gw.url("");
+        let kind = kind.to_owned();
+        async move {
+            let text = common::get(&format!("{base}/metrics")).await.text();
+            text.lines()
+                .filter(|l| {
+                    // The recorder is the test binary's: other tests' tokens
+                    // of this tenant went to provider `up`.
+                    l.starts_with("toolgate_tokens_total{")
+                        && l.contains("provider=\"demo\"")
+                        && l.contains("tenant=\"tokens-budget\"")
+                        && l.contains(&format!("kind=\"{kind}\""))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>() as i64
+        }
+    };
+    let (input, output) = (counted("input").await, counted("output").await);
+    assert!(input > 0 && output > 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        let usage = get(&gw.url("/toolgate/api/usage?group_by=tenant"), "admin-key")
+            .await
+            .json();
+        if let Some(row) = usage["data"].as_array().and_then(|d| d.first()).cloned() {
+            break row;
+        }
+        assert!(Instant::now() < deadline, "no usage kept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(row["requests"], 1, "{row}");
+    assert_eq!(
+        (row["input_tokens"].as_i64(), row["output_tokens"].as_i64()),
+        (Some(input), Some(output)),
+        "{row}"
+    );
+}
