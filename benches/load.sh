@@ -50,6 +50,7 @@
 # the store's own metrics. The output is Markdown for README's Performance
 # section. Knobs: DURATION (s per wrk run, default 3), REPEAT (default 3),
 # CHUNKS (default 32), STREAMS (default 1000), NGINX (default 1), REDIS (default 1),
+# ONLY (=limits: only the limits rows; the other tables are then empty),
 # TOOLGATE_LOG (default info; the log goes to a temp file), TOOLIFY_BIN,
 # TOOLGATE_BIN (a release binary to measure instead of building one),
 # BASE_BIN (an earlier build, measured as one more hop with the plain config:
@@ -474,7 +475,13 @@ for b in door-chat door-responses door-messages; do wrk_run "${ADDR[toolgate]}" 
 [ -z "$NGINX_PORT" ] || wrk_run "${ADDR[nginx]}" json 8 1 >/dev/null
 [ -z "$TOOLIFY_PORT" ] || { wrk_run "${ADDR[toolify]}" json 8 1 >/dev/null; wrk_run "${ADDR[toolify]}" toolify 8 1 >/dev/null; }
 
+# ONLY=limits: the limits rows alone (what a change to the limiter costs).
 for conns in 1 32; do
+    if [ "${ONLY:-}" = limits ]; then
+        cell ljson "$conns" direct:json keyed:json memlimited:json redislimited:json
+        cell lsse "$conns" direct:sse keyed:sse memlimited:sse redislimited:sse
+        continue
+    fi
     cell json "$conns" direct:json toolgate:json nginx:json toolify:json full:json two:json traced:json base:json
     cell sse "$conns" direct:sse toolgate:sse nginx:sse toolify:sse full:sse two:sse traced:sse base:sse
     cell natural "$conns" direct:natural toolgate:natural nginx:natural tdirect:toolify-direct toolify:toolify
@@ -497,9 +504,11 @@ STORE_METRICS=$(curl -fs "http://127.0.0.1:$FULL_PORT/metrics" || true)
 # Redis calls per request through the Redis-limited gateway: its scripts
 # (EVALSHA, and EVAL the first time) over the requests it served.
 REDIS_CALLS=–
+REDIS_USEC=–
 LIMITER_ERRORS=–
 if [ -n "$REDLIM_PORT" ]; then
     calls=$(redis-cli -p "$REDIS_PORT" info commandstats | awk -F'[=,:]' '/^cmdstat_eval/ {s += $3} END {print s + 0}')
+    REDIS_USEC=$(redis-cli -p "$REDIS_PORT" info commandstats | awk -F'[=,:]' '/^cmdstat_evalsha/ {printf "%.1f", $7}')
     served=$(curl -fs "http://127.0.0.1:$REDLIM_PORT/metrics" | awk '/^toolgate_requests_total\{/ {s += $NF} END {print s + 0}')
     REDIS_CALLS=$(awk -v c="$calls" -v r="$served" 'BEGIN {printf "%.2f", r ? c / r : 0}')
     LIMITER_ERRORS=$(curl -fs "http://127.0.0.1:$REDLIM_PORT/metrics" | awk '/^toolgate_limiter_errors_total/ {s += $NF} END {print s + 0}')
@@ -546,6 +555,24 @@ CPU_MODEL=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 NGINX_VERSION=$("$NGINX_BIN" -v 2>&1 | sed 's|.*/||' || echo "not run")
 PEER_NOTE="toolify-rs: not run (set TOOLIFY_BIN)."
 [ -z "$TOOLIFY_PORT" ] || PEER_NOTE="toolify-rs ($TOOLIFY_BIN): passthrough for the plain rows, its prompt-injected calling for the natural row (its own call format, $TOOLIFY_EVENTS events, measured against the same stream asked for directly)."
+
+LIMITS_TABLE=$(cat <<EOF
+| limits, same run: req/s share · added p50 | c | a key, no limits | limits counted in memory | limits counted in Redis | req/s with Redis limits ÷ without limits |
+|---|---|---|---|---|---|
+$(for row in ljson lsse; do for c in 1 32; do
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$([ "$row" = ljson ] && echo non-stream || echo "stream (usage asked for and dropped)")" "$c" "$(hopcell "$row" "$c" keyed)" "$(hopcell "$row" "$c" memlimited)" "$(hopcell "$row" "$c" redislimited)" "$(awk -v a="${M[$row/$c/redislimited.rps]:-0}" -v b="${M[$row/$c/keyed.rps]:-1}" 'BEGIN {printf "%.2f", a / b}')"
+done; done)
+| CPU per request (non-stream) | | $(cpu ljson keyed 1) µs | $(cpu ljson memlimited 1) µs | $(cpu ljson redislimited 1) µs | |
+
+Redis script calls per request through the Redis-limited gateway: $REDIS_CALLS (the admission on the request's path, and the settlement sent after its answer without waiting), each taking $REDIS_USEC µs of Redis's own CPU (on the same cores); limiter errors: $LIMITER_ERRORS.
+EOF
+)
+if [ "${ONLY:-}" = limits ]; then
+    echo "### Limits rows ($(date -u +%Y-%m-%d), toolgate $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+    echo
+    echo "$LIMITS_TABLE"
+    exit 0
+fi
 
 cat <<EOF
 ### Load benchmark ($(date -u +%Y-%m-%d), toolgate $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- src 2>/dev/null || echo '+changes'))
@@ -609,14 +636,7 @@ done; done)
 | CPU per request (non-stream) | | $(cpu json toolgate 1) µs | $(cpu json traced 1) µs |$([ -z "$BASE_PORT" ] || echo " $(cpu json base 1) µs |")
 | CPU per upstream chunk (stream) | | $(cpu sse toolgate "$SSE_EVENTS") µs | $(cpu sse traced "$SSE_EVENTS") µs |$([ -z "$BASE_PORT" ] || echo " $(cpu sse base "$SSE_EVENTS") µs |")
 
-| limits, same run: req/s share · added p50 | c | a key, no limits | limits counted in memory | limits counted in Redis | req/s with Redis limits ÷ without limits |
-|---|---|---|---|---|---|
-$(for row in ljson lsse; do for c in 1 32; do
-    printf '| %s | %s | %s | %s | %s | %s |\n' "$([ "$row" = ljson ] && echo non-stream || echo "stream (usage asked for and dropped)")" "$c" "$(hopcell "$row" "$c" keyed)" "$(hopcell "$row" "$c" memlimited)" "$(hopcell "$row" "$c" redislimited)" "$(awk -v a="${M[$row/$c/redislimited.rps]:-0}" -v b="${M[$row/$c/keyed.rps]:-1}" 'BEGIN {printf "%.2f", a / b}')"
-done; done)
-| CPU per request (non-stream) | | $(cpu ljson keyed 1) µs | $(cpu ljson memlimited 1) µs | $(cpu ljson redislimited 1) µs | |
-
-Redis script calls per request through the Redis-limited gateway: $REDIS_CALLS (the admission on the request's path, and the settlement sent after its answer without waiting); limiter errors: $LIMITER_ERRORS.
+$LIMITS_TABLE
 
 The store wrote $(store_metric toolgate_store_write_seconds_count) batches (dropped rows: $(store_metric toolgate_store_dropped_total), queue depth at the end: $(store_metric toolgate_store_queue_depth)); it holds $(store_rows chats) chats and $(store_rows messages) message rows for $(store_metric 'toolgate_requests_total{') requests the recording gateway served.
 
