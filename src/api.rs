@@ -8,6 +8,7 @@ pub mod chat_tap;
 pub mod fields;
 pub mod keys;
 pub mod live_views;
+pub mod mcp;
 pub mod messages;
 pub mod messages_events;
 pub mod messages_request;

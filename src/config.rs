@@ -98,6 +98,8 @@ pub struct Config {
     pub store: Option<StoreConfig>,
     /// `[telemetry]`, when configured: traces are exported.
     pub telemetry: Option<TelemetryConfig>,
+    /// `[mcp_gateway]`, when configured: the gateway tools served over MCP.
+    pub mcp_gateway: Option<gateway_tools::McpGatewayConfig>,
     /// What was loaded, kept for `toolgate check` (printed with secrets redacted).
     pub raw: RawConfig,
     /// What is valid but likely not meant, one sentence each (`check`
@@ -316,7 +318,15 @@ impl Config {
             .as_ref()
             .map(telemetry::telemetry)
             .transpose()?;
-        let keeps_state = store.is_some() || !mcp_servers.is_empty() || !http_tools.is_empty();
+        let mcp_gateway = raw
+            .mcp_gateway
+            .as_ref()
+            .map(|m| gateway_tools::mcp_gateway(m, &mcp_servers, &http_tools))
+            .transpose()?;
+        let keeps_state = store.is_some()
+            || !mcp_servers.is_empty()
+            || !http_tools.is_empty()
+            || mcp_gateway.is_some();
         if keeps_state
             && server.auth.is_none()
             && !server.listen.ip().is_loopback()
@@ -398,6 +408,7 @@ impl Config {
             http_tools,
             store,
             telemetry,
+            mcp_gateway,
             raw,
             warnings,
         })

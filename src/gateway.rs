@@ -75,7 +75,9 @@ pub struct Gateway {
     limits: Limits,
     /// The tenants' limits and budgets: their counts are kept across
     /// reloads, which change only the limits.
-    limiter: Limiter,
+    limiter: Arc<Limiter>,
+    /// `[mcp_gateway]`: its path and the MCP door's service.
+    mcp: Option<(String, McpService)>,
     /// Keys made through the API (`managed_keys = true`).
     keys: Option<Arc<ManagedKeys>>,
     draining: AtomicBool,
@@ -129,9 +131,14 @@ impl Gateway {
                 views.recheck(|key| auth::viewer_of(&config, Some(keys), key));
             });
         }
+        let mcp = config
+            .mcp_gateway
+            .as_ref()
+            .map(|m| (m.path.clone(), crate::api::mcp::service()));
         Gateway {
             transcripts,
-            limiter,
+            limiter: Arc::new(limiter),
+            mcp,
             keys,
             limits: Limits::new(&config.server),
             runtime: ArcSwap::from_pointee(Runtime::new(
@@ -234,7 +241,7 @@ impl Gateway {
     /// Answers one request.
     pub async fn handle<B>(&self, req: Request<B>) -> Response<Body>
     where
-        B: HttpBody<Data = Bytes> + Send,
+        B: HttpBody<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
         self.serve(req, None).await
@@ -244,11 +251,34 @@ impl Gateway {
     /// until the response body is done.
     pub(crate) async fn serve<B>(&self, req: Request<B>, busy: Option<Guard>) -> Response<Body>
     where
-        B: HttpBody<Data = Bytes> + Send,
+        B: HttpBody<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
         let path = req.uri().path();
         let id = request_id::of(req.headers());
+        if let Some((mcp_path, service)) = &self.mcp
+            && path == mcp_path
+        {
+            let runtime = self.runtime.load_full();
+            let caller = auth::tenant(&runtime.config, self.keys.as_deref(), &req).map(|who| {
+                crate::api::mcp::McpCaller {
+                    tenant: who.tenant,
+                    share: who.share,
+                    limiter: self.limiter.clone(),
+                }
+            });
+            let mut response = Box::pin(mcp_door(service.clone(), caller, runtime, req)).await;
+            request_id::tag(&mut response, id);
+            return match busy {
+                None => response,
+                Some(busy) => response.map(|b| {
+                    body::boxed(http_body_util::BodyExt::map_frame(b, move |frame| {
+                        let _busy = &busy;
+                        frame
+                    }))
+                }),
+            };
+        }
         if !path.starts_with("/v1/") {
             let mut response = self.operational(req).await;
             request_id::tag(&mut response, id);
@@ -343,6 +373,39 @@ impl Gateway {
             };
         }
         response.map(|b| body::boxed(Observed::new(b, log)))
+    }
+}
+
+/// The MCP door's service.
+type McpService = rmcp::transport::streamable_http_server::StreamableHttpService<
+    crate::api::mcp::McpDoor,
+    rmcp::transport::streamable_http_server::session::never::NeverSessionManager,
+>;
+
+/// `[mcp_gateway]`'s path: the caller, identified as on `/v1`, and the
+/// request's runtime handed with the request to the MCP service.
+async fn mcp_door<B>(
+    service: McpService,
+    caller: Result<crate::api::mcp::McpCaller, GatewayError>,
+    runtime: Arc<Runtime>,
+    req: Request<B>,
+) -> Response<Body>
+where
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let caller = match caller {
+        Ok(caller) => caller,
+        Err(e) => return e.into_response(),
+    };
+    let (mut parts, body) = req.into_parts();
+    parts.extensions.insert(caller);
+    parts.extensions.insert(runtime);
+    let body = http_body_util::BodyExt::map_err(body, |e| -> BoxError { e.into() });
+    let request = Request::from_parts(parts, body);
+    match tower::ServiceExt::oneshot(service, request).await {
+        Ok(response) => response.map(body::boxed),
+        Err(never) => match never {},
     }
 }
 

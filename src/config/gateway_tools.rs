@@ -231,6 +231,72 @@ pub fn http_tools(
     Ok(out)
 }
 
+/// `[mcp_gateway]`, validated: where toolgate serves its tools over MCP,
+/// and which.
+#[derive(Debug, Clone)]
+pub struct McpGatewayConfig {
+    /// Where it is served.
+    pub path: String,
+    /// The tools it serves (its `tools`, or every configured one).
+    pub sources: Vec<ToolSource>,
+}
+
+/// Validates `[mcp_gateway]`.
+pub fn mcp_gateway(
+    raw: &crate::config::raw::mcp_gateway::RawMcpGateway,
+    servers: &[Arc<McpServerConfig>],
+    http: &[Arc<HttpToolConfig>],
+) -> Result<McpGatewayConfig, ConfigError> {
+    let path = raw.path.clone().unwrap_or_else(|| "/mcp".to_owned());
+    let reserved = ["/v1", "/toolgate", "/healthz", "/readyz", "/metrics"];
+    let plain = path.len() > 1
+        && path.starts_with('/')
+        && !path.ends_with('/')
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/-_.".contains(&b));
+    if !plain
+        || reserved
+            .iter()
+            .any(|r| path == *r || path.starts_with(&format!("{r}/")))
+    {
+        return Err(ConfigError::new(
+            "mcp_gateway.path",
+            format!(
+                "must be a path such as \"/mcp\" (letters, digits, '/-_.'), outside /v1, /toolgate, /healthz, /readyz and /metrics, not {path:?}"
+            ),
+        ));
+    }
+    let entries: Vec<String> = match &raw.tools {
+        Some(list) => list.clone(),
+        None => servers
+            .iter()
+            .map(|s| s.name.clone())
+            .chain(http.iter().map(|t| t.name.clone()))
+            .chain(Builtin::ALL.iter().map(|b| format!("builtin:{}", b.name())))
+            .collect(),
+    };
+    if entries.is_empty() {
+        return Err(ConfigError::new("mcp_gateway.tools", "names no tool"));
+    }
+    let raw_tools = RawTools {
+        gateway_tools: entries,
+        ..RawTools::default()
+    };
+    let settings = settings("mcp_gateway", &raw_tools, servers, http)
+        .map_err(|mut e| {
+            e.path = e
+                .path
+                .replace("mcp_gateway.gateway_tools", "mcp_gateway.tools");
+            e
+        })?
+        .ok_or_else(|| ConfigError::new("mcp_gateway.tools", "names no tool"))?;
+    Ok(McpGatewayConfig {
+        path,
+        sources: settings.sources,
+    })
+}
+
 /// A provider's `gateway_tools` and its limits; `None` when it names none.
 pub fn settings(
     path: &str,

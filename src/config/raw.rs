@@ -6,6 +6,7 @@
 
 mod gateway;
 pub mod limits;
+pub mod mcp_gateway;
 mod store;
 mod telemetry;
 mod upstream;
@@ -36,6 +37,8 @@ pub struct RawConfig {
     pub store: Option<RawStore>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<RawTelemetry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_gateway: Option<mcp_gateway::RawMcpGateway>,
 }
 
 impl RawConfig {

@@ -40,6 +40,12 @@ pub(super) fn refuse_reload(old: &Config, new: &Config) -> Option<ReloadRefused>
         // The counters (and their Redis connections) are made once, at boot.
         return Some(ReloadRefused("server.limits"));
     }
+    if old.raw.mcp_gateway.as_ref().map(|m| &m.path)
+        != new.raw.mcp_gateway.as_ref().map(|m| &m.path)
+    {
+        // The MCP door's service is built once, at boot.
+        return Some(ReloadRefused("mcp_gateway"));
+    }
     if old.raw.store != new.raw.store {
         // The store's connection and writer are started once, at boot.
         return Some(ReloadRefused("store"));

@@ -23,6 +23,7 @@ mod key_policy;
 mod keys;
 mod limits;
 mod live_views;
+mod mcp_door;
 mod mcp_servers;
 mod messages;
 mod natural_e2e;

@@ -1,0 +1,192 @@
+//! `[mcp_gateway]`: toolgate's gateway tools served as one MCP server, over
+//! streamable HTTP (rmcp's server, a `tower::Service`), stateless: every
+//! request carries what it needs, so any replica answers any of them.
+//!
+//! The gateway identifies the caller as on `/v1` (`401` without a key) and
+//! hands the request its [`McpCaller`] and the `Runtime` it started with.
+//! `tools/list` pages through what the caller's key may use of the tools
+//! `[mcp_gateway] tools` names; `tools/call` runs a call on the executor the
+//! gateway's own tool loop uses (schema check, timeout, result cap,
+//! metrics, an `execute_tool` span), under the caller's limits. A tool the
+//! key may not use is unknown and never runs.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::Value;
+
+use crate::config::Tenant;
+use crate::limiter::{Limiter, Share};
+use crate::runtime::Runtime;
+use crate::tools::{Offer, executor};
+
+/// Tools in one `tools/list` page.
+pub const PAGE: usize = 50;
+/// A call's result, in characters, at most (as `max_tool_result_chars`'
+/// default).
+const MAX_RESULT_CHARS: usize = crate::config::DEFAULT_MAX_TOOL_RESULT_CHARS;
+
+/// Who calls, as the gateway identified them.
+#[derive(Clone)]
+pub struct McpCaller {
+    pub tenant: Arc<Tenant>,
+    /// A managed key's own limits.
+    pub share: Option<Share>,
+    pub limiter: Arc<Limiter>,
+}
+
+/// The MCP door; holds nothing: each request brings its caller and runtime.
+#[derive(Clone, Copy, Default)]
+pub struct McpDoor;
+
+impl McpDoor {
+    /// The caller and runtime the gateway attached to this request.
+    fn request(cx: &RequestContext<RoleServer>) -> Result<(Arc<Runtime>, McpCaller), McpError> {
+        let parts = cx
+            .extensions
+            .get::<http::request::Parts>()
+            .ok_or_else(|| McpError::internal_error("no HTTP request", None))?;
+        let runtime = parts.extensions.get::<Arc<Runtime>>().cloned();
+        let caller = parts.extensions.get::<McpCaller>().cloned();
+        runtime
+            .zip(caller)
+            .ok_or_else(|| McpError::internal_error("the request was not identified", None))
+    }
+
+    /// What the caller may use now.
+    fn offer(runtime: &Runtime, caller: &McpCaller) -> Result<Offer, McpError> {
+        let Some(mcp) = &runtime.config.mcp_gateway else {
+            return Err(McpError::internal_error("[mcp_gateway] is off", None));
+        };
+        let settings = crate::config::GatewaySettings {
+            sources: mcp.sources.clone(),
+            max_rounds: 1,
+            max_parallel_tools: 1,
+            show: crate::config::ShowGatewayTools::Fields,
+        };
+        runtime
+            .tools
+            .offer(&settings, |entry| caller.tenant.allows_tools(entry))
+            .map_err(|u| {
+                McpError::internal_error(
+                    format!("the tool server `{}` {}", u.server, u.reason),
+                    None,
+                )
+            })
+    }
+}
+
+impl ServerHandler for McpDoor {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "The tools toolgate runs for this key: MCP servers, HTTP tools and built-ins.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let (runtime, caller) = Self::request(&cx)?;
+        let offer = Self::offer(&runtime, &caller)?;
+        let start = match request.and_then(|r| r.cursor) {
+            None => 0,
+            Some(cursor) => cursor
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n <= offer.tools.len())
+                .ok_or_else(|| {
+                    McpError::invalid_params(format!("not a cursor of this list: {cursor:?}"), None)
+                })?,
+        };
+        let end = (start + PAGE).min(offer.tools.len());
+        let page = offer.tools[start..end]
+            .iter()
+            .map(|t| {
+                let schema = match &t.parameters {
+                    Value::Object(schema) => schema.clone(),
+                    _ => serde_json::Map::new(),
+                };
+                Tool::new(t.name.clone(), t.description.clone(), Arc::new(schema))
+            })
+            .collect();
+        let mut result = ListToolsResult::with_all_items(page);
+        result.next_cursor = (end < offer.tools.len()).then(|| end.to_string());
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let (runtime, caller) = Self::request(&cx)?;
+        let offer = Self::offer(&runtime, &caller)?;
+        let name = request.name.as_ref();
+        let Some(tool) = offer.get(name).cloned() else {
+            return Err(McpError::invalid_params(
+                format!("unknown tool: {name}"),
+                None,
+            ));
+        };
+        // Counted against the key's limits like a model request.
+        let admission = caller
+            .limiter
+            .admit(&caller.tenant, caller.share.as_ref(), "mcp", None)
+            .await;
+        if let Err(refused) = admission {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(refused.to_string())]).into());
+        }
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        if let Err(why) = tool.check(&arguments) {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                "the arguments do not match {name}'s schema: {why}"
+            ))])
+            .into());
+        }
+        let id = format!("mcp_{:016x}", rand::random::<u64>());
+        let outcome = executor::execute(
+            &runtime.tools,
+            &tool,
+            &id,
+            &arguments.to_string(),
+            MAX_RESULT_CHARS,
+        )
+        .await;
+        Ok(match outcome {
+            executor::Outcome::Completed(text) => {
+                CallToolResult::success(vec![ContentBlock::text(text)])
+            }
+            executor::Outcome::Failed(error) => {
+                CallToolResult::error(vec![ContentBlock::text(error)])
+            }
+        }
+        .into())
+    }
+}
+
+/// The streamable-HTTP service over [`McpDoor`]: stateless (no sessions, so
+/// any replica answers), JSON answers where nothing streams, any `Host`
+/// (the keys guard it, not a loopback check).
+pub fn service() -> rmcp::transport::streamable_http_server::StreamableHttpService<
+    McpDoor,
+    rmcp::transport::streamable_http_server::session::never::NeverSessionManager,
+> {
+    let mut config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
+        .disable_allowed_hosts();
+    config.legacy_session_mode = false;
+    config.json_response = true;
+    rmcp::transport::streamable_http_server::StreamableHttpService::new(
+        || Ok(McpDoor),
+        Arc::default(),
+        config,
+    )
+}

@@ -1,0 +1,236 @@
+//! toolgate as an MCP server (`[mcp_gateway]`): the official Python MCP SDK
+//! lists the gateway tools page by page and calls them over streamable
+//! HTTP; a key sees and runs only the tools its `gateway_tools` allows
+//! (anything else is an unknown tool that never runs); no key is `401`;
+//! and the door is stateless, so a client that began on one replica goes on
+//! on another.
+
+use crate::common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::binary::Binary;
+use common::installed::{clients_dir, python};
+use common::{Collected, Mock, Recorded, Reply, TestConfig};
+use http::Request;
+use http_body_util::Full;
+use serde_json::{Value, json};
+
+const KEYS: [(&str, &str); 2] = [("MCP_DOOR_ALL", "mcp-all"), ("MCP_DOOR_CALC", "mcp-calc")];
+
+fn keys() {
+    for (var, key) in KEYS {
+        // SAFETY: this module's own variables, set to the same values before
+        // its gateways read them.
+        unsafe { std::env::set_var(var, key) };
+    }
+}
+
+/// Sixty HTTP tools (`Echo0` … `Echo59`) at `url`, two keys (one sees every
+/// tool, one only the calculator) and the MCP door.
+fn config(url: &str) -> String {
+    let mut tools = String::new();
+    for i in 0..60 {
+        tools.push_str(&format!(
+            "[[http_tools]]\nname = \"Echo{i}\"\ndescription = \"Echo number {i}\"\nurl = \"{url}/echo\"\n\
+             parameters = {{ type = \"object\", properties = {{ text = {{ type = \"string\" }} }}, required = [\"text\"] }}\n"
+        ));
+    }
+    TestConfig::new()
+        .server(
+            "[server.auth]\n[[server.auth.keys]]\nname = \"all\"\nkey_env = \"MCP_DOOR_ALL\"\n\
+             [[server.auth.keys]]\nname = \"calc\"\nkey_env = \"MCP_DOOR_CALC\"\ngateway_tools = [\"builtin:calculator\"]\n",
+        )
+        .raw(&format!("{tools}[mcp_gateway]\n"))
+        .demo("chunk_delay_ms = 0")
+        .toml()
+}
+
+async fn echo() -> Mock {
+    Mock::start(|r: &Recorded| {
+        let text = r.json()["text"].as_str().unwrap_or_default().to_owned();
+        Reply::Full {
+            status: 200,
+            headers: vec![("content-type", "text/plain".into())],
+            body: Bytes::from(format!("echo: {text}")),
+        }
+    })
+    .await
+}
+
+/// The SDK session of `mcp_client.py` with `key`: what it reported.
+async fn sdk(url: &str, key: &str) -> Value {
+    let script = clients_dir().join("python/mcp_client.py");
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(python())
+            .arg(&script)
+            .arg(url)
+            .arg(key)
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .output(),
+    )
+    .await
+    .expect("the MCP session ends within 60 s")
+    .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("no RESULT: {stdout}\n{stderr}"));
+    serde_json::from_str(line).unwrap()
+}
+
+#[tokio::test]
+async fn the_python_sdk_lists_and_calls_the_tools_its_key_may_use() {
+    keys();
+    let mock = echo().await;
+    let gw = common::TestGateway::start(&config(&mock.url())).await;
+    let url = gw.url("/mcp");
+
+    let all = sdk(&url, "mcp-all").await;
+    assert_eq!(all["server"], "toolgate", "{all:#}");
+    let tools: Vec<&str> = all["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(tools.len(), 62, "60 HTTP tools and 2 built-ins: {tools:?}");
+    assert!(tools.contains(&"calculator") && tools.contains(&"clock") && tools.contains(&"Echo59"));
+    assert_eq!(all["pages"], 2, "50 a page");
+    assert_eq!(all["calculator"], json!({"is_error": false, "text": "35"}));
+    assert_eq!(
+        all["echo"],
+        json!({"is_error": false, "text": "echo: hello"})
+    );
+    assert!(
+        all["unknown"].as_str().unwrap().contains("unknown tool"),
+        "{all:#}"
+    );
+    assert_eq!(all["bad"]["is_error"], true, "{all:#}");
+    assert!(
+        all["bad"]["text"].as_str().unwrap().contains("schema"),
+        "{all:#}"
+    );
+    assert_eq!(mock.count(), 1);
+
+    // A key limited to the calculator sees it alone, and Echo1 is unknown to it.
+    let calc = sdk(&url, "mcp-calc").await;
+    assert_eq!(calc["tools"], json!(["calculator"]), "{calc:#}");
+    assert_eq!(calc["calculator"]["text"], "35");
+    assert_eq!(calc["echo"], Value::Null);
+    assert!(
+        calc["unknown"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool: Echo1"),
+        "{calc:#}"
+    );
+    assert_eq!(mock.count(), 1, "a tool the key may not use never runs");
+
+    // No key, or a wrong one: 401 before any MCP.
+    for key in [None, Some("nope")] {
+        let mut request = Request::post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(key) = key {
+            request = request.header("authorization", format!("Bearer {key}"));
+        }
+        let r = common::send(
+            request
+                .body(Full::new(Bytes::from(
+                    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string(),
+                )))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 401, "{key:?}: {}", r.text());
+    }
+}
+
+/// One JSON-RPC message to `url` with `key`.
+async fn rpc(url: &str, key: &str, message: Value, version: Option<&str>) -> Collected {
+    let mut request = Request::post(url)
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(version) = version {
+        request = request.header("mcp-protocol-version", version);
+    }
+    common::send(
+        request
+            .body(Full::new(Bytes::from(message.to_string())))
+            .unwrap(),
+    )
+    .await
+}
+
+/// The JSON-RPC answer in a reply (JSON, or the first SSE `data:`).
+fn answer(r: &Collected) -> Value {
+    let text = r.text();
+    let json = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap_or(&text);
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[tokio::test]
+async fn a_client_that_began_on_one_replica_goes_on_on_another() {
+    let mock = echo().await;
+    let text = config(&mock.url());
+    let one = Binary::start(&text, &KEYS);
+    let two = Binary::start(&text, &KEYS);
+    let init = rpc(
+        &one.url("/mcp"),
+        "mcp-all",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}}),
+        None,
+    )
+    .await;
+    assert_eq!(init.status, 200, "{}", init.text());
+    let init = answer(&init);
+    let version = init["result"]["protocolVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        init["result"]["capabilities"]["tools"].is_object(),
+        "{init}"
+    );
+    let notified = rpc(
+        &two.url("/mcp"),
+        "mcp-all",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        Some(&version),
+    )
+    .await;
+    assert!(notified.status.is_success(), "{}", notified.text());
+    let listed = rpc(
+        &two.url("/mcp"),
+        "mcp-all",
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        Some(&version),
+    )
+    .await;
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    assert_eq!(
+        answer(&listed)["result"]["tools"].as_array().unwrap().len(),
+        50
+    );
+    let called = rpc(
+        &one.url("/mcp"),
+        "mcp-all",
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": "calculator", "arguments": {"expression": "6 * 7"}}}),
+        Some(&version),
+    )
+    .await;
+    assert_eq!(called.status, 200, "{}", called.text());
+    assert_eq!(answer(&called)["result"]["content"][0]["text"], "42");
+}
