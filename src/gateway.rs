@@ -269,29 +269,13 @@ impl Gateway {
             });
             let mut response = Box::pin(mcp_door(service.clone(), caller, runtime, req)).await;
             request_id::tag(&mut response, id);
-            return match busy {
-                None => response,
-                Some(busy) => response.map(|b| {
-                    body::boxed(http_body_util::BodyExt::map_frame(b, move |frame| {
-                        let _busy = &busy;
-                        frame
-                    }))
-                }),
-            };
+            return holding(response, busy);
         }
         if !path.starts_with("/v1/") {
             let mut response = self.operational(req).await;
             request_id::tag(&mut response, id);
-            return match busy {
-                None => response,
-                // Rare and small, but the transcript event stream is long.
-                Some(busy) => response.map(|b| {
-                    body::boxed(http_body_util::BodyExt::map_frame(b, move |frame| {
-                        let _busy = &busy;
-                        frame
-                    }))
-                }),
-            };
+            // Rare and small, but the transcript event stream is long.
+            return holding(response, busy);
         }
         let runtime = self.runtime.load_full();
         let mut log = RequestLog::start(route_of(path));
@@ -373,6 +357,19 @@ impl Gateway {
             };
         }
         response.map(|b| body::boxed(Observed::new(b, log)))
+    }
+}
+
+/// `response` keeping its connection busy (`busy`) until its body ends.
+fn holding(response: Response<Body>, busy: Option<Guard>) -> Response<Body> {
+    match busy {
+        None => response,
+        Some(busy) => response.map(|b| {
+            body::boxed(http_body_util::BodyExt::map_frame(b, move |frame| {
+                let _busy = &busy;
+                frame
+            }))
+        }),
     }
 }
 

@@ -7,8 +7,11 @@
 //! time* (TAT); each request (each token) pushes it `60 s / limit` later,
 //! and a request is admitted while the TAT stays within a minute of now.
 //! So a tenant idle for a minute may send its whole minute's worth at once,
-//! and after that one more each `60 s / limit`: no more than `limit` in any
-//! minute that starts from rest, and never a refusal below it. Tokens are
+//! exactly `limit`, and after that one more each `60 s / limit`: a client
+//! that keeps to that pace is never refused, and the long-run rate never
+//! exceeds `limit` a minute. The window error is the bucket's: a minute
+//! that starts with a full bucket admits the bucket and the minute's refill
+//! (`2 × limit − 1` at most). Tokens are
 //! known only when the answer ends: a request is admitted while at least
 //! one token of the minute is left, and its tokens are charged afterwards
 //! (an answer may overdraw the minute; the next requests wait it out).
