@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use crate::body::Body;
 use crate::config::{Api, Mode, Provider, ShowGatewayTools, Tenant};
 use crate::error::GatewayError;
-use crate::exchange::request::{Request, Tool};
+use crate::exchange::request::{Request, Tool, ToolChoice};
 use crate::exchange::{Event, Sink};
 use crate::runtime::Runtime;
 use crate::sse::transform::TransformBody;
@@ -26,6 +26,7 @@ use crate::store::{Begin, CHAT_HEADER, Recorder};
 use crate::to_natural::{self, RenderOptions};
 use crate::tools::drive::{self, Flushed, Output, Plan, Upstream};
 use crate::tools::rounds::Rounds;
+use crate::tools::search::{self, Catalog};
 use crate::tools::{Offer, Unavailable};
 use crate::upstream::from_responses::FromResponses;
 use crate::upstream::reply::{self, Shape};
@@ -244,7 +245,7 @@ impl Transcript {
                     model,
                     request,
                     chat_header: headers.get(CHAT_HEADER).and_then(|v| v.to_str().ok()),
-                    gateway_tools: provider.tools.gateway.is_some(),
+                    gateway_tools: provider.tools.runs_loop(),
                 })
                 .await;
         }
@@ -325,7 +326,7 @@ pub async fn start(
         tenant,
         transcript,
     } = ask;
-    if provider.tools.gateway.is_some() {
+    if provider.tools.runs_loop() {
         // Toolgate's own `details` blocks, sent back verbatim: the model and
         // the chat linking see the history as if they were not there.
         crate::tools::show::strip_history(&mut request.messages);
@@ -343,18 +344,20 @@ pub async fn start(
     if !offer.is_empty() && tools.mode != Mode::ToNatural {
         recall_steps(&runtime, &tenant, &request).await;
     }
-    let request = prepare(request, &offer, &runtime, &provider, &tenant)?;
+    let (request, catalog) = prepare(request, &offer, &runtime, &provider, &tenant)?;
     let as_text = (tools.mode == Mode::ToNatural).then(|| RenderOptions {
         syntax: tools.syntax,
         pretty: tools.pretty,
         separator: tools.separator.clone(),
     });
-    let (max_rounds, max_parallel) = match &tools.gateway {
-        Some(g) => (g.max_rounds, g.max_parallel_tools),
+    let (max_rounds, max_parallel) = match (&tools.gateway, &tools.search) {
+        (Some(g), _) => (g.max_rounds, g.max_parallel_tools),
+        // Searches only: they are answered in the loop, nothing runs.
+        (None, Some(search)) => (search.max_rounds, 1),
         // Without gateway tools there is one round, and nothing to run.
-        None => (u32::MAX, 1),
+        (None, None) => (u32::MAX, 1),
     };
-    let rounds = Rounds::new(request, offer, max_rounds, as_text);
+    let rounds = Rounds::new(request, offer, max_rounds, as_text).with_search(catalog);
     let mut headers = headers;
     // Each round's reply is parsed, so it must arrive uncompressed.
     headers.remove(header::ACCEPT_ENCODING);
@@ -413,15 +416,16 @@ async fn recall_steps(runtime: &Runtime, tenant: &Tenant, request: &Request) {
 const MAX_RECALLED_IDS: usize = 64;
 
 /// The first round's request: to_natural's text history read back, the
-/// gateway's tools declared, its earlier steps restored, and streaming
-/// with usage asked of the upstream.
+/// gateway's tools declared (or, with `tool_search` and more tools than
+/// its threshold, `search_tools` and the catalog it searches), its earlier
+/// steps restored, and streaming with usage asked of the upstream.
 fn prepare(
     mut request: Request,
     offer: &Offer,
     runtime: &Runtime,
     provider: &Provider,
     tenant: &Tenant,
-) -> Result<Request, GatewayError> {
+) -> Result<(Request, Option<Catalog>), GatewayError> {
     if !offer.is_empty() && request.sampling.n.is_some_and(|n| n > 1) {
         return Err(GatewayError::bad_request(
             "`n` greater than 1 is not supported on a provider with gateway tools: each choice would run the tools on its own",
@@ -454,18 +458,60 @@ fn prepare(
             ));
         }
     }
-    request.tools.extend(
-        offer
-            .tools
-            .iter()
-            .map(|t| Tool::from_value(t.declaration())),
-    );
     if !offer.is_empty() {
         runtime.steps.splice(&tenant.name, &mut request.messages);
+    }
+    let gateway = offer
+        .tools
+        .iter()
+        .map(|t| Tool::from_value(t.declaration()));
+    let mut catalog = None;
+    match &tools.search {
+        None => request.tools.extend(gateway),
+        Some(settings) => {
+            if let Some(tool) = offer.get(search::SEARCH_TOOL) {
+                return Err(GatewayError::ToolServerUnavailable {
+                    server: tool.server().to_owned(),
+                    reason: format!(
+                        "offers a tool named {:?}, the name tool_search gives its search",
+                        search::SEARCH_TOOL
+                    ),
+                });
+            }
+            if let Some(i) = request
+                .tools
+                .iter()
+                .position(|t| t.name() == Some(search::SEARCH_TOOL))
+            {
+                return Err(GatewayError::bad_request(
+                    format!(
+                        "The tool `{}` is the name this provider's tool search takes; rename yours",
+                        search::SEARCH_TOOL
+                    ),
+                    Some(&format!("tools[{i}].function.name")),
+                ));
+            }
+            // Tools this conversation used or found, and the one the
+            // client names, are declared from the start.
+            let mut found = search::catalog::found_in(&request.messages);
+            if let Some(ToolChoice::Function(name)) = &request.tool_choice {
+                found.insert(name.clone());
+            }
+            let client = std::mem::take(&mut request.tools);
+            let split = search::catalog::split(
+                client,
+                gateway.collect(),
+                settings.threshold,
+                &found,
+                runtime.tools.search_indexes(),
+            );
+            request.tools = split.declared;
+            catalog = split.catalog;
+        }
     }
     // Rounds always stream upstream, with usage, so usage can be summed.
     request.stream = true;
     let options = request.stream_options.get_or_insert_default();
     options.insert("include_usage".into(), Value::Bool(true));
-    Ok(request)
+    Ok((request, catalog))
 }

@@ -206,6 +206,17 @@ pub struct ToolsConfig {
     pub separator: String,
     /// Tools toolgate runs itself for this provider; `None` when it has none.
     pub gateway: Option<GatewaySettings>,
+    /// `tool_search`: large tool lists are searched, not declared.
+    pub search: Option<ToolSearch>,
+}
+
+/// `tool_search = true`: when a request may call more tools than
+/// `threshold`, the model is offered `search_tools` instead of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolSearch {
+    pub threshold: usize,
+    /// Model calls per client request (`max_rounds`): each search is one.
+    pub max_rounds: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -223,6 +234,12 @@ impl ToolsConfig {
     /// or a passthrough provider with `rescue_text_calls`.
     pub fn reads_text_calls(&self) -> bool {
         self.mode == Mode::Natural || self.rescue_text_calls
+    }
+
+    /// Whether chat requests go through the gateway's tool loop: it runs
+    /// gateway tools, or searches tools.
+    pub fn runs_loop(&self) -> bool {
+        self.gateway.is_some() || self.search.is_some()
     }
 }
 
@@ -379,10 +396,10 @@ impl Config {
                 &mcp_servers,
                 &http_tools,
             )?;
-            if provider.api == Api::Anthropic && provider.tools.gateway.is_some() {
+            if provider.api == Api::Anthropic && provider.tools.runs_loop() {
                 return Err(ConfigError::new(
                     format!("{path}.api"),
-                    "a provider with `api = \"anthropic\"` passes /v1/messages through untouched, so it cannot run gateway tools",
+                    "a provider with `api = \"anthropic\"` passes /v1/messages through untouched, so it cannot run gateway tools or tool search",
                 ));
             }
             providers.push(Arc::new(provider));
@@ -889,7 +906,31 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
         pretty: raw.pretty,
         separator: raw.separator.clone(),
         gateway: None,
+        search: tool_search(path, raw)?,
     })
+}
+
+/// `tool_search` and `tool_search_threshold`, checked.
+fn tool_search(path: &str, raw: &raw::RawTools) -> Result<Option<ToolSearch>, ConfigError> {
+    if !raw.tool_search {
+        return Ok(None);
+    }
+    if raw.tool_search_threshold > 10_000 {
+        return Err(ConfigError::new(
+            format!("{path}.tool_search_threshold"),
+            "must be at most 10000",
+        ));
+    }
+    if raw.max_rounds == 0 || raw.max_rounds > gateway_tools::MAX_ROUNDS_LIMIT {
+        return Err(ConfigError::new(
+            format!("{path}.max_rounds"),
+            format!("must be between 1 and {}", gateway_tools::MAX_ROUNDS_LIMIT),
+        ));
+    }
+    Ok(Some(ToolSearch {
+        threshold: raw.tool_search_threshold,
+        max_rounds: raw.max_rounds,
+    }))
 }
 
 #[cfg(test)]

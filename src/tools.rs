@@ -13,6 +13,7 @@ pub mod http;
 pub mod mcp;
 pub mod names;
 pub mod rounds;
+pub mod search;
 pub mod show;
 pub mod steps;
 
@@ -135,6 +136,8 @@ pub struct Tools {
     http: http::HttpTools,
     /// HTTP and built-in tools by `gateway_tools` label, rebuilt on reload.
     fixed: RwLock<HashMap<String, Arc<GatewayTool>>>,
+    /// `tool_search`'s indexes of the tool lists seen last.
+    indexes: search::IndexCache,
 }
 
 impl Tools {
@@ -143,6 +146,7 @@ impl Tools {
             host: McpHost::start(&config.mcp_servers),
             http: http::HttpTools::new(),
             fixed: RwLock::new(HashMap::new()),
+            indexes: search::IndexCache::default(),
         };
         tools.set_fixed(config);
         tools
@@ -186,6 +190,11 @@ impl Tools {
 
     pub fn http(&self) -> &http::HttpTools {
         &self.http
+    }
+
+    /// The indexes `tool_search` searches, kept per distinct tool list.
+    pub fn search_indexes(&self) -> &search::IndexCache {
+        &self.indexes
     }
 
     /// What a provider offers now to a key that may be offered the entries

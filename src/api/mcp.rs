@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::config::Tenant;
 use crate::limiter::{Limiter, Share};
 use crate::runtime::Runtime;
-use crate::tools::{Offer, executor};
+use crate::tools::{Offer, executor, search};
 
 /// Tools in one `tools/list` page.
 pub const PAGE: usize = 50;
@@ -96,6 +96,18 @@ impl ServerHandler for McpDoor {
         cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let (runtime, caller) = Self::request(&cx)?;
+        if runtime
+            .config
+            .mcp_gateway
+            .as_ref()
+            .is_some_and(|m| m.tool_search)
+        {
+            let Value::Object(schema) = search::parameters() else {
+                unreachable!("an object schema")
+            };
+            let tool = Tool::new(search::SEARCH_TOOL, search::DESCRIPTION, Arc::new(schema));
+            return Ok(ListToolsResult::with_all_items(vec![tool]));
+        }
         let offer = Self::offer(&runtime, &caller)?;
         let start = match request.and_then(|r| r.cursor) {
             None => 0,
@@ -131,6 +143,23 @@ impl ServerHandler for McpDoor {
         let (runtime, caller) = Self::request(&cx)?;
         let offer = Self::offer(&runtime, &caller)?;
         let name = request.name.as_ref();
+        let searching = runtime
+            .config
+            .mcp_gateway
+            .as_ref()
+            .is_some_and(|m| m.tool_search);
+        if searching && name == search::SEARCH_TOOL && offer.get(name).is_none() {
+            let arguments = Value::Object(request.arguments.unwrap_or_default());
+            return Ok(match search::over_gateway_tools(
+                &offer.tools,
+                runtime.tools.search_indexes(),
+                &arguments,
+            ) {
+                Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+                Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]),
+            }
+            .into());
+        }
         let Some(tool) = offer.get(name).cloned() else {
             return Err(McpError::invalid_params(
                 format!("unknown tool: {name}"),

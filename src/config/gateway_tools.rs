@@ -101,7 +101,7 @@ pub struct GatewaySettings {
 }
 
 /// Most rounds a config may ask for: each is a paid model call.
-const MAX_ROUNDS_LIMIT: u32 = 64;
+pub(crate) const MAX_ROUNDS_LIMIT: u32 = 64;
 /// Most parallel executions per request a config may ask for.
 const MAX_PARALLEL_LIMIT: usize = 64;
 
@@ -239,6 +239,8 @@ pub struct McpGatewayConfig {
     pub path: String,
     /// The tools it serves (its `tools`, or every configured one).
     pub sources: Vec<ToolSource>,
+    /// `tools/list` offers `search_tools` alone; every tool stays callable.
+    pub tool_search: bool,
 }
 
 /// Validates `[mcp_gateway]`.
@@ -294,6 +296,7 @@ pub fn mcp_gateway(
     Ok(McpGatewayConfig {
         path,
         sources: settings.sources,
+        tool_search: raw.tool_search,
     })
 }
 

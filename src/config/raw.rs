@@ -348,6 +348,10 @@ pub struct RawTools {
     /// Gateway tool executions at once per request.
     pub max_parallel_tools: usize,
     pub show_gateway_tools: ShowGatewayTools,
+    /// Offer `search_tools` instead of every tool when there are more
+    /// than `tool_search_threshold`.
+    pub tool_search: bool,
+    pub tool_search_threshold: usize,
 }
 
 impl Default for RawTools {
@@ -373,6 +377,8 @@ impl Default for RawTools {
             max_rounds: 8,
             max_parallel_tools: 8,
             show_gateway_tools: ShowGatewayTools::Fields,
+            tool_search: false,
+            tool_search_threshold: 20,
         }
     }
 }

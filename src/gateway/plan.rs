@@ -46,7 +46,7 @@ pub struct Shape {
     pub api: Api,
     /// Its tool mode.
     pub mode: Mode,
-    /// `[providers.tools.gateway]` is configured.
+    /// The gateway runs a tool loop for it: `gateway_tools` or `tool_search`.
     pub gateway_tools: bool,
     /// Answers are read for calls written as text (natural mode, or `rescue_text_calls`).
     pub reads_text_calls: bool,
@@ -60,7 +60,7 @@ impl Shape {
         Shape {
             api: provider.api,
             mode: provider.tools.mode,
-            gateway_tools: provider.tools.gateway.is_some(),
+            gateway_tools: provider.tools.runs_loop(),
             reads_text_calls: provider.tools.reads_text_calls(),
             all_http: provider.all_http(),
         }

@@ -30,10 +30,11 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::exchange::call_id;
-use crate::exchange::request::{Message, Request, ToolChoice};
+use crate::exchange::request::{Message, Request, Tool, ToolChoice};
 use crate::exchange::{Call, Event, GatewayCall, GatewayStatus, Usage};
 use crate::to_natural::RenderOptions;
 use crate::tools::executor::Outcome;
+use crate::tools::search::{self, Catalog};
 use crate::tools::steps::Steps;
 use crate::tools::{GatewayTool, Offer};
 
@@ -104,6 +105,10 @@ pub struct Rounds {
     answered: Vec<Answered>,
     /// A round made only repeated calls: the tools are withheld from here on.
     looping: bool,
+    /// `tool_search`: the tools found by `search_tools` calls, answered here.
+    search: Option<Catalog>,
+    /// Tools found this round, declared from the next one on.
+    found: Vec<Tool>,
 }
 
 impl Rounds {
@@ -132,7 +137,15 @@ impl Rounds {
             steps: None,
             answered: Vec::new(),
             looping: false,
+            search: None,
+            found: Vec::new(),
         }
+    }
+
+    /// With `tool_search`: `search_tools` calls are answered from `catalog`.
+    pub fn with_search(mut self, catalog: Option<Catalog>) -> Self {
+        self.search = catalog;
+        self
     }
 
     /// The gateway tools offered.
@@ -189,6 +202,9 @@ impl Rounds {
                 // Ids must be unique over all rounds; upstreams reuse theirs.
                 call.id = call_id();
                 match self.offer.get(&call.name).cloned() {
+                    None if call.name == search::SEARCH_TOOL && self.search.is_some() => {
+                        self.search_call(call, out);
+                    }
                     None if self.offer.is_withheld(&call.name) => self.withheld_call(call, out),
                     None => self.slots.push(Slot::Client(call)),
                     Some(tool) => self.gateway_call(call, tool, out),
@@ -222,6 +238,61 @@ impl Rounds {
             call,
             report,
             repeat: false,
+        });
+    }
+
+    /// A `search_tools` call, answered at once from the catalog; what it
+    /// found is declared from the next round on.
+    fn search_call(&mut self, call: Call, out: &mut Vec<Action>) {
+        let mut report = GatewayCall {
+            index: self.next_index,
+            id: call.id.clone(),
+            name: call.name.clone(),
+            server: "search".to_owned(),
+            arguments: call.arguments.clone(),
+            status: GatewayStatus::InProgress,
+            output: None,
+            error: None,
+        };
+        self.next_index += 1;
+        out.push(Action::Emit(Event::Gateway(report.clone())));
+        let arguments = serde_json::from_str::<Value>(&call.arguments).ok();
+        let repeat = self
+            .answered
+            .iter()
+            .any(|a| a.name == call.name && a.arguments.is_some() && a.arguments == arguments);
+        match self.search.as_ref().map(|c| c.answer(&call.arguments)) {
+            Some(Ok((text, hits))) => {
+                for tool in hits {
+                    let name = tool.name();
+                    let declared = self.request.tools.iter().any(|t| t.name() == name)
+                        || self.found.iter().any(|t| t.name() == name);
+                    if !declared {
+                        self.found.push(tool.clone());
+                    }
+                }
+                self.answered.push(Answered {
+                    name: call.name.clone(),
+                    arguments,
+                    output: text.clone(),
+                });
+                report.status = GatewayStatus::Completed;
+                report.output = Some(text);
+            }
+            Some(Err(error)) => {
+                report.status = GatewayStatus::Failed;
+                report.error = Some(error);
+            }
+            None => {
+                report.status = GatewayStatus::Failed;
+                report.error = Some("tool search is off".to_owned());
+            }
+        }
+        out.push(Action::Emit(Event::Gateway(report.clone())));
+        self.slots.push(Slot::Gateway {
+            call,
+            report,
+            repeat,
         });
     }
 
@@ -351,6 +422,7 @@ impl Rounds {
             self.looping = gateway.iter().all(|(_, _, repeat)| *repeat);
             self.added.extend(turn.iter().cloned());
             self.request.messages.extend(turn);
+            self.request.tools.append(&mut self.found);
             self.round += 1;
             self.prepare_round();
             return Next::Continue;

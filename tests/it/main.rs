@@ -43,6 +43,7 @@ mod store_postgres;
 mod telemetry;
 mod tenancy;
 mod to_natural;
+mod tool_search;
 mod transcripts;
 mod transcripts_page;
 mod truthful;

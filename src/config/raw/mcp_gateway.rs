@@ -12,4 +12,7 @@ pub struct RawMcpGateway {
     /// The `gateway_tools` entries it serves; default: every configured one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<String>>,
+    /// Offer `search_tools` instead of the whole list.
+    #[serde(default)]
+    pub tool_search: bool,
 }
