@@ -44,7 +44,8 @@ pub use store::StoreConfig;
 pub use telemetry::TelemetryConfig;
 pub use upstream::{HealthPolicy, RetryPolicy, UpstreamTarget};
 pub use vocabulary::{
-    Builtin, Constrain, DEFAULT_MAX_REPAIRS, DEFAULT_MAX_TOOL_RESULT_CHARS, ResultRole, Syntax,
+    Builtin, Constrain, DEFAULT_MAX_REPAIRS, DEFAULT_MAX_TOOL_RESULT_CHARS, ResultRole,
+    SEARCH_TOOL, Syntax,
 };
 
 /// The config compiled into the binary, served when no file is given.

@@ -129,7 +129,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # llama_start NAME [SLOTS]: llama-server with model NAME (smollm2, qwen) on a
 # free loopback port, its pid added to the caller's `pids`, once it answers
 # /health; sets `port` and `log`. With SLOTS, that many parallel slots of
-# 8192 tokens each; without, the server's default slots sharing 8192.
+# LLAMA_CTX (8192) tokens each; without, the server's default slots sharing
+# LLAMA_CTX.
 llama_start() {
   local model template
   case $1 in
@@ -141,8 +142,9 @@ llama_start() {
     qwen) model=$qwen; template=() ;;
     *) echo "unknown model $1 (smollm2, qwen)" >&2; return 1 ;;
   esac
-  local slots=(-c 8192)
-  [ -n "${2:-}" ] && slots=(-c $(($2 * 8192)) -np "$2")
+  local ctx=${LLAMA_CTX:-8192}
+  local slots=(-c "$ctx")
+  [ -n "${2:-}" ] && slots=(-c $(($2 * ctx)) -np "$2")
   port=$(free_port)
   log=$(mktemp -t llama-server.XXXXXX.log)
   echo "== $1: llama-server on 127.0.0.1:$port (log $log)"

@@ -16,6 +16,10 @@ pub const DEFAULT_MAX_REPAIRS: usize = 3;
 /// small enough that one runaway result cannot fill the context.
 pub const DEFAULT_MAX_TOOL_RESULT_CHARS: usize = 20_000;
 
+/// The tool `tool_search` declares in place of a large catalog (answered by
+/// `tools::search`; natural mode's instructions tell the model to use it).
+pub const SEARCH_TOOL: &str = "search_tools";
+
 /// How a tool call is written as text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]

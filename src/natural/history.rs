@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 
 use serde_json::{Map, Value};
 
-use crate::config::ResultRole;
+use crate::config::{ResultRole, SEARCH_TOOL};
 use crate::natural::content::{Content, part_text, pretty};
 use crate::natural::error::RequestError;
 use crate::natural::syntax::Syntax;
@@ -33,6 +33,11 @@ const RESULT_SEPARATOR: &str = "\n---\n";
 /// email was sent or a table booked; this wording did not (14/16 loops used
 /// the result across three syntaxes, against 9/16).
 pub const ANSWER_NOW: &str = "Reply to me with what these results say.";
+
+/// What ends the results of `search_tools` calls instead (`tool_search`):
+/// the next step is a call of a tool it found, not an answer.
+pub const CALL_FOUND: &str =
+    "Now call the tool from these results that does what I asked, with the values I gave.";
 
 /// How history is written.
 #[derive(Debug, Clone, Copy)]
@@ -84,13 +89,17 @@ pub fn rewrite(messages: &mut Vec<Value>, options: &HistoryOptions) -> Result<()
                     run.push(next);
                 }
             }
+            let searched =
+                !open_calls.is_empty() && open_calls.iter().all(|c| c.name == SEARCH_TOOL);
             out.push(results_message(&open_calls, run, &names, options));
             open_calls.clear();
             if pending.peek().is_none() && options.result_role == ResultRole::User {
-                // The model's turn comes next: it is to answer with them.
+                // The model's turn comes next: it is to answer with them (or,
+                // after a search, to call what it found).
+                let next = if searched { CALL_FOUND } else { ANSWER_NOW };
                 if let Some(Value::Object(last)) = out.last_mut() {
                     let content = Content::from_owned(last.shift_remove("content"));
-                    let content = content.append(Content::Text(ANSWER_NOW.to_owned()));
+                    let content = content.append(Content::Text(next.to_owned()));
                     last.insert("content".to_string(), content.into_value());
                 }
             }

@@ -6,6 +6,7 @@
 
 use serde_json::{Value, json};
 
+use crate::config::SEARCH_TOOL;
 use crate::natural::contract;
 use crate::natural::error::RequestError;
 use crate::natural::policy::{Choice, Policy};
@@ -38,7 +39,8 @@ pub fn render_block(
     let contracts = render_contracts(offered, syntax)?;
     let block = match template {
         None => {
-            let mut block = instructions(syntax, policy);
+            let searching = offered.tools.iter().any(|t| t.name == SEARCH_TOOL);
+            let mut block = instructions(syntax, policy, searching);
             block.push_str("\n\n# Available tools\n\n");
             block.push_str(&contracts);
             block
@@ -88,8 +90,9 @@ pub fn render_contracts(tools: &ToolSet, syntax: Syntax) -> Result<String, Reque
     Ok(out)
 }
 
-/// The built-in instructions for `syntax` and `policy`.
-pub fn instructions(syntax: Syntax, policy: &Policy) -> String {
+/// The built-in instructions for `syntax` and `policy`; `searching`: the
+/// tools include `search_tools`, which finds the others (`tool_search`).
+pub fn instructions(syntax: Syntax, policy: &Policy, searching: bool) -> String {
     let mut format = String::new();
     syntax.render_call("ToolName", &json!({"parameter": "value"}), &mut format);
     let syntax_note = match syntax {
@@ -110,7 +113,9 @@ pub fn instructions(syntax: Syntax, policy: &Policy) -> String {
     // other trade). Asking for the user's values only took one invented
     // call away.
     let mut opening = "You answer by calling the tools listed below: for a calculation, a lookup or an action one of them provides, write the call instead of working out the answer yourself.".to_string();
-    if matches!(policy.choice, Choice::Auto | Choice::None) {
+    if searching {
+        opening.push_str(&format!(" Many more tools exist than are listed: when none of the listed tools does what the user asks, call {SEARCH_TOOL} with the task in a few words, then call the tool it finds."));
+    } else if matches!(policy.choice, Choice::Auto | Choice::None) {
         opening.push_str(" When no tool fits the request, answer directly without any call.");
     }
     opening.push_str(" Use only values the user gave; never invent one.");
@@ -289,7 +294,7 @@ mod tests {
 
     #[test]
     fn instructions_follow_the_policy() {
-        let auto = instructions(Syntax::Tag, &Policy::default());
+        let auto = instructions(Syntax::Tag, &Policy::default(), false);
         assert!(auto.contains("one block per call, one after another"));
         assert!(auto.contains("instead of working out the answer yourself"));
         assert!(auto.contains("When no tool fits the request, answer directly"));
@@ -305,7 +310,7 @@ mod tests {
             parallel: false,
             ..Policy::default()
         };
-        let text = instructions(Syntax::Bracket, &named);
+        let text = instructions(Syntax::Bracket, &named, false);
         assert!(text.contains("Make at most one call per reply."));
         assert!(text.contains("You MUST call the tool X in this reply, and no other tool."));
         assert!(!text.contains("When no tool fits"));

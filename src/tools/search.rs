@@ -16,7 +16,7 @@ pub use index::{Index, IndexCache};
 use serde_json::{Value, json};
 
 /// The name the model (or an MCP client) calls the search by.
-pub const SEARCH_TOOL: &str = "search_tools";
+pub use crate::config::SEARCH_TOOL;
 /// Matches one search answers with, unless asked for fewer or more.
 pub const DEFAULT_LIMIT: usize = 5;
 /// Matches one search answers with at most.
@@ -71,8 +71,8 @@ pub fn parameters() -> Value {
     json!({
         "type": "object",
         "properties": {
-            "query": {"type": "string", "description": "What the tool should do, in a few words"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "How many tools to return (default 5)"},
+            "query": {"type": "string", "description": "What the tool should do, in a few words", "examples": ["task in a few words"]},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT, "description": "How many tools to return"},
         },
         "required": ["query"],
     })
@@ -123,7 +123,7 @@ pub fn result(query: &str, found: &[Found<'_>]) -> String {
             "No tool matched {query:?}. Search again with other words, or answer without a tool."
         )
     } else {
-        "These tools can be called now; call the one that fits.".to_owned()
+        "These tools can be called now: call the one that does what was asked, with the values given.".to_owned()
     };
     json!({"tools": tools, "note": note}).to_string()
 }
