@@ -503,6 +503,8 @@ fn prepare(
                 gateway.collect(),
                 settings.threshold,
                 &found,
+                // Natural mode reads a call to a tool it was not shown.
+                tools.mode == Mode::Natural,
                 runtime.tools.search_indexes(),
             );
             request.tools = split.declared;

@@ -45,7 +45,7 @@ pub use telemetry::TelemetryConfig;
 pub use upstream::{HealthPolicy, RetryPolicy, UpstreamTarget};
 pub use vocabulary::{
     Builtin, Constrain, DEFAULT_MAX_REPAIRS, DEFAULT_MAX_TOOL_RESULT_CHARS, ResultRole,
-    SEARCH_TOOL, Syntax,
+    SEARCH_TOOL, Syntax, UNLISTED_FIELD,
 };
 
 /// The config compiled into the binary, served when no file is given.

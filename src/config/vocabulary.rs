@@ -20,6 +20,12 @@ pub const DEFAULT_MAX_TOOL_RESULT_CHARS: usize = 20_000;
 /// `tools::search`; natural mode's instructions tell the model to use it).
 pub const SEARCH_TOOL: &str = "search_tools";
 
+/// The function field the answer path marks a natural-mode tool with when it
+/// waits to be found (`tool_search`): no contract describes it, but a call
+/// the model makes to it by name is read like any other. Natural mode takes
+/// `tools` out of the upstream request, so the field never leaves toolgate.
+pub const UNLISTED_FIELD: &str = "toolgate_unlisted";
+
 /// How a tool call is written as text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]

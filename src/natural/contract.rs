@@ -279,6 +279,7 @@ mod tests {
             description: description.map(str::to_string),
             parameters,
             strict: false,
+            unlisted: false,
         };
         let mut out = String::new();
         render(&tool, Syntax::Tag, &mut out);
@@ -373,6 +374,7 @@ mod tests {
             description: None,
             parameters: None,
             strict: true,
+            unlisted: false,
         };
         let mut out = String::new();
         render(&tool, Syntax::ToolCall, &mut out);

@@ -75,8 +75,8 @@ pub fn render_block(
 /// contract.
 pub fn render_contracts(tools: &ToolSet, syntax: Syntax) -> Result<String, RequestError> {
     let mut out = String::new();
-    for (i, tool) in tools.tools.iter().enumerate() {
-        if i > 0 {
+    for tool in tools.tools.iter().filter(|t| !t.unlisted) {
+        if !out.is_empty() {
             out.push_str("\n\n");
         }
         contract::render(tool, syntax, &mut out);
@@ -323,6 +323,7 @@ mod tests {
             description: None,
             parameters: None,
             strict: false,
+            unlisted: false,
         }]);
         let block = render_block(
             &tools,
@@ -345,6 +346,7 @@ mod tests {
                     description: Some(description.clone()),
                     parameters: None,
                     strict: false,
+                    unlisted: false,
                 })
                 .collect(),
         );

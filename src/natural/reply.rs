@@ -491,6 +491,7 @@ mod tests {
             description: None,
             parameters: None,
             strict: false,
+            unlisted: false,
         }]);
         let plan = ResponsePlan {
             tools: Arc::new(tools),

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
+use crate::config::UNLISTED_FIELD;
 use crate::natural::error::RequestError;
 pub use crate::natural::policy::Choice;
 
@@ -22,6 +23,9 @@ pub struct Tool {
     pub parameters: Option<Value>,
     /// `strict: true`: the arguments must validate against the schema exactly.
     pub strict: bool,
+    /// Callable, but described by no contract: a tool `tool_search` keeps
+    /// for the model to find (marked with [`UNLISTED_FIELD`]).
+    pub unlisted: bool,
 }
 
 /// The tools of one request, in declaration order.
@@ -176,6 +180,7 @@ fn parse_function(value: &Value, base: &str) -> Result<Tool, RequestError> {
         description,
         parameters,
         strict,
+        unlisted: object.get(UNLISTED_FIELD) == Some(&Value::Bool(true)),
     })
 }
 

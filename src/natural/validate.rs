@@ -142,6 +142,7 @@ mod tests {
                 "required": ["location"]
             })),
             strict: false,
+            unlisted: false,
         }
     }
 
@@ -198,6 +199,7 @@ mod tests {
                 description: None,
                 parameters: Some(json!({"type": "object", "description": format!("{i}{filler}")})),
                 strict: false,
+                unlisted: false,
             };
             let _ = cache.check(&tool, &args(json!({})));
             assert!(cache.bytes() <= MAX_SCHEMA_CACHE_BYTES, "{}", cache.bytes());

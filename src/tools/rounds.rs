@@ -265,10 +265,13 @@ impl Rounds {
             Some(Ok((text, hits))) => {
                 for tool in hits {
                     let name = tool.name();
-                    let declared = self.request.tools.iter().any(|t| t.name() == name)
-                        || self.found.iter().any(|t| t.name() == name);
-                    if !declared {
-                        self.found.push(tool.clone());
+                    match self.request.tools.iter_mut().find(|t| t.name() == name) {
+                        // Declared unlisted (natural mode): listed from now on.
+                        Some(declared) => search::catalog::mark(declared, false),
+                        None if !self.found.iter().any(|t| t.name() == name) => {
+                            self.found.push(tool.clone());
+                        }
+                        None => {}
                     }
                 }
                 self.answered.push(Answered {

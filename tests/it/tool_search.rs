@@ -323,3 +323,35 @@ async fn the_mcp_door_offers_search_and_runs_what_was_found() {
     .await;
     assert_eq!(bad["result"]["isError"], true, "{bad}");
 }
+
+#[tokio::test]
+async fn natural_mode_reads_a_call_to_a_waiting_tool_the_model_named_without_searching() {
+    // A model that guesses the tool's name instead of searching.
+    let upstream =
+        Mock::start(|_| sse(text_sse(&tag_call("get_weather", r#"{"city": "Oslo"}"#)))).await;
+    let gw = TestConfig::new()
+        .agent(&upstream.url(), "natural", &[], "tool_search = true")
+        .start()
+        .await;
+    let r = post(
+        &gw.url("/v1/chat/completions"),
+        &stream_request(json!({"tools": client_tools()})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    let choice = s.choice();
+    assert_eq!(choice.calls.len(), 1, "{}", r.text());
+    assert_eq!(choice.calls[0].name, "get_weather");
+    assert!(choice.gateway.is_empty());
+    let sent = upstream.last();
+    assert!(
+        sent.json().get("tools").is_none(),
+        "natural mode sends no tools"
+    );
+    assert!(
+        !system(&sent).contains("get_weather"),
+        "and no contract of it"
+    );
+    assert!(!String::from_utf8_lossy(&sent.body).contains("toolgate_unlisted"));
+}

@@ -314,6 +314,7 @@ fn tool(name: &str, parameters: Value) -> Tool {
         description: None,
         parameters: Some(parameters),
         strict: false,
+        unlisted: false,
     }
 }
 

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::index::{Document, Index, IndexCache};
 use super::{Found, SEARCH_TOOL};
+use crate::config::UNLISTED_FIELD;
 use crate::exchange::request::{Message, Role, Tool};
 
 /// The tools of an answer that are found by search rather than declared.
@@ -29,12 +30,15 @@ pub struct Split {
 /// wait to be found, and so do the client's if they alone number more;
 /// `search_tools` is declared beside what stays, and so is every waiting
 /// tool named in `found` (found earlier in this conversation, or the
-/// client's named `tool_choice`).
+/// client's named `tool_choice`). With `unlisted` (natural mode), the other
+/// waiting tools are declared too, marked [`unlisted`]: no contract shows
+/// them, but a call the model makes to one by its exact name is read.
 pub fn split(
     client: Vec<Tool>,
     gateway: Vec<Tool>,
     threshold: usize,
     found: &HashSet<String>,
+    unlisted: bool,
     cache: &IndexCache,
 ) -> Split {
     let client_functions = client.iter().filter(|t| t.name().is_some()).count();
@@ -60,12 +64,15 @@ pub fn split(
         declared = client;
     }
     declared.push(Tool::from_value(super::declaration()));
-    declared.extend(
-        waiting
-            .iter()
-            .filter(|t| t.name().is_some_and(|n| found.contains(n)))
-            .cloned(),
-    );
+    for tool in &waiting {
+        if tool.name().is_some_and(|n| found.contains(n)) {
+            declared.push(tool.clone());
+        } else if unlisted {
+            let mut tool = tool.clone();
+            mark(&mut tool, true);
+            declared.push(tool);
+        }
+    }
     Split {
         declared,
         catalog: Some(Catalog::new(waiting, cache)),
@@ -117,6 +124,22 @@ impl Catalog {
             .collect();
         Ok((super::result(&query, &found), hits))
     }
+}
+
+/// Marks a tool as waiting to be found (`true`) or as found (`false`).
+pub fn mark(tool: &mut Tool, waiting: bool) {
+    if let Tool::Function(f) = tool {
+        if waiting {
+            f.extra.insert(UNLISTED_FIELD.into(), Value::Bool(true));
+        } else {
+            f.extra.remove(UNLISTED_FIELD);
+        }
+    }
+}
+
+/// Whether a declared tool is marked as waiting to be found.
+pub fn is_unlisted(tool: &Tool) -> bool {
+    matches!(tool, Tool::Function(f) if f.extra.get(UNLISTED_FIELD) == Some(&Value::Bool(true)))
 }
 
 fn document(tool: &Tool) -> Document<'_> {
@@ -182,7 +205,14 @@ mod tests {
     #[test]
     fn under_the_threshold_everything_is_declared() {
         let cache = IndexCache::default();
-        let s = split(many("c", 3), many("g", 2), 5, &HashSet::new(), &cache);
+        let s = split(
+            many("c", 3),
+            many("g", 2),
+            5,
+            &HashSet::new(),
+            false,
+            &cache,
+        );
         assert_eq!(names(&s.declared), ["c0", "c1", "c2", "g0", "g1"]);
         assert!(s.catalog.is_none());
     }
@@ -191,9 +221,28 @@ mod tests {
     fn over_it_the_gateway_tools_wait_and_the_client_tools_that_fit_stay() {
         let cache = IndexCache::default();
         let found = HashSet::from(["g4".to_owned()]);
-        let s = split(many("c", 3), many("g", 30), 20, &found, &cache);
+        let s = split(many("c", 3), many("g", 30), 20, &found, false, &cache);
         assert_eq!(names(&s.declared), ["c0", "c1", "c2", SEARCH_TOOL, "g4"]);
         assert_eq!(s.catalog.unwrap().len(), 30);
+    }
+
+    #[test]
+    fn in_natural_mode_the_waiting_tools_are_declared_unlisted() {
+        let cache = IndexCache::default();
+        let found = HashSet::from(["g4".to_owned()]);
+        let s = split(many("c", 1), many("g", 30), 20, &found, true, &cache);
+        assert_eq!(s.declared.len(), 1 + 1 + 30);
+        let listed: Vec<&str> = s
+            .declared
+            .iter()
+            .filter(|t| !is_unlisted(t))
+            .filter_map(Tool::name)
+            .collect();
+        assert_eq!(listed, ["c0", SEARCH_TOOL, "g4"]);
+        let mut tool = s.declared[2].clone();
+        assert!(is_unlisted(&tool));
+        mark(&mut tool, false);
+        assert!(!is_unlisted(&tool));
     }
 
     #[test]
@@ -201,7 +250,7 @@ mod tests {
         let cache = IndexCache::default();
         let mut client = many("c", 200);
         client.push(Tool::Other(json!({"type": "web_search"})));
-        let s = split(client, many("g", 2), 20, &HashSet::new(), &cache);
+        let s = split(client, many("g", 2), 20, &HashSet::new(), false, &cache);
         assert_eq!(s.declared.len(), 2, "the non-function tool and the search");
         assert_eq!(names(&s.declared), [SEARCH_TOOL]);
         let catalog = s.catalog.unwrap();
@@ -214,7 +263,7 @@ mod tests {
         let cache = IndexCache::default();
         let mut gateway = many("g", 30);
         gateway.push(tool("get_weather", "Current weather for a city"));
-        let s = split(Vec::new(), gateway, 20, &HashSet::new(), &cache);
+        let s = split(Vec::new(), gateway, 20, &HashSet::new(), false, &cache);
         let catalog = s.catalog.unwrap();
         let (text, hits) = catalog
             .answer(r#"{"query": "weather in Paris", "limit": 2}"#)
