@@ -18,11 +18,13 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::config::Tenant;
+use crate::exchange::{Event, GatewayCall, GatewayStatus};
 use crate::limiter::{Limiter, Share};
 use crate::runtime::Runtime;
+use crate::store::{Begin, CHAT_HEADER, Recorder};
 use crate::tools::{Offer, executor, search};
 
 /// Tools in one `tools/list` page.
@@ -182,14 +184,44 @@ impl ServerHandler for McpDoor {
             .into());
         }
         let id = format!("mcp_{:016x}", rand::random::<u64>());
+        let arguments = arguments.to_string();
+        let mut report = GatewayCall {
+            index: 0,
+            id: id.clone(),
+            name: name.to_owned(),
+            server: tool.server().to_owned(),
+            arguments: arguments.clone(),
+            status: GatewayStatus::InProgress,
+            output: None,
+            error: None,
+        };
+        let mut recorder = record(&runtime, &caller, &report, &cx).await;
         let outcome = executor::execute(
             &runtime.tools,
             &tool,
             &id,
-            &arguments.to_string(),
+            &arguments,
             MAX_RESULT_CHARS,
+            executor::Route::Mcp,
         )
         .await;
+        if let Some(recorder) = recorder.as_mut() {
+            match &outcome {
+                executor::Outcome::Completed(text) => {
+                    report.status = GatewayStatus::Completed;
+                    report.output = Some(text.clone());
+                }
+                executor::Outcome::Failed(error) => {
+                    report.status = GatewayStatus::Failed;
+                    report.error = Some(error.clone());
+                }
+            }
+            recorder.event(&Event::Gateway(report));
+            recorder.event(&Event::Finish("stop".into()));
+        }
+        if let Some(recorder) = recorder {
+            recorder.finish();
+        }
         Ok(match outcome {
             executor::Outcome::Completed(text) => {
                 CallToolResult::success(vec![ContentBlock::text(text)])
@@ -200,6 +232,42 @@ impl ServerHandler for McpDoor {
         }
         .into())
     }
+}
+
+/// With a `[store]`, a call is one exchange of the caller's tenant, in the
+/// chat `x-toolgate-chat-id` names (when it is the tenant's) or a new one:
+/// its request says which tool was called with what, its answer is the
+/// call (recorded in progress now, and completed or failed by the caller).
+async fn record(
+    runtime: &Runtime,
+    caller: &McpCaller,
+    report: &GatewayCall,
+    cx: &RequestContext<RoleServer>,
+) -> Option<Recorder> {
+    let store = runtime.store.as_ref()?;
+    let header = cx
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.headers.get(CHAT_HEADER))
+        .and_then(|v| v.to_str().ok());
+    let mut request = serde_json::Map::new();
+    request.insert("model".into(), json!("mcp"));
+    request.insert(
+        "messages".into(),
+        json!([{"role": "user", "content": format!("tools/call {} {}", report.name, report.arguments)}]),
+    );
+    let mut recorder = store
+        .begin(Begin {
+            tenant: &caller.tenant.name,
+            provider: "mcp",
+            model: &report.name,
+            request: &request,
+            chat_header: header,
+            gateway_tools: true,
+        })
+        .await?;
+    recorder.event(&Event::Gateway(report.clone()));
+    Some(recorder)
 }
 
 /// The streamable-HTTP service over [`McpDoor`]: stateless (no sessions, so

@@ -208,7 +208,15 @@ fn apply<U, O: Output>(
                 let max = plan.max_result_chars;
                 running.spawn(crate::telemetry::scope::carry(async move {
                     let _permit = limit.acquire_owned().await;
-                    let outcome = executor::execute(&tools, &tool, &id, &arguments, max).await;
+                    let outcome = executor::execute(
+                        &tools,
+                        &tool,
+                        &id,
+                        &arguments,
+                        max,
+                        executor::Route::Model,
+                    )
+                    .await;
                     (id, outcome)
                 }));
             }

@@ -38,6 +38,24 @@ impl Outcome {
     }
 }
 
+/// Who asked for a call: the `route` label of the call's metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// A model, in the gateway's tool loop.
+    Model,
+    /// An MCP client, through `[mcp_gateway]`.
+    Mcp,
+}
+
+impl Route {
+    fn label(self) -> &'static str {
+        match self {
+            Route::Model => "model",
+            Route::Mcp => "mcp",
+        }
+    }
+}
+
 /// Runs `tool` with `arguments` (the call's JSON text). `max_chars` bounds
 /// the answer's length (`max_tool_result_chars`).
 pub async fn execute(
@@ -46,8 +64,9 @@ pub async fn execute(
     call_id: &str,
     arguments: &str,
     max_chars: usize,
+    route: Route,
 ) -> Outcome {
-    let mut watch = CallWatch::start(tool, call_id);
+    let mut watch = CallWatch::start(tool, call_id, route);
     // The tool's own requests (HTTP, MCP) carry this call's span as their parent.
     let outcome = crate::telemetry::scope::with_trace(
         watch.span.clone(),
@@ -75,6 +94,7 @@ pub async fn execute(
 struct CallWatch {
     tool: String,
     server: String,
+    route: Route,
     started: Instant,
     outcome: Option<&'static str>,
     /// The call's `execute_tool {name}` span, when traces are on.
@@ -82,7 +102,7 @@ struct CallWatch {
 }
 
 impl CallWatch {
-    fn start(tool: &GatewayTool, call_id: &str) -> Self {
+    fn start(tool: &GatewayTool, call_id: &str, route: Route) -> Self {
         metrics::gauge!(m::GATEWAY_TOOLS_IN_FLIGHT).increment(1.0);
         let span = crate::telemetry::scope::trace().and_then(|parent| {
             let kind = match tool.kind {
@@ -105,6 +125,7 @@ impl CallWatch {
         CallWatch {
             tool: tool.name.clone(),
             server: tool.server().to_owned(),
+            route,
             started: Instant::now(),
             outcome: None,
             span,
@@ -120,9 +141,10 @@ impl Drop for CallWatch {
     fn drop(&mut self) {
         metrics::gauge!(m::GATEWAY_TOOLS_IN_FLIGHT).decrement(1.0);
         let outcome = self.outcome.unwrap_or("cancelled");
-        metrics::counter!(m::GATEWAY_TOOL_CALLS, "tool" => self.tool.clone(), "server" => self.server.clone(), "outcome" => outcome)
+        let route = self.route.label();
+        metrics::counter!(m::GATEWAY_TOOL_CALLS, "tool" => self.tool.clone(), "server" => self.server.clone(), "outcome" => outcome, "route" => route)
             .increment(1);
-        metrics::histogram!(m::GATEWAY_TOOL_DURATION, "server" => self.server.clone(), "tool" => self.tool.clone())
+        metrics::histogram!(m::GATEWAY_TOOL_DURATION, "server" => self.server.clone(), "tool" => self.tool.clone(), "route" => route)
             .record(self.started.elapsed().as_secs_f64());
         if let Some(cx) = self.span.take() {
             if outcome == "cancelled" {

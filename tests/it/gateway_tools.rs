@@ -636,7 +636,7 @@ async fn a_client_that_leaves_cancels_the_running_tools() {
         .expect("the tool's request is cancelled when the client leaves");
     let wanted = [
         "toolgate_gateway_tools_in_flight 0\n",
-        "toolgate_gateway_tool_calls_total{tool=\"Slow\",server=\"http\",outcome=\"cancelled\"} 1\n",
+        "toolgate_gateway_tool_calls_total{tool=\"Slow\",server=\"http\",outcome=\"cancelled\",route=\"model\"} 1\n",
     ];
     let mut metrics = String::new();
     for _ in 0..50 {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::binary::Binary;
-use common::installed::{clients_dir, python};
+use common::installed::{clients_dir, node_dir, python};
 use common::{Collected, Mock, Recorded, Reply, TestConfig};
 use http::Request;
 use http_body_util::Full;
@@ -59,13 +59,37 @@ async fn echo() -> Mock {
     .await
 }
 
-/// The SDK session of `mcp_client.py` with `key`: what it reported.
+/// The official MCP SDKs as clients.
+#[derive(Clone, Copy, Debug)]
+enum Sdk {
+    /// `python/mcp_client.py`: the `mcp` package.
+    Python,
+    /// `node/mcp_client.mjs`: `@modelcontextprotocol/sdk`.
+    TypeScript,
+}
+
+/// The session of `sdk`'s client script with `key`: what it reported.
 async fn sdk(url: &str, key: &str) -> Value {
-    let script = clients_dir().join("python/mcp_client.py");
+    session(Sdk::Python, url, key).await
+}
+
+async fn session(sdk: Sdk, url: &str, key: &str) -> Value {
+    let mut command = match sdk {
+        Sdk::Python => {
+            let mut c = tokio::process::Command::new(python());
+            c.arg(clients_dir().join("python/mcp_client.py"));
+            c
+        }
+        Sdk::TypeScript => {
+            let mut c = tokio::process::Command::new("node");
+            c.arg(node_dir().join("mcp_client.mjs"))
+                .current_dir(node_dir());
+            c
+        }
+    };
     let out = tokio::time::timeout(
         Duration::from_secs(60),
-        tokio::process::Command::new(python())
-            .arg(&script)
+        command
             .arg(url)
             .arg(key)
             .env("NO_PROXY", "127.0.0.1,localhost")
@@ -179,6 +203,38 @@ fn answer(r: &Collected) -> Value {
 }
 
 #[tokio::test]
+async fn the_typescript_sdk_lists_and_calls_the_tools_its_key_may_use() {
+    keys();
+    let mock = echo().await;
+    let gw = common::TestGateway::start(&config(&mock.url())).await;
+    let url = gw.url("/mcp");
+    let all = session(Sdk::TypeScript, &url, "mcp-all").await;
+    assert_eq!(all["server"], "toolgate", "{all:#}");
+    assert_eq!(all["tools"].as_array().unwrap().len(), 62, "{all:#}");
+    assert_eq!(all["pages"], 2, "50 a page");
+    assert_eq!(all["calculator"], json!({"is_error": false, "text": "35"}));
+    assert_eq!(
+        all["echo"],
+        json!({"is_error": false, "text": "echo: hello"})
+    );
+    assert!(
+        all["unknown"].as_str().unwrap().contains("unknown tool"),
+        "{all:#}"
+    );
+    assert_eq!(all["bad"]["is_error"], true, "{all:#}");
+    let calc = session(Sdk::TypeScript, &url, "mcp-calc").await;
+    assert_eq!(calc["tools"], json!(["calculator"]), "{calc:#}");
+    assert!(
+        calc["unknown"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool: Echo1"),
+        "{calc:#}"
+    );
+    assert_eq!(mock.count(), 1, "a tool the key may not use never runs");
+}
+
+#[tokio::test]
 async fn a_client_that_began_on_one_replica_goes_on_on_another() {
     let mock = echo().await;
     let text = config(&mock.url());
@@ -233,4 +289,83 @@ async fn a_client_that_began_on_one_replica_goes_on_on_another() {
     .await;
     assert_eq!(called.status, 200, "{}", called.text());
     assert_eq!(answer(&called)["result"]["content"][0]["text"], "42");
+}
+
+#[tokio::test]
+async fn a_call_is_recorded_under_the_callers_tenant_and_counted_as_mcp() {
+    keys();
+    let mock = echo().await;
+    let dir = std::env::temp_dir().join(format!("toolgate-mcp-door-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = format!("sqlite://{}/t.db", dir.display());
+    let gw = common::TestGateway::start(&format!(
+        "{}[store]\nurl = \"{store}\"\n",
+        config(&mock.url())
+    ))
+    .await;
+    let called = rpc(
+        &gw.url("/mcp"),
+        "mcp-all",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "Echo3", "arguments": {"text": "recorded"}}}),
+        Some("2025-06-18"),
+    )
+    .await;
+    assert_eq!(
+        answer(&called)["result"]["content"][0]["text"],
+        "echo: recorded"
+    );
+
+    // The caller's tenant finds the call; the other tenant does not.
+    let list = |key: &'static str| {
+        let url = gw.url("/toolgate/api/chats");
+        async move {
+            let r = common::send(
+                Request::get(url)
+                    .header("authorization", format!("Bearer {key}"))
+                    .body(Full::new(Bytes::new()))
+                    .unwrap(),
+            )
+            .await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.json()
+        }
+    };
+    let mut chats = Value::Null;
+    for _ in 0..200 {
+        chats = list("mcp-all").await;
+        if chats["data"].as_array().is_some_and(|d| !d.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let chat = &chats["data"][0];
+    assert_eq!(chat["provider"], "mcp", "{chats}");
+    let id = chat["id"].as_str().unwrap().to_owned();
+    let r = common::send(
+        Request::get(gw.url(&format!("/toolgate/api/chats/{id}")))
+            .header("authorization", "Bearer mcp-all")
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
+    )
+    .await;
+    let text = r.text();
+    assert!(
+        text.contains("Echo3") && text.contains("echo: recorded"),
+        "{text}"
+    );
+    assert_eq!(
+        list("mcp-calc").await["data"].as_array().map(Vec::len),
+        Some(0),
+        "another tenant sees nothing"
+    );
+
+    let metrics = common::get(&gw.url("/metrics")).await.text();
+    assert!(
+        metrics.contains(
+            r#"toolgate_gateway_tool_calls_total{tool="Echo3",server="http",outcome="completed",route="mcp"} 1"#
+        ),
+        "{metrics}"
+    );
 }

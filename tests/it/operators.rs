@@ -305,5 +305,7 @@ async fn metrics_name_tenants_first_tokens_and_tools() {
         r#"toolgate_request_duration_seconds_count{provider="metrics-demo",route="chat_completions",tenant="metrics-team-a"} 1"#,
     );
     has(r#"toolgate_time_to_first_token_seconds_count{provider="metrics-demo"} 1"#);
-    has(r#"toolgate_gateway_tool_duration_seconds_count{server="builtin",tool="calculator"}"#);
+    has(
+        r#"toolgate_gateway_tool_duration_seconds_count{server="builtin",tool="calculator",route="model"}"#,
+    );
 }
