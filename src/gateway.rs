@@ -395,6 +395,15 @@ where
         Ok(caller) => caller,
         Err(e) => return e.into_response(),
     };
+    let streams = req
+        .headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/event-stream"));
+    if req.method() == http::Method::GET && streams {
+        return crate::api::mcp::list_changes(runtime, caller);
+    }
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(caller);
     parts.extensions.insert(runtime);

@@ -12,14 +12,17 @@
 
 use std::sync::Arc;
 
+use http::Response;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    ServerJsonRpcMessage, ServerNotification, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
+use crate::body::Body;
 use crate::config::Tenant;
 use crate::exchange::{Event, GatewayCall, GatewayStatus};
 use crate::limiter::{Limiter, Share};
@@ -85,11 +88,16 @@ impl McpDoor {
 
 impl ServerHandler for McpDoor {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "The tools toolgate runs for this key: MCP servers, HTTP tools and built-ins.",
-            )
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "The tools toolgate runs for this key: MCP servers, HTTP tools and built-ins.",
+        )
     }
 
     async fn list_tools(
@@ -268,6 +276,79 @@ async fn record(
         .await?;
     recorder.event(&Event::Gateway(report.clone()));
     Some(recorder)
+}
+
+/// Change streams open at once, every key together.
+const MAX_CHANGE_STREAMS: usize = 1024;
+/// Between two keep-alive comments on a change stream.
+const CHANGE_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Change streams open now.
+static CHANGE_STREAMS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `GET` on the door (accepting `text/event-stream`): the stream the server
+/// sends without a request first, which carries
+/// `notifications/tools/list_changed` whenever the tools this key may use
+/// change (an MCP server connected, relisted or went down). It holds no
+/// session: any replica serves it, and each sees its own servers change.
+pub fn list_changes(runtime: Arc<Runtime>, caller: McpCaller) -> Response<Body> {
+    use std::sync::atomic::Ordering;
+    if CHANGE_STREAMS.fetch_add(1, Ordering::AcqRel) >= MAX_CHANGE_STREAMS {
+        CHANGE_STREAMS.fetch_sub(1, Ordering::AcqRel);
+        return crate::error::GatewayError::Overloaded.into_response();
+    }
+    let body = crate::body::channel::spawn(4, move |tx| async move {
+        struct Open;
+        impl Drop for Open {
+            fn drop(&mut self) {
+                CHANGE_STREAMS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            }
+        }
+        let _open = Open;
+        let names = |runtime: &Runtime| -> Vec<String> {
+            McpDoor::offer(runtime, &caller)
+                .map(|o| o.tools.iter().map(|t| t.name.clone()).collect())
+                .unwrap_or_default()
+        };
+        let mut changes = runtime.tools.mcp().changes();
+        let mut listed = names(&runtime);
+        let notification = ServerJsonRpcMessage::notification(
+            ServerNotification::ToolListChangedNotification(Default::default()),
+        );
+        loop {
+            let mut out = bytes::BytesMut::new();
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let now = names(&runtime);
+                    if now == listed {
+                        continue;
+                    }
+                    listed = now;
+                    crate::sse::encoder::write_json(&mut out, &notification);
+                }
+                () = tokio::time::sleep(CHANGE_KEEP_ALIVE) => {
+                    out.extend_from_slice(crate::sse::encoder::KEEP_ALIVE);
+                }
+            }
+            if tx.send(out.freeze()).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache"),
+    );
+    response
 }
 
 /// The streamable-HTTP service over [`McpDoor`]: stateless (no sessions, so

@@ -100,6 +100,8 @@ pub enum CallError {
 struct Server {
     config: Arc<McpServerConfig>,
     state: watch::Sender<Arc<State>>,
+    /// The host's count of state changes, bumped with every new state.
+    changes: Arc<watch::Sender<u64>>,
     /// A call found the connection broken: reconnect now.
     broken: Notify,
     /// Calls timed out in a row on this connection (a session the server
@@ -111,6 +113,14 @@ struct Server {
     /// Woken when `calls` drops to 0.
     idle: Notify,
     stop: CancellationToken,
+}
+
+impl Server {
+    /// The server's new state, announced to whoever watches the host.
+    fn set(&self, state: State) {
+        self.state.send_replace(Arc::new(state));
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
 }
 
 /// A call in flight on a server, counted until dropped.
@@ -151,6 +161,8 @@ async fn retire(server: Arc<Server>) {
 /// Every configured MCP server, connected and supervised on the tools thread.
 pub struct McpHost {
     servers: Mutex<HashMap<String, Arc<Server>>>,
+    /// Bumped whenever a server's state (and so its tools) changes.
+    changes: Arc<watch::Sender<u64>>,
     /// The tools thread's runtime, and the supervisors running on it.
     runtime: Option<(tokio::runtime::Handle, TaskTracker)>,
     shutdown: CancellationToken,
@@ -164,6 +176,7 @@ impl McpHost {
         let shutdown = CancellationToken::new();
         let mut host = McpHost {
             servers: Mutex::new(HashMap::new()),
+            changes: Arc::new(watch::Sender::new(0)),
             runtime: None,
             shutdown: shutdown.clone(),
             thread: None,
@@ -195,6 +208,7 @@ impl McpHost {
                         Arc::new(Server {
                             config: config.clone(),
                             state: watch::Sender::new(Arc::new(state)),
+                            changes: host.changes.clone(),
                             broken: Notify::new(),
                             timeouts: AtomicUsize::new(0),
                             calls: AtomicUsize::new(0),
@@ -242,6 +256,7 @@ impl McpHost {
             let server = Arc::new(Server {
                 config: config.clone(),
                 state: watch::Sender::new(Arc::new(State::Starting)),
+                changes: self.changes.clone(),
                 broken: Notify::new(),
                 timeouts: AtomicUsize::new(0),
                 calls: AtomicUsize::new(0),
@@ -260,6 +275,12 @@ impl McpHost {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(name)
             .cloned()
+    }
+
+    /// Changes whenever a server's state, and so the tools it offers,
+    /// changes (it connected, relisted after `list_changed`, went down).
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// The server's state now (`Down` for a name that is not configured).
@@ -507,7 +528,7 @@ async fn supervise(server: Arc<Server>) {
             () = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(BACKOFF.1);
-        server.state.send_replace(Arc::new(State::Starting));
+        server.set(State::Starting);
     }
     // The gauge is left to the server that replaced this one, if any
     // (`reconcile` zeroes it for a server a reload removed).
@@ -515,9 +536,7 @@ async fn supervise(server: Arc<Server>) {
 
 fn set_down(server: &Server, error: String, retry_in: Option<Duration>) {
     metrics::gauge!(m::MCP_SERVER_UP, "server" => server.config.name.clone()).set(0.0);
-    server
-        .state
-        .send_replace(Arc::new(State::Down { error, retry_in }));
+    server.set(State::Down { error, retry_in });
 }
 
 type Running = rmcp::service::RunningService<RoleClient, Handler>;
@@ -598,10 +617,10 @@ async fn list(server: &Server, peer: &Peer<RoleClient>) -> Result<(), String> {
     tracing::info!(server = ?config.name, tools = tools.len(), "MCP server ready");
     tracing::debug!(server = ?config.name, peer_info = ?peer.peer_info(), "MCP server's initialize result");
     metrics::gauge!(m::MCP_SERVER_UP, "server" => config.name.clone()).set(1.0);
-    server.state.send_replace(Arc::new(State::Up {
+    server.set(State::Up {
         peer: peer.clone(),
         tools: tools.into(),
-    }));
+    });
     Ok(())
 }
 

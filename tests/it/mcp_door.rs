@@ -369,3 +369,101 @@ async fn a_call_is_recorded_under_the_callers_tenant_and_counted_as_mcp() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn a_backing_servers_new_tools_are_announced_on_the_get_stream() {
+    keys();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/hostile.py");
+    let dir =
+        std::env::temp_dir().join(format!("toolgate-mcp-door-changes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let starts = dir.join("starts");
+    let quoted = |p: &std::path::Path| serde_json::to_string(&p.display().to_string()).unwrap();
+    let gw = common::TestGateway::start(&format!(
+        "{}[[mcp_servers]]\nname = \"changing\"\ncommand = [{}, {}, \"changing\", {}]\n",
+        config("http://127.0.0.1:9"),
+        quoted(&python()),
+        quoted(&script),
+        quoted(&starts),
+    ))
+    .await;
+    let url = gw.url("/mcp");
+    // The first page: the MCP server's tools come first.
+    let names = || async {
+        let listed = rpc(
+            &url,
+            "mcp-all",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            Some("2025-06-18"),
+        )
+        .await;
+        let listed = answer(&listed);
+        listed["result"]["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .map(|t| t["name"].as_str().unwrap().to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !names().await.contains(&"t0".to_owned()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stdio server never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // No key: 401, as for every other request.
+    let r = common::send(
+        Request::get(&url)
+            .header("accept", "text/event-stream")
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 401);
+
+    let response = common::client()
+        .request(
+            Request::get(&url)
+                .header("authorization", "Bearer mcp-all")
+                .header("accept", "text/event-stream")
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut body = response.into_body();
+    std::fs::write(format!("{}.tools", starts.display()), "t0\nt_new\n").unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(20), async {
+        use http_body_util::BodyExt;
+        let mut seen = String::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.unwrap().into_data() {
+                seen.push_str(&String::from_utf8_lossy(&data));
+                if seen.contains("\n\n") && seen.contains("data: ") {
+                    return seen;
+                }
+            }
+        }
+        seen
+    })
+    .await
+    .expect("a notification within 20 s");
+    let data = event
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(data).unwrap(),
+        json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+    );
+    assert!(names().await.contains(&"t_new".to_owned()));
+}
