@@ -260,14 +260,37 @@ impl Gateway {
             && path == mcp_path
         {
             let runtime = self.runtime.load_full();
+            let trace = crate::telemetry::server_span::start(
+                req.headers(),
+                req.method(),
+                path,
+                Some(mcp_path),
+                id.to_str().ok(),
+            );
             let caller = auth::tenant(&runtime.config, self.keys.as_deref(), &req).map(|who| {
                 crate::api::mcp::McpCaller {
                     tenant: who.tenant,
                     share: who.share,
                     limiter: self.limiter.clone(),
+                    trace: trace.clone(),
                 }
             });
+            let tenant = caller.as_ref().ok().map(|c| c.tenant.name.clone());
             let mut response = Box::pin(mcp_door(service.clone(), caller, runtime, req)).await;
+            if let Some(cx) = &trace {
+                // The door answers JSON (or opens a stream of its own): its
+                // span ends with the answer's head.
+                crate::telemetry::server_span::end(
+                    cx,
+                    crate::telemetry::server_span::Ended {
+                        status: response.status().as_u16(),
+                        provider: "mcp",
+                        tenant: tenant.as_deref(),
+                        model: "",
+                        error: None,
+                    },
+                );
+            }
             request_id::tag(&mut response, id);
             return holding(response, busy);
         }
@@ -286,6 +309,7 @@ impl Gateway {
             req.headers(),
             req.method(),
             path,
+            None,
             id.to_str().ok(),
         );
         log.request_id = Some(id.clone());

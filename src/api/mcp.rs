@@ -43,6 +43,9 @@ pub struct McpCaller {
     /// A managed key's own limits.
     pub share: Option<Share>,
     pub limiter: Arc<Limiter>,
+    /// The request's server span, when traces are on: calls are
+    /// `execute_tool` spans under it.
+    pub trace: Option<opentelemetry::Context>,
 }
 
 /// The MCP door; holds nothing: each request brings its caller and runtime.
@@ -204,13 +207,21 @@ impl ServerHandler for McpDoor {
             error: None,
         };
         let mut recorder = record(&runtime, &caller, &report, &cx).await;
-        let outcome = executor::execute(
-            &runtime.tools,
-            &tool,
-            &id,
-            &arguments,
-            MAX_RESULT_CHARS,
-            executor::Route::Mcp,
+        let scope = crate::telemetry::scope::Scope {
+            tenant: caller.tenant.name.clone(),
+            trace: caller.trace.clone(),
+            meter: None,
+        };
+        let outcome = crate::telemetry::scope::within(
+            scope,
+            executor::execute(
+                &runtime.tools,
+                &tool,
+                &id,
+                &arguments,
+                MAX_RESULT_CHARS,
+                executor::Route::Mcp,
+            ),
         )
         .await;
         if let Some(recorder) = recorder.as_mut() {

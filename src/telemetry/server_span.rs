@@ -8,12 +8,14 @@ use super::genai as g;
 
 /// Starts the request's span, when traces are on. Its name is the method
 /// and the route's template (`POST /v1/chat/completions`,
-/// `GET /v1/responses/{id}`), or the method alone for a path toolgate does
-/// not know: a client-chosen path never becomes a span name.
+/// `GET /v1/responses/{id}`, or `known`: a route the config names, such as
+/// `[mcp_gateway] path`), or the method alone for a path toolgate does not
+/// know: a client-chosen path never becomes a span name.
 pub fn start(
     headers: &http::HeaderMap,
     method: &http::Method,
     path: &str,
+    known: Option<&str>,
     request_id: Option<&str>,
 ) -> Option<Context> {
     super::get()?;
@@ -25,9 +27,9 @@ pub fn start(
     if let Some(id) = request_id {
         attributes.push(KeyValue::new(g::REQUEST_ID, id.to_owned()));
     }
-    let name = match route(path) {
+    let name = match known.or_else(|| route(path)) {
         Some(route) => {
-            attributes.push(KeyValue::new(g::HTTP_ROUTE, route));
+            attributes.push(KeyValue::new(g::HTTP_ROUTE, route.to_owned()));
             format!("{method} {route}")
         }
         None => method.to_string(),

@@ -563,3 +563,40 @@ async fn a_natural_repair_is_a_span_with_the_fallback_chat_under_it() {
         "{server:#}"
     );
 }
+
+/// An MCP client's `tools/call` is a trace of its own: the door's server
+/// span continues the client's `traceparent`, and the call is an
+/// `execute_tool` span under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_door_call_is_an_execute_tool_span_under_the_doors_span() {
+    let receiver = Receiver::start();
+    let config = TestConfig::new()
+        .raw(&telemetry(&receiver.endpoint(), ""))
+        .raw("[mcp_gateway]\ntools = [\"builtin:calculator\"]\n")
+        .demo("chunk_delay_ms = 0")
+        .toml();
+    let gateway = Binary::start(&config, &[]);
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "calculator", "arguments": {"expression": "6 * 7"}}});
+    let r = send(
+        Request::post(gateway.url("/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("traceparent", format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"))
+            .body(Full::new(Bytes::from(call.to_string())))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("42"), "{}", r.text());
+    let spans = receiver.trace(CLIENT_TRACE, 2).await;
+    let server = named(&spans, "POST /mcp");
+    assert_eq!(server.len(), 1, "{spans:#?}");
+    assert_eq!(server[0]["parent_span_id"], CLIENT_SPAN);
+    assert_eq!(server[0]["attributes"]["gen_ai.provider.name"], "mcp");
+    let tool = named(&spans, "execute_tool calculator");
+    assert_eq!(tool.len(), 1, "{spans:#?}");
+    assert_eq!(tool[0]["parent_span_id"], server[0]["span_id"]);
+    assert_eq!(tool[0]["attributes"]["gen_ai.tool.type"], "function");
+}
