@@ -116,6 +116,10 @@ ARMS = {
     "bracket+search": ('mode = "natural"\nsyntax = "bracket"\n', True),
     "rescue": ('mode = "passthrough"\nrescue_text_calls = true\n', False),
     "rescue+search": ('mode = "passthrough"\nrescue_text_calls = true\n', True),
+    # The built-in scripted demo model (no llama-server): it calls the tool
+    # the prompt names, else the first one, and answers a result in text.
+    "demo": ('mode = "natural"\n', False),
+    "demo+search": ('mode = "natural"\n', True),
 }
 
 
@@ -134,8 +138,9 @@ def config(port, llama, echo, generated, time_cmd, everything_cmd, arms, catalog
     gateway = ["time", "everything"] + [g[0] for g in generated[:catalog_size]]
     for arm in arms:
         lines, search = ARMS[arm]
+        target = "[providers.demo]\nchunk_delay_ms = 0\n" if arm.startswith("demo") else f'base_url = "{llama}/v1"\n'
         out.append(
-            f'[[providers]]\nname = "{arm}"\nbase_url = "{llama}/v1"\n[providers.tools]\n{lines}'
+            f'[[providers]]\nname = "{arm}"\n{target}[providers.tools]\n{lines}'
             f"gateway_tools = {json.dumps(gateway)}\nmax_rounds = 4\n"
             + ("tool_search = true\ntool_search_threshold = 20\n" if search else "")
         )
