@@ -244,23 +244,9 @@ impl Rounds {
     /// A `search_tools` call, answered at once from the catalog; what it
     /// found is declared from the next round on.
     fn search_call(&mut self, call: Call, out: &mut Vec<Action>) {
-        let mut report = GatewayCall {
-            index: self.next_index,
-            id: call.id.clone(),
-            name: call.name.clone(),
-            server: "search".to_owned(),
-            arguments: call.arguments.clone(),
-            status: GatewayStatus::InProgress,
-            output: None,
-            error: None,
-        };
-        self.next_index += 1;
-        out.push(Action::Emit(Event::Gateway(report.clone())));
+        let mut report = self.begin_call(&call, "search", out);
         let arguments = serde_json::from_str::<Value>(&call.arguments).ok();
-        let repeat = self
-            .answered
-            .iter()
-            .any(|a| a.name == call.name && a.arguments.is_some() && a.arguments == arguments);
+        let repeat = self.earlier(&call.name, arguments.as_ref()).is_some();
         match self.search.as_ref().map(|c| c.answer(&call.arguments)) {
             Some(Ok((text, hits))) => {
                 for tool in hits {
@@ -299,12 +285,13 @@ impl Rounds {
         });
     }
 
-    fn gateway_call(&mut self, call: Call, tool: Arc<GatewayTool>, out: &mut Vec<Action>) {
-        let mut report = GatewayCall {
+    /// A call the gateway answers, reported `in_progress` under the next index.
+    fn begin_call(&mut self, call: &Call, server: &str, out: &mut Vec<Action>) -> GatewayCall {
+        let report = GatewayCall {
             index: self.next_index,
             id: call.id.clone(),
             name: call.name.clone(),
-            server: tool.server().to_owned(),
+            server: server.to_owned(),
             arguments: call.arguments.clone(),
             status: GatewayStatus::InProgress,
             output: None,
@@ -312,12 +299,20 @@ impl Rounds {
         };
         self.next_index += 1;
         out.push(Action::Emit(Event::Gateway(report.clone())));
-        let arguments = serde_json::from_str::<Value>(&call.arguments).ok();
-        let earlier = self
-            .answered
+        report
+    }
+
+    /// The earlier call of this answer with the same tool and arguments.
+    fn earlier(&self, name: &str, arguments: Option<&Value>) -> Option<&Answered> {
+        self.answered
             .iter()
-            .find(|a| a.name == call.name && a.arguments.is_some() && a.arguments == arguments);
-        if let Some(earlier) = earlier {
+            .find(|a| a.name == name && a.arguments.is_some() && a.arguments.as_ref() == arguments)
+    }
+
+    fn gateway_call(&mut self, call: Call, tool: Arc<GatewayTool>, out: &mut Vec<Action>) {
+        let mut report = self.begin_call(&call, tool.server(), out);
+        let arguments = serde_json::from_str::<Value>(&call.arguments).ok();
+        if let Some(earlier) = self.earlier(&call.name, arguments.as_ref()) {
             report.status = GatewayStatus::Completed;
             report.output = Some(earlier.output.clone());
             out.push(Action::Emit(Event::Gateway(report.clone())));

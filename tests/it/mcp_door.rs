@@ -115,44 +115,9 @@ async fn the_python_sdk_lists_and_calls_the_tools_its_key_may_use() {
     let url = gw.url("/mcp");
 
     let all = sdk(&url, "mcp-all").await;
-    assert_eq!(all["server"], "toolgate", "{all:#}");
-    let tools: Vec<&str> = all["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect();
-    assert_eq!(tools.len(), 62, "60 HTTP tools and 2 built-ins: {tools:?}");
-    assert!(tools.contains(&"calculator") && tools.contains(&"clock") && tools.contains(&"Echo59"));
-    assert_eq!(all["pages"], 2, "50 a page");
-    assert_eq!(all["calculator"], json!({"is_error": false, "text": "35"}));
-    assert_eq!(
-        all["echo"],
-        json!({"is_error": false, "text": "echo: hello"})
-    );
-    assert!(
-        all["unknown"].as_str().unwrap().contains("unknown tool"),
-        "{all:#}"
-    );
-    assert_eq!(all["bad"]["is_error"], true, "{all:#}");
-    assert!(
-        all["bad"]["text"].as_str().unwrap().contains("schema"),
-        "{all:#}"
-    );
-    assert_eq!(mock.count(), 1);
-
-    // A key limited to the calculator sees it alone, and Echo1 is unknown to it.
+    assert_eq!(mock.count(), 1, "Echo0 ran once");
     let calc = sdk(&url, "mcp-calc").await;
-    assert_eq!(calc["tools"], json!(["calculator"]), "{calc:#}");
-    assert_eq!(calc["calculator"]["text"], "35");
-    assert_eq!(calc["echo"], Value::Null);
-    assert!(
-        calc["unknown"]
-            .as_str()
-            .unwrap()
-            .contains("unknown tool: Echo1"),
-        "{calc:#}"
-    );
+    check_sessions(&all, &calc);
     assert_eq!(mock.count(), 1, "a tool the key may not use never runs");
 
     // No key, or a wrong one: 401 before any MCP.
@@ -202,15 +167,18 @@ fn answer(r: &Collected) -> Value {
     serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
-#[tokio::test]
-async fn the_typescript_sdk_lists_and_calls_the_tools_its_key_may_use() {
-    keys();
-    let mock = echo().await;
-    let gw = common::TestGateway::start(&config(&mock.url())).await;
-    let url = gw.url("/mcp");
-    let all = session(Sdk::TypeScript, &url, "mcp-all").await;
+/// What either SDK reported for the key that sees every tool (`all`) and
+/// the one that sees the calculator alone (`calc`).
+fn check_sessions(all: &Value, calc: &Value) {
     assert_eq!(all["server"], "toolgate", "{all:#}");
-    assert_eq!(all["tools"].as_array().unwrap().len(), 62, "{all:#}");
+    let tools: Vec<&str> = all["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(tools.len(), 62, "60 HTTP tools and 2 built-ins: {tools:?}");
+    assert!(tools.contains(&"calculator") && tools.contains(&"clock") && tools.contains(&"Echo59"));
     assert_eq!(all["pages"], 2, "50 a page");
     assert_eq!(all["calculator"], json!({"is_error": false, "text": "35"}));
     assert_eq!(
@@ -222,8 +190,14 @@ async fn the_typescript_sdk_lists_and_calls_the_tools_its_key_may_use() {
         "{all:#}"
     );
     assert_eq!(all["bad"]["is_error"], true, "{all:#}");
-    let calc = session(Sdk::TypeScript, &url, "mcp-calc").await;
+    assert!(
+        all["bad"]["text"].as_str().unwrap().contains("schema"),
+        "{all:#}"
+    );
+    // A key limited to the calculator sees it alone, and Echo1 is unknown to it.
     assert_eq!(calc["tools"], json!(["calculator"]), "{calc:#}");
+    assert_eq!(calc["calculator"]["text"], "35");
+    assert_eq!(calc["echo"], Value::Null);
     assert!(
         calc["unknown"]
             .as_str()
@@ -231,6 +205,17 @@ async fn the_typescript_sdk_lists_and_calls_the_tools_its_key_may_use() {
             .contains("unknown tool: Echo1"),
         "{calc:#}"
     );
+}
+
+#[tokio::test]
+async fn the_typescript_sdk_lists_and_calls_the_tools_its_key_may_use() {
+    keys();
+    let mock = echo().await;
+    let gw = common::TestGateway::start(&config(&mock.url())).await;
+    let url = gw.url("/mcp");
+    let all = session(Sdk::TypeScript, &url, "mcp-all").await;
+    let calc = session(Sdk::TypeScript, &url, "mcp-calc").await;
+    check_sessions(&all, &calc);
     assert_eq!(mock.count(), 1, "a tool the key may not use never runs");
 }
 
