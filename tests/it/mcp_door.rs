@@ -274,6 +274,17 @@ async fn a_client_that_began_on_one_replica_goes_on_on_another() {
     .await;
     assert_eq!(called.status, 200, "{}", called.text());
     assert_eq!(answer(&called)["result"]["content"][0]["text"], "42");
+    let pinged = rpc(
+        &two.url("/mcp"),
+        "mcp-all",
+        json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}),
+        Some(&version),
+    )
+    .await;
+    assert_eq!(
+        answer(&pinged),
+        json!({"jsonrpc": "2.0", "id": 4, "result": {}})
+    );
 }
 
 #[tokio::test]
