@@ -621,32 +621,49 @@ async fn gateway_tool_rounds_are_charged_to_the_key() {
 #[tokio::test]
 async fn a_reload_changes_limits_and_keeps_the_windows_they_count_in() {
     keys();
+    // Tenants of this test's own (the refusal metrics are process-wide):
+    // `kept` keeps its limit, `changed` goes from one request at a time
+    // to one request a minute.
+    let auth = |changed: &str| {
+        format!(
+            "[server.auth]\n\
+             [[server.auth.keys]]\nname = \"kept\"\nkey_env = \"LIMITS_TEST_RPM\"\n\
+             [server.auth.keys.limits]\nrequests_per_minute = 3\n\
+             [[server.auth.keys]]\nname = \"changed\"\nkey_env = \"LIMITS_TEST_CONC\"\n\
+             [server.auth.keys.limits]\n{changed}\n"
+        )
+    };
     let mock = upstream().await;
-    let gw = gateway(&mock, "").await;
+    let gw = TestConfig::new()
+        .server(&auth("max_concurrent_requests = 1"))
+        .up(&mock.url(), "")
+        .start()
+        .await;
     let url = gw.url("/v1/chat/completions");
     for _ in 0..3 {
         assert_eq!(post(&url, "rpm-key", &chat("m")).await.status, 200);
     }
     assert_eq!(post(&url, "rpm-key", &chat("m")).await.status, 429);
+    for _ in 0..2 {
+        assert_eq!(post(&url, "conc-key", &chat("m")).await.status, 200);
+    }
 
-    // `rpm` keeps its limit; `conc` gets one request a minute instead of
-    // one at a time.
-    let changed = AUTH.replace(
-        "[server.auth.keys.limits]\nmax_concurrent_requests = 1\n",
-        "[server.auth.keys.limits]\nrequests_per_minute = 1\n",
-    );
-    assert_ne!(changed, AUTH);
     let toml = TestConfig::new()
-        .server(&changed)
+        .server(&auth("requests_per_minute = 1"))
         .up(&mock.url(), "")
         .toml();
     gw.gateway
         .reload(toolgate::config::Config::from_toml(&toml).unwrap())
         .unwrap();
     let r = post(&url, "rpm-key", &chat("m")).await;
-    assert_eq!(r.status, 429, "the reload did not refill rpm's minute");
+    assert_eq!(r.status, 429, "the reload did not refill kept's minute");
     assert_eq!(post(&url, "conc-key", &chat("m")).await.status, 200);
     let r = post(&url, "conc-key", &chat("m")).await;
-    assert_eq!(r.status, 429, "conc's new limit is in force: {}", r.text());
+    assert_eq!(
+        r.status,
+        429,
+        "changed's new limit is in force: {}",
+        r.text()
+    );
     assert_eq!(header(&r, "x-ratelimit-limit-requests"), "1");
 }
