@@ -45,13 +45,7 @@ if ! "$venv/bin/python" -c 'import bfcl_eval, tenacity, filelock, tree_sitter' 2
     tenacity==9.1.2 filelock==3.20.0 tree_sitter==0.21.3 tree-sitter-java==0.21.0 tree-sitter-javascript==0.21.4
 fi
 
-if [ -n "${TOOLGATE_BIN:-}" ]; then
-  bin=$TOOLGATE_BIN
-else
-  echo "== toolgate (dev build)"
-  cargo build --locked --quiet
-  bin=${CARGO_TARGET_DIR:-$PWD/target}/debug/toolgate
-fi
+toolgate_bin
 
 for name in $MODELS; do
   llama_start "$name" "$PARALLEL"

@@ -28,13 +28,7 @@ done
 
 . tests/llama.sh
 
-if [ -n "${TOOLGATE_BIN:-}" ]; then
-  bin=$TOOLGATE_BIN
-else
-  echo "== toolgate (dev build)"
-  cargo build --locked --quiet
-  bin=${CARGO_TARGET_DIR:-$PWD/target}/debug/toolgate
-fi
+toolgate_bin
 
 # Without search the 200 contracts take most of 16K tokens.
 LLAMA_CTX=32768 llama_start qwen

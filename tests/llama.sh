@@ -123,6 +123,18 @@ echo "   $server"
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done' EXIT
 
+# toolgate_bin: sets `bin`, $TOOLGATE_BIN (another build, a baseline) or
+# the dev build, made now.
+toolgate_bin() {
+  if [ -n "${TOOLGATE_BIN:-}" ]; then
+    bin=$TOOLGATE_BIN
+  else
+    echo "== toolgate (dev build)"
+    cargo build --locked --quiet
+    bin=${CARGO_TARGET_DIR:-$PWD/target}/debug/toolgate
+  fi
+}
+
 # A free loopback port.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

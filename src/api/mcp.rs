@@ -11,6 +11,7 @@
 //! key may not use is unknown and never runs.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use http::Response;
 use rmcp::model::{
@@ -295,7 +296,26 @@ const MAX_CHANGE_STREAMS: usize = 1024;
 const CHANGE_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Change streams open now.
-static CHANGE_STREAMS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static CHANGE_STREAMS: AtomicUsize = AtomicUsize::new(0);
+
+/// One of at most `max` places counted in `open`, given back when dropped.
+struct Place(&'static AtomicUsize);
+
+impl Place {
+    fn take(open: &'static AtomicUsize, max: usize) -> Option<Place> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| Place(open))
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// `GET` on the door (accepting `text/event-stream`): the stream the server
 /// sends without a request first, which carries
@@ -303,19 +323,13 @@ static CHANGE_STREAMS: std::sync::atomic::AtomicUsize = std::sync::atomic::Atomi
 /// change (an MCP server connected, relisted or went down). It holds no
 /// session: any replica serves it, and each sees its own servers change.
 pub fn list_changes(runtime: Arc<Runtime>, caller: McpCaller) -> Response<Body> {
-    use std::sync::atomic::Ordering;
-    if CHANGE_STREAMS.fetch_add(1, Ordering::AcqRel) >= MAX_CHANGE_STREAMS {
-        CHANGE_STREAMS.fetch_sub(1, Ordering::AcqRel);
+    let Some(place) = Place::take(&CHANGE_STREAMS, MAX_CHANGE_STREAMS) else {
         return crate::error::GatewayError::Overloaded.into_response();
-    }
+    };
+    // The place goes with the task, so it is given back however the task
+    // ends, even one dropped before it first ran.
     let body = crate::body::channel::spawn(4, move |tx| async move {
-        struct Open;
-        impl Drop for Open {
-            fn drop(&mut self) {
-                CHANGE_STREAMS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-            }
-        }
-        let _open = Open;
+        let _place = place;
         let names = |runtime: &Runtime| -> Vec<String> {
             McpDoor::offer(runtime, &caller)
                 .map(|o| o.tools.iter().map(|t| t.name.clone()).collect())
@@ -378,4 +392,20 @@ pub fn service() -> rmcp::transport::streamable_http_server::StreamableHttpServi
         Arc::default(),
         config,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn change_streams_are_bounded_and_give_their_place_back() {
+        static OPEN: AtomicUsize = AtomicUsize::new(0);
+        let held: Vec<Place> = (0..3).filter_map(|_| Place::take(&OPEN, 3)).collect();
+        assert_eq!(held.len(), 3);
+        assert!(Place::take(&OPEN, 3).is_none(), "a fourth is refused");
+        drop(held);
+        assert_eq!(OPEN.load(Ordering::Acquire), 0);
+        assert!(Place::take(&OPEN, 3).is_some());
+    }
 }

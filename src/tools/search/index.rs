@@ -332,5 +332,11 @@ mod tests {
         let c = cache.get(&docs[..10]);
         assert!(!Arc::ptr_eq(&a, &c));
         assert_eq!(c.len(), 10);
+        // Bounded: after CACHED other lists, the first is built again.
+        for n in 11..11 + CACHED {
+            cache.get(&docs[..n]);
+        }
+        assert_eq!(cache.entries.lock().unwrap().len(), CACHED);
+        assert!(!Arc::ptr_eq(&a, &cache.get(&docs)));
     }
 }
