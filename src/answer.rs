@@ -341,7 +341,9 @@ pub async fn start(
     }
     let offer = offer(&runtime, &provider, &tenant)?;
     let tools = &provider.tools;
-    if !offer.is_empty() && tools.mode != Mode::ToNatural {
+    // The gateway's steps (its tools' calls, or searches) go back into a
+    // follow-up's history.
+    if (!offer.is_empty() || tools.search.is_some()) && tools.mode != Mode::ToNatural {
         recall_steps(&runtime, &tenant, &request).await;
     }
     let (request, catalog) = prepare(request, &offer, &runtime, &provider, &tenant)?;
@@ -458,7 +460,7 @@ fn prepare(
             ));
         }
     }
-    if !offer.is_empty() {
+    if !offer.is_empty() || tools.search.is_some() {
         runtime.steps.splice(&tenant.name, &mut request.messages);
     }
     let gateway = offer

@@ -226,6 +226,13 @@ async fn natural_mode_searches_a_clients_own_200_tools_and_hands_back_a_native_c
     let r = post(&gw.url("/v1/chat/completions"), &follow_up.to_string()).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let prompt = system(&upstream.last());
+    // The search step is put back before the client's call.
+    let turns: Vec<Value> = messages(&upstream.last())
+        .into_iter()
+        .filter(|m| m["role"] != "system")
+        .collect();
+    let history = serde_json::to_string(&turns).unwrap();
+    assert!(history.contains("search_tools"), "{history}");
     assert!(prompt.contains("get_weather"), "{prompt}");
     assert!(prompt.contains("search_tools"), "{prompt}");
     assert!(!prompt.contains("tool_150"), "{prompt}");
