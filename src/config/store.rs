@@ -11,6 +11,9 @@ pub struct StoreConfig {
     pub backend: Backend,
     pub record: Record,
     pub retention: Duration,
+    /// How long usage rows are kept: at least a budget's longest period,
+    /// whose spend is read from them.
+    pub usage_retention: Duration,
     /// How long linking may wait for the database (`link_wait_ms`).
     pub link_wait: Duration,
     pub redact: Vec<RedactPath>,
@@ -53,6 +56,9 @@ pub struct RedactPath {
 /// The longest `link_wait_ms`: a request waits at most this long to learn
 /// which chat it continues.
 const LINK_WAIT_MAX_MS: u32 = 10_000;
+/// The shortest usage retention: a budget's longest period (30 days) and
+/// the hour its rows may straddle.
+const USAGE_RETENTION_MIN_DAYS: u32 = 31;
 
 pub fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
     let backend = backend(raw)?;
@@ -60,6 +66,14 @@ pub fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
         return Err(ConfigError::new(
             "store.retention_days",
             "must be at least 1",
+        ));
+    }
+    if raw.usage_retention_days < USAGE_RETENTION_MIN_DAYS {
+        return Err(ConfigError::new(
+            "store.usage_retention_days",
+            format!(
+                "must be at least {USAGE_RETENTION_MIN_DAYS}: a key's spend this budget period (up to 30 days) is read from the usage rows"
+            ),
         ));
     }
     if !(1..=LINK_WAIT_MAX_MS).contains(&raw.link_wait_ms) {
@@ -88,6 +102,7 @@ pub fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
         backend,
         record: raw.record,
         retention: Duration::from_secs(u64::from(raw.retention_days) * 86_400),
+        usage_retention: Duration::from_secs(u64::from(raw.usage_retention_days) * 86_400),
         link_wait: Duration::from_millis(u64::from(raw.link_wait_ms)),
         redact,
         live_views: LiveViewLimits {
@@ -247,6 +262,7 @@ mod tests {
             password_env: None,
             record: Record::Tools,
             retention_days: 30,
+            usage_retention_days: 400,
             link_wait_ms: 100,
             redact: vec![],
             max_live_views: 1000,
@@ -276,6 +292,7 @@ mod tests {
             password_env: None,
             record: Record::Tools,
             retention_days: 30,
+            usage_retention_days: 400,
             link_wait_ms: ms,
             redact: vec![],
             max_live_views: 1000,
@@ -288,5 +305,27 @@ mod tests {
         for bad in [0, LINK_WAIT_MAX_MS + 1] {
             assert_eq!(store(&raw(bad)).unwrap_err().path, "store.link_wait_ms");
         }
+    }
+
+    #[test]
+    fn usage_outlives_a_budget_period() {
+        let raw = |days: u32| RawStore {
+            url: "sqlite::memory:".into(),
+            password_env: None,
+            record: Record::Tools,
+            retention_days: 1,
+            usage_retention_days: days,
+            link_wait_ms: 100,
+            redact: vec![],
+            max_live_views: 1000,
+            max_live_views_per_key: 16,
+        };
+        assert_eq!(
+            store(&raw(31)).unwrap().usage_retention,
+            Duration::from_secs(31 * 86_400)
+        );
+        let refused = store(&raw(30)).unwrap_err();
+        assert_eq!(refused.path, "store.usage_retention_days");
+        assert!(refused.to_string().contains("at least 31"), "{refused}");
     }
 }

@@ -711,14 +711,25 @@ impl Db {
     }
 
     /// Deletes everything last touched before `cutoff` (ms); rows removed.
-    pub async fn purge(&self, cutoff: i64, steps_cutoff: i64) -> Result<u64, sqlx::Error> {
-        let mut removed = on_pool!(self, pool => {
-            sqlx::query("DELETE FROM steps WHERE created_at < $1")
-                .bind(steps_cutoff)
-                .execute(pool)
-                .await?
-                .rows_affected()
-        });
+    pub async fn purge(
+        &self,
+        cutoff: i64,
+        steps_cutoff: i64,
+        usage_cutoff: i64,
+    ) -> Result<u64, sqlx::Error> {
+        let mut removed = 0;
+        for (sql, before) in [
+            ("DELETE FROM steps WHERE created_at < $1", steps_cutoff),
+            // An hour's row goes once the whole hour is past the cutoff.
+            (
+                "DELETE FROM usage WHERE hour < $1",
+                crate::store::hour_of(usage_cutoff),
+            ),
+        ] {
+            removed += on_pool!(self, pool => {
+                sqlx::query(sql).bind(before).execute(pool).await?.rows_affected()
+            });
+        }
         for sql in [
             "DELETE FROM messages WHERE chat_id IN (SELECT id FROM chats WHERE updated_at < $1)",
             "DELETE FROM heads WHERE chat_id IN (SELECT id FROM chats WHERE updated_at < $1)",
@@ -772,4 +783,51 @@ where
         errors: row.try_get("errors")?,
         last_error: row.try_get("last_error")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::record::Used;
+
+    const HOUR: i64 = 3_600_000;
+
+    fn used(hour: i64) -> Write {
+        Write::Usage(Used {
+            hour: hour * HOUR,
+            tenant: "team".into(),
+            key_id: "key-1".into(),
+            provider: "p".into(),
+            model: "m".into(),
+            requests: 1,
+            input_tokens: 10,
+            output_tokens: 1,
+            cost_usd: 0.5,
+            estimated: 0,
+        })
+    }
+
+    async fn requests(db: &Db) -> i64 {
+        let rows = db.usage(None, 0, 100 * HOUR, &[]).await.unwrap();
+        rows.iter().map(|r| r.requests).sum()
+    }
+
+    #[tokio::test]
+    async fn purge_drops_usage_hours_wholly_past_the_usage_cutoff_and_no_other() {
+        let db = Db::open(&Backend::Sqlite {
+            url: "sqlite::memory:".into(),
+        })
+        .unwrap();
+        db.migrate().await.unwrap();
+        db.write(&[used(10), used(11), used(12)]).await.unwrap();
+        assert_eq!(requests(&db).await, 3);
+        // The transcript cutoffs far ahead leave usage alone.
+        db.purge(1_000 * HOUR, 1_000 * HOUR, 0).await.unwrap();
+        assert_eq!(requests(&db).await, 3);
+        // A cutoff inside hour 12: hours 10 and 11 are wholly before it.
+        db.purge(0, 0, 12 * HOUR + 5).await.unwrap();
+        assert_eq!(requests(&db).await, 1);
+        db.purge(0, 0, 13 * HOUR).await.unwrap();
+        assert_eq!(requests(&db).await, 0);
+    }
 }

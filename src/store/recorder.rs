@@ -485,6 +485,7 @@ mod tests {
             },
             record: Record::All,
             retention: Duration::from_secs(86_400),
+            usage_retention: Duration::from_secs(31 * 86_400),
             link_wait: Duration::from_millis(100),
             redact,
             live_views: crate::config::store::LiveViewLimits {

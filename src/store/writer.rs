@@ -46,9 +46,10 @@ pub async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Vec<Write>>, stop: 
             next_purge = Instant::now() + PURGE_EVERY;
             let cutoff = now_ms() - shared.config.retention.as_millis() as i64;
             let steps_cutoff = now_ms() - crate::tools::steps::KEPT_FOR.as_millis() as i64;
-            match db.purge(cutoff, steps_cutoff).await {
+            let usage_cutoff = now_ms() - shared.config.usage_retention.as_millis() as i64;
+            match db.purge(cutoff, steps_cutoff, usage_cutoff).await {
                 Ok(0) => {}
-                Ok(rows) => tracing::info!(rows, "store: purged transcripts past retention"),
+                Ok(rows) => tracing::info!(rows, "store: purged rows past retention"),
                 Err(e) => tracing::warn!(error = %e, "store: purge failed"),
             }
         }

@@ -14,6 +14,9 @@ pub struct RawStore {
     pub record: Record,
     #[serde(default = "default_retention")]
     pub retention_days: u32,
+    /// How long the hourly usage rows are kept.
+    #[serde(default = "default_usage_retention")]
+    pub usage_retention_days: u32,
     /// How long linking a request to the chat it continues may wait for
     /// the database (another replica's record of the answer may be landing).
     #[serde(default = "default_link_wait")]
@@ -35,6 +38,10 @@ fn default_live_views() -> usize {
 
 fn default_live_views_per_key() -> usize {
     16
+}
+
+fn default_usage_retention() -> u32 {
+    400
 }
 
 fn default_retention() -> u32 {
