@@ -667,3 +667,104 @@ async fn a_reload_changes_limits_and_keeps_the_windows_they_count_in() {
     );
     assert_eq!(header(&r, "x-ratelimit-limit-requests"), "1");
 }
+
+/// A fallback model's repair is charged to the key like the answer it
+/// repaired: its tokens count against the tenant's tokens per minute, and
+/// the usage kept is both upstreams' tokens, each priced by its provider.
+#[tokio::test]
+async fn fallback_repairs_are_charged_to_the_key() {
+    keys();
+    let model = Mock::start(|_| {
+        Reply::json(&common::upstream_completion(
+            "<GetWeather>\n{\"location\": \"Paris\",}\n</GetWeather>",
+        ))
+    })
+    .await;
+    let fallback = Mock::start(|_| {
+        Reply::json(
+            &json!({
+                "id": "fb-1", "object": "chat.completion", "created": 1, "model": "small",
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "content": null,
+                    "tool_calls": [{"id": "x", "type": "function", "function": {
+                        "name": "GetWeather", "arguments": "{\"location\": \"Paris\"}"}}]
+                }}],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+            })
+            .to_string(),
+        )
+    })
+    .await;
+    let gw = TestConfig::new()
+        .server(AUTH)
+        .up(
+            &model.url(),
+            &format!("{PRICING}[providers.tools]\nmode = \"natural\"\non_invalid = \"fallback\"\nfallback = \"fb/small\"\n"),
+        )
+        .provider(
+            "fb",
+            &fallback.url(),
+            "[]",
+            &format!("{PRICING}[providers.tools]\nmode = \"passthrough\"\n"),
+        )
+        .raw("[store]\nurl = \"sqlite::memory:\"\n")
+        .start()
+        .await;
+    let mut body = chat("cheap-1");
+    body["tools"] = json!([{"type": "function", "function": {"name": "GetWeather",
+        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}}]);
+    let url = gw.url("/v1/chat/completions");
+    let r = post(&url, "tpm-key", &body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+        "{\"location\":\"Paris\"}",
+        "the repair answered"
+    );
+    // 30 tokens for the answer and 10 for its repair: the 40 a minute are spent.
+    let r = post(&url, "tpm-key", &body).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(header(&r, "x-ratelimit-remaining-tokens"), "0");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let rows = loop {
+        let usage = get(
+            &gw.url("/toolgate/api/usage?group_by=provider"),
+            "admin-key",
+        )
+        .await
+        .json();
+        let rows = usage["data"].as_array().cloned().unwrap_or_default();
+        if rows.len() == 2 {
+            break rows;
+        }
+        assert!(Instant::now() < deadline, "usage never landed: {usage}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let row = |provider: &str| {
+        rows.iter()
+            .find(|r| r["provider"] == provider)
+            .unwrap_or_else(|| panic!("no {provider} row: {rows:?}"))
+            .clone()
+    };
+    let (up, fb) = (row("up"), row("fb"));
+    assert_eq!(
+        (&up["input_tokens"], &up["output_tokens"]),
+        (&json!(10), &json!(20)),
+        "{up}"
+    );
+    assert_eq!(
+        (&fb["input_tokens"], &fb["output_tokens"]),
+        (&json!(7), &json!(3)),
+        "{fb}"
+    );
+    // cheap*: $10,000 and $20,000 a million input and output tokens.
+    assert!(
+        (up["cost_usd"].as_f64().unwrap() - 0.5).abs() < 1e-9,
+        "{up}"
+    );
+    assert!(
+        (fb["cost_usd"].as_f64().unwrap() - 0.13).abs() < 1e-9,
+        "{fb}"
+    );
+}
