@@ -341,9 +341,8 @@ impl Drop for Admission {
         match held.counters {
             Counters::Memory(memory) => memory.settle(&settle, now),
             Counters::Redis(redis) => match tokio::runtime::Handle::try_current() {
-                Ok(handle) => {
-                    handle.spawn(async move { redis.settle(&settle).await });
-                }
+                // Queued into the tenant's next batch, by a task of this runtime.
+                Ok(_) => redis.settle(&settle),
                 Err(_) => tracing::warn!(
                     tenant = %self.tenant.name,
                     "a request ended outside any runtime: its limits were not settled"

@@ -19,7 +19,7 @@ use http_body_util::Full;
 use serde_json::{Value, json};
 
 /// The tenants' keys, the same values every time they are set.
-const KEYS: [(&str, &str); 7] = [
+const KEYS: [(&str, &str); 8] = [
     ("LIMITS_TEST_ADMIN", "admin-key"),
     ("LIMITS_TEST_RPM", "rpm-key"),
     ("LIMITS_TEST_CONC", "conc-key"),
@@ -27,6 +27,7 @@ const KEYS: [(&str, &str); 7] = [
     ("LIMITS_TEST_BUDGET", "budget-key"),
     ("LIMITS_TEST_FREE", "free-key"),
     ("LIMITS_TEST_TOKENS_BUDGET", "tokens-budget-key"),
+    ("LIMITS_TEST_BURST", "burst-key"),
 ];
 
 fn keys() {
@@ -49,6 +50,8 @@ const AUTH: &str = "[server.auth]\nadmin_keys_env = \"LIMITS_TEST_ADMIN\"\n\
     [server.auth.keys.budget]\nusd = 0.8\nperiod = \"1d\"\n\
     [[server.auth.keys]]\nname = \"tokens-budget\"\nkey_env = \"LIMITS_TEST_TOKENS_BUDGET\"\n\
     [server.auth.keys.budget]\ntokens = 50\nperiod = \"30d\"\n\
+    [[server.auth.keys]]\nname = \"burst\"\nkey_env = \"LIMITS_TEST_BURST\"\n\
+    [server.auth.keys.limits]\nrequests_per_minute = 7\nmax_concurrent_requests = 30\n\
     [[server.auth.keys]]\nname = \"free\"\nkey_env = \"LIMITS_TEST_FREE\"\n";
 
 /// `cheap*` costs $0.50 for the mock's 10 input and 20 output tokens. The
@@ -346,14 +349,32 @@ async fn two_replicas_sharing_redis_enforce_each_limit_exactly() {
     }
     assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
 
+    // A burst: 24 requests at once, 12 on each replica, so that each
+    // replica's checks queue while one batch of them is in Redis: exactly
+    // 7 pass.
+    let burst: Vec<_> = (0..24)
+        .map(|i| {
+            let url = urls[i % 2].clone();
+            tokio::spawn(async move { post(&url, "burst-key", &chat("m")).await.status })
+        })
+        .collect();
+    let mut passed = 0;
+    for status in burst {
+        let status = status.await.unwrap();
+        assert!(status == 200 || status == 429, "{status}");
+        passed += usize::from(status == 200);
+    }
+    assert_eq!(passed, 7);
+
     // Concurrency: one in flight across both.
     open.send_replace(false);
+    let before = mock.count();
     let held = tokio::spawn({
         let url = urls[0].clone();
         async move { post(&url, "conc-key", &chat("m")).await }
     });
     let deadline = Instant::now() + Duration::from_secs(10);
-    while mock.count() < 4 {
+    while mock.count() == before {
         assert!(Instant::now() < deadline, "the held request never arrived");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
