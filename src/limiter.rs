@@ -7,15 +7,16 @@
 //!   against each of its subjects (its tenant's limits, all its keys
 //!   together; a managed key's own): a spent budget, the requests in flight,
 //!   requests and tokens per minute, every subject checked before any is
-//!   charged (one Redis script; none for a request without limits). A
+//!   charged (in one Redis script call; none for a request without limits). A
 //!   refusal is a `429` [`GatewayError::Limited`] with `Retry-After` and
 //!   `x-ratelimit-*`.
 //! - The [`Admission`] it returns is the request's [`Meter`]: every answered
 //!   upstream attempt (gateway-tool rounds and repairs too) reports its
 //!   tokens to it, priced by the provider's `pricing`. When the request's
 //!   last piece of work ends it is dropped, which frees its concurrency
-//!   slots, charges its tokens and spend (a second script, sent without
-//!   the request waiting for it) and queues its usage rows.
+//!   slots, charges its tokens and spend (in Redis: queued into the
+//!   tenant's next script call, which the request does not wait for) and
+//!   queues its usage rows.
 //!
 //! `gcra` holds the arithmetic both counters run; `memory` and `redis` the
 //! two counters.

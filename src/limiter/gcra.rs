@@ -1,5 +1,5 @@
 //! The arithmetic of every limit, pure: what the in-memory counters run
-//! and what `redis.lua` runs in Redis, step for step, so both refuse at
+//! and what `batch.lua` runs in Redis, step for step, so both refuse at
 //! the same point. Times are microseconds since the Unix epoch.
 //!
 //! Requests and tokens per minute are GCRA (the generic cell rate
