@@ -564,7 +564,7 @@ $(for row in ljson lsse; do for c in 1 32; do
 done; done)
 | CPU per request (non-stream) | | $(cpu ljson keyed 1) µs | $(cpu ljson memlimited 1) µs | $(cpu ljson redislimited 1) µs | |
 
-Redis script calls per request through the Redis-limited gateway: $REDIS_CALLS (the admission on the request's path, and the settlement sent after its answer without waiting), each taking $REDIS_USEC µs of Redis's own CPU (on the same cores); limiter errors: $LIMITER_ERRORS.
+Redis script calls per request through the Redis-limited gateway: $REDIS_CALLS (each call carries the admissions and settlements of the tenant that queued while its last call was in Redis), each taking $REDIS_USEC µs of Redis's own CPU (on the same cores): $(awk -v c="$REDIS_CALLS" -v u="$REDIS_USEC" 'BEGIN {if (c + 0 > 0) printf "%.1f", c * u; else print "–"}') µs a request; limiter errors: $LIMITER_ERRORS.
 EOF
 )
 if [ "${ONLY:-}" = limits ]; then
