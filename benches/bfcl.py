@@ -196,9 +196,15 @@ def check_grammars(toolgate, llama, categories, syntaxes, parallel):
         for done, verdict in enumerate(pool.map(one, work), 1):
             if verdict:
                 refused.append(verdict)
-            print(f"\rgrammars {done}/{len(work)}", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+            progress(f"grammars {done}/{len(work)}")
+    progress(None)
     return len(work), refused
+
+
+def progress(line):
+    """A progress line rewritten in place on a terminal; nothing in a log."""
+    if sys.stderr.isatty():
+        print("\r" + line if line else "", end="" if line else "\n", file=sys.stderr, flush=True)
 
 
 def main():
@@ -268,8 +274,8 @@ def main():
                 "request": body, "answer": answer,
             }) + "\n")
             log.flush()
-            print(f"\r{done}/{len(work)}", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+            progress(f"{done}/{len(work)}")
+    progress(None)
     header = "| arm | " + " | ".join(categories) + " |"
     print(header)
     print("|" + "---|" * (len(categories) + 1))

@@ -10,6 +10,7 @@
 #   ARMS=tag,tag-gbnf CATEGORIES=parallel bash benches/bfcl.sh
 #   TOOLGATE_BIN=/path/to/toolgate bash benches/bfcl.sh   # another build (a baseline)
 #   GRAMMAR_CATEGORIES=all BFCL_N=0 bash benches/bfcl.sh  # only: does llama-server read every grammar?
+#   CHECK_GRAMMARS=0 ARMS=tag-gbnf bash benches/bfcl.sh   # constrained, without that check first
 #
 # Arms: native (llama.cpp's own tool calling, passthrough), tag, tool_call,
 # bracket (natural mode in that syntax), rescue (passthrough with
@@ -76,7 +77,7 @@ for name in $MODELS; do
   echo "== BFCL ($name): $CATEGORIES, $BFCL_N cases each (every k-th), arms $ARMS"
   start=$SECONDS
   grammars=()
-  case ,$ARMS, in *-gbnf,*) grammars=(--check-grammars --toolgate "$bin" --llama "http://127.0.0.1:$port"
+  case ,$ARMS,${CHECK_GRAMMARS:-1} in *-gbnf,*1) grammars=(--check-grammars --toolgate "$bin" --llama "http://127.0.0.1:$port"
     --grammar-categories "${GRAMMAR_CATEGORIES:-$CATEGORIES}") ;; esac
   "$venv/bin/python" benches/bfcl.py --base "http://127.0.0.1:$gw_port" --model "$name" "${grammars[@]}" \
     --arms "$ARMS" --categories "$CATEGORIES" --n "$BFCL_N" --parallel "$PARALLEL" \
