@@ -308,7 +308,10 @@ mod tests {
         Syntax::Tag.render_call("ToolName", &json!({"parameter": "first value"}), &mut pair);
         pair.push('\n');
         Syntax::Tag.render_call("ToolName", &json!({"parameter": "second value"}), &mut pair);
-        assert!(auto.contains(&format!("Two calls look like this:\n\n{pair}\n\n")), "{auto}");
+        assert!(
+            auto.contains(&format!("Two calls look like this:\n\n{pair}\n\n")),
+            "{auto}"
+        );
         assert!(auto.contains("instead of working out the answer yourself"));
         assert!(auto.contains("When no tool fits the request, answer directly"));
         assert!(auto.contains("BEFORE the calls"));

@@ -702,18 +702,11 @@ async fn fallback_repairs_are_charged_to_the_key() {
     })
     .await;
     let fallback = Mock::start(|_| {
-        Reply::json(
-            &json!({
-                "id": "fb-1", "object": "chat.completion", "created": 1, "model": "small",
-                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                    "role": "assistant", "content": null,
-                    "tool_calls": [{"id": "x", "type": "function", "function": {
-                        "name": "GetWeather", "arguments": "{\"location\": \"Paris\"}"}}]
-                }}],
-                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
-            })
-            .to_string(),
-        )
+        Reply::json(&common::fallback_weather_call(
+            "{\"location\": \"Paris\"}",
+            7,
+            3,
+        ))
     })
     .await;
     let gw = TestConfig::new()

@@ -490,17 +490,11 @@ async fn a_natural_repair_is_a_span_with_the_fallback_chat_under_it() {
     let broken = "Checking.\n\n<GetWeather>\n{\"city\": \"Paris\",}\n</GetWeather>\n";
     let model = Mock::start(move |_| sse(common::upstream_sse(&[broken], None))).await;
     let fallback = Mock::start(|_| {
-        Reply::json(
-            &json!({
-                "id": "fb-1", "object": "chat.completion", "created": 1, "model": "small",
-                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                    "role": "assistant", "content": null,
-                    "tool_calls": [{"id": "x", "type": "function", "function": {"name": "GetWeather", "arguments": "{\"location\": \"Paris\"}"}}]
-                }}],
-                "usage": {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49}
-            })
-            .to_string(),
-        )
+        Reply::json(&common::fallback_weather_call(
+            "{\"location\": \"Paris\"}",
+            40,
+            9,
+        ))
     })
     .await;
     let config = TestConfig::new()

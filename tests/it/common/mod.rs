@@ -476,6 +476,21 @@ pub fn upstream_sse(pieces: &[&str], usage: Option<&serde_json::Value>) -> Strin
     out
 }
 
+/// A fallback model's non-streaming answer: one native `GetWeather` call
+/// with `arguments`, and the usage it reports.
+pub fn fallback_weather_call(arguments: &str, input_tokens: u64, output_tokens: u64) -> String {
+    serde_json::json!({
+        "id": "fb-1", "object": "chat.completion", "created": 1, "model": "small",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null,
+            "tool_calls": [{"id": "x", "type": "function", "function": {"name": "GetWeather", "arguments": arguments}}]
+        }}],
+        "usage": {"prompt_tokens": input_tokens, "completion_tokens": output_tokens,
+                  "total_tokens": input_tokens + output_tokens}
+    })
+    .to_string()
+}
+
 /// A non-streaming upstream `chat.completion` whose message is `content`.
 pub fn upstream_completion(content: &str) -> String {
     serde_json::json!({
