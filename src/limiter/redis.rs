@@ -61,7 +61,7 @@ struct Op {
     keys: Vec<String>,
     args: Vec<String>,
     /// An admission's waiter.
-    reply: Option<Reply>,
+    reply: Option<oneshot::Sender<Result<[i64; REPLY_LEN], RedisFailure>>>,
 }
 
 #[derive(Clone, Copy)]
@@ -79,12 +79,6 @@ impl OpKind {
     }
 }
 
-struct Reply {
-    tx: oneshot::Sender<Result<[i64; REPLY_LEN], RedisFailure>>,
-    /// Frees the admission's slots when its waiter is gone.
-    release: Box<Op>,
-}
-
 impl Op {
     fn new(kind: OpKind, member: &str) -> Op {
         Op {
@@ -94,6 +88,55 @@ impl Op {
             args: Vec::new(),
             reply: None,
         }
+    }
+
+    /// An admission of `check`, as `batch.lua` reads it.
+    fn admission(check: &Check<'_>) -> Op {
+        let mut op = Op::new(OpKind::Admit, check.member);
+        op.args.push(check.subjects.len().to_string());
+        for subject in &check.subjects {
+            let keys = Keys::of(subject.redis, subject.budget.map_or(0, |b| b.period));
+            let quota = subject.quota;
+            let concurrent = quota.max_concurrent_requests.map_or(0, NonZero::get);
+            op.keys
+                .extend([keys.requests, keys.tokens, keys.in_flight, keys.budget]);
+            op.args.extend([
+                quota
+                    .requests_per_minute
+                    .map_or(0, NonZero::get)
+                    .to_string(),
+                quota.tokens_per_minute.map_or(0, NonZero::get).to_string(),
+                concurrent.to_string(),
+                subject.budget.map_or(0.0, |b| b.amount).to_string(),
+            ]);
+        }
+        op
+    }
+
+    /// The settle that frees an admission's concurrency slots and charges
+    /// nothing, read from its own keys and arguments (`batch.lua`'s layout:
+    /// the subject count, then four keys and four arguments a subject).
+    fn release(self) -> Op {
+        let subjects: Vec<(&[String], &[String])> = self
+            .keys
+            .chunks_exact(4)
+            .zip(self.args[1..].chunks_exact(4))
+            .collect();
+        let mut release = Op::new(OpKind::Settle, &self.member);
+        release
+            .args
+            .extend(["0".to_owned(), subjects.len().to_string()]);
+        for (keys, args) in subjects {
+            release.keys.extend_from_slice(&keys[1..4]);
+            let slot = u8::from(args[2] != "0");
+            release.args.extend([
+                "0".to_owned(),
+                slot.to_string(),
+                "0".to_owned(),
+                "0".to_owned(),
+            ]);
+        }
+        release
     }
 }
 
@@ -186,45 +229,9 @@ impl Counters {
     }
 
     async fn try_admit(self: &Arc<Self>, check: &Check<'_>) -> Result<Verdict, RedisFailure> {
-        let mut op = Op::new(OpKind::Admit, check.member);
-        op.args.push(check.subjects.len().to_string());
-        // Frees the slots again if the request is gone when its verdict comes.
-        let mut release = Op::new(OpKind::Settle, check.member);
-        release
-            .args
-            .extend(["0".to_owned(), check.subjects.len().to_string()]);
-        for subject in &check.subjects {
-            let keys = Keys::of(subject.redis, subject.budget.map_or(0, |b| b.period));
-            let quota = subject.quota;
-            let concurrent = quota.max_concurrent_requests.map_or(0, NonZero::get);
-            release.keys.extend([
-                keys.tokens.clone(),
-                keys.in_flight.clone(),
-                keys.budget.clone(),
-            ]);
-            release.args.extend([
-                "0".to_owned(),
-                u8::from(concurrent > 0).to_string(),
-                "0".to_owned(),
-                "0".to_owned(),
-            ]);
-            op.keys
-                .extend([keys.requests, keys.tokens, keys.in_flight, keys.budget]);
-            op.args.extend([
-                quota
-                    .requests_per_minute
-                    .map_or(0, NonZero::get)
-                    .to_string(),
-                quota.tokens_per_minute.map_or(0, NonZero::get).to_string(),
-                concurrent.to_string(),
-                subject.budget.map_or(0.0, |b| b.amount).to_string(),
-            ]);
-        }
+        let mut op = Op::admission(check);
         let (tx, rx) = oneshot::channel();
-        op.reply = Some(Reply {
-            tx,
-            release: Box::new(release),
-        });
+        op.reply = Some(tx);
         self.submit(lane(check.subjects.first().map_or("", |s| s.redis)), op);
         // The batch before this one may still be in Redis.
         let reply = tokio::time::timeout(self.timeout * 2, rx)
@@ -316,18 +323,17 @@ impl Counters {
     async fn drain(self: Arc<Self>, lane: String, mut batch: Vec<Op>) {
         loop {
             let result = self.run(&batch).await;
-            let settles = batch.iter().filter(|op| op.reply.is_none()).count();
-            let admissions = batch.into_iter().filter_map(|op| op.reply);
             match result {
                 Ok(replies) => {
                     self.note(None);
                     let mut replies = replies.chunks_exact(REPLY_LEN);
-                    for reply in admissions {
+                    for mut op in batch {
+                        let Some(tx) = op.reply.take() else { continue };
                         let Some(verdict) = replies.next().and_then(|r| r.try_into().ok()) else {
-                            let _ = reply.tx.send(Err(RedisFailure::Reply(Vec::new())));
+                            let _ = tx.send(Err(RedisFailure::Reply(Vec::new())));
                             continue;
                         };
-                        if let Err(Ok([0, ..])) = reply.tx.send(Ok(verdict)) {
+                        if let Err(Ok([0, ..])) = tx.send(Ok(verdict)) {
                             // Admitted, and nobody waits for it any more:
                             // its slots would stay taken for the lease.
                             self.lanes
@@ -335,18 +341,19 @@ impl Counters {
                                 .unwrap_or_else(PoisonError::into_inner)
                                 .get_mut(&lane)
                                 .expect(RUNNING)
-                                .push(*reply.release);
+                                .push(op.release());
                         }
                     }
                 }
                 Err(failure) => {
-                    // Each admission counts its own failure.
+                    // An admission counts its own failure (`admit`).
                     let failure = Arc::new(failure);
-                    for reply in admissions {
-                        let _ = reply.tx.send(Err(RedisFailure::Batch(failure.clone())));
-                    }
-                    for _ in 0..settles {
-                        self.note(Some(&RedisFailure::Batch(failure.clone())));
+                    for op in batch {
+                        let failed = RedisFailure::Batch(failure.clone());
+                        match op.reply {
+                            Some(tx) => drop(tx.send(Err(failed))),
+                            None => self.note(Some(&failed)),
+                        }
                     }
                 }
             }
@@ -416,6 +423,92 @@ impl Keys {
             tokens: format!("{base}:tokens"),
             in_flight: format!("{base}:in_flight"),
             budget: format!("{base}:spent:{period}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::{NonZeroU32, NonZeroU64};
+
+    use super::*;
+    use crate::config::limits::Quota;
+    use crate::limiter::{Check, SubjectCheck};
+
+    fn quotas() -> [Quota; 2] {
+        [
+            Quota {
+                max_concurrent_requests: NonZeroU32::new(4),
+                requests_per_minute: NonZeroU32::new(60),
+                ..Quota::default()
+            },
+            Quota {
+                tokens_per_minute: NonZeroU64::new(1000),
+                ..Quota::default()
+            },
+        ]
+    }
+
+    fn check<'a>(quotas: &'a [Quota; 2], member: &'a str) -> Check<'a> {
+        Check {
+            subjects: vec![
+                SubjectCheck {
+                    counter: "tenant:t",
+                    redis: "toolgate:{t}",
+                    quota: &quotas[0],
+                    budget: None,
+                },
+                SubjectCheck {
+                    counter: "key:k",
+                    redis: "toolgate:{t}:key:k",
+                    quota: &quotas[1],
+                    budget: None,
+                },
+            ],
+            member,
+        }
+    }
+
+    #[test]
+    fn a_release_frees_exactly_the_slots_its_admission_took() {
+        let quotas = quotas();
+        let release = Op::admission(&check(&quotas, "m1")).release();
+        assert!(matches!(release.kind, OpKind::Settle));
+        assert_eq!(release.member, "m1");
+        assert_eq!(
+            release.keys,
+            [
+                "toolgate:{t}:tokens",
+                "toolgate:{t}:in_flight",
+                "toolgate:{t}:spent:0",
+                "toolgate:{t}:key:k:tokens",
+                "toolgate:{t}:key:k:in_flight",
+                "toolgate:{t}:key:k:spent:0",
+            ]
+        );
+        // No tokens; the tenant's slot freed, the key (no concurrency limit)
+        // has none; nothing spent.
+        assert_eq!(
+            release.args,
+            ["0", "2", "0", "1", "0", "0", "0", "0", "0", "0"]
+        );
+        assert_eq!(lane("toolgate:{t}:key:k"), "{t}");
+    }
+
+    /// A lane lives while it has work: once its ops are done (here: failed,
+    /// Redis does not listen), it is gone from the map.
+    #[tokio::test]
+    async fn lanes_are_removed_when_their_work_is_done() {
+        let counters =
+            Arc::new(Counters::new("redis://127.0.0.1:1", Duration::from_millis(200), 1).unwrap());
+        let quotas = quotas();
+        for member in ["m1", "m2", "m3"] {
+            assert!(counters.admit(&check(&quotas, member)).await.is_err());
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !counters.lanes.lock().unwrap().is_empty() {
+            assert!(Instant::now() < deadline, "a lane outlived its work");
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 }
