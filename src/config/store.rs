@@ -255,9 +255,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn urls() {
-        let raw = |url: &str| RawStore {
+    /// `[store]` at `url` with the defaults.
+    fn raw_store(url: &str) -> RawStore {
+        RawStore {
             url: url.into(),
             password_env: None,
             record: Record::Tools,
@@ -267,7 +267,12 @@ mod tests {
             redact: vec![],
             max_live_views: 1000,
             max_live_views_per_key: 16,
-        };
+        }
+    }
+
+    #[test]
+    fn urls() {
+        let raw = raw_store;
         assert!(matches!(
             store(&raw("sqlite::memory:")).unwrap().backend,
             Backend::Sqlite { .. }
@@ -288,15 +293,8 @@ mod tests {
     #[test]
     fn link_wait_is_bounded() {
         let raw = |ms: u32| RawStore {
-            url: "sqlite::memory:".into(),
-            password_env: None,
-            record: Record::Tools,
-            retention_days: 30,
-            usage_retention_days: 400,
             link_wait_ms: ms,
-            redact: vec![],
-            max_live_views: 1000,
-            max_live_views_per_key: 16,
+            ..raw_store("sqlite::memory:")
         };
         assert_eq!(
             store(&raw(250)).unwrap().link_wait,
@@ -310,15 +308,8 @@ mod tests {
     #[test]
     fn usage_outlives_a_budget_period() {
         let raw = |days: u32| RawStore {
-            url: "sqlite::memory:".into(),
-            password_env: None,
-            record: Record::Tools,
-            retention_days: 1,
             usage_retention_days: days,
-            link_wait_ms: 100,
-            redact: vec![],
-            max_live_views: 1000,
-            max_live_views_per_key: 16,
+            ..raw_store("sqlite::memory:")
         };
         assert_eq!(
             store(&raw(31)).unwrap().usage_retention,
