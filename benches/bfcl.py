@@ -13,9 +13,12 @@ checker's one need from them, the model config table, is given here).
     python benches/bfcl.py --base URL --model MODEL --arms native,tag,... \
         --categories simple_python,... --n 25 --out DIR
 
+    python benches/bfcl.py --report DIR/cases.jsonl   # judge a run again
+
 Every k-th case of a category is taken (k = its size // n), so runs compare.
-Prints a Markdown table (arm x category: passes/cases) and writes one JSON
-line per case and arm (request, answer, verdict) to DIR/cases.jsonl.
+Prints two Markdown tables (arm x category: passes/cases; arm x failure
+mode: how many failed that way) and writes one JSON line per case and arm
+(request, answer, verdict, mode) to DIR/cases.jsonl.
 """
 
 import argparse
@@ -23,6 +26,7 @@ import concurrent.futures
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -123,22 +127,88 @@ def calls_of(answer):
 
 
 def judge(category, case, truth, status, answer):
-    """(passed, why) for one answer."""
+    """(passed, why, mode) for one answer; `mode` (see `MODES`) names how a
+    failure failed, `None` for a pass."""
     if status != 200:
-        return False, f"http {status}: {(answer.get('error') or {}).get('code')}"
+        return False, f"http {status}: {(answer.get('error') or {}).get('code')}", "request failed"
     calls = calls_of(answer)
     if "irrelevance" in category:
         if calls is None or is_empty_output(calls):
-            return True, "no call"
-        return False, "called " + ", ".join(next(iter(c)) for c in calls)
+            return True, "no call", None
+        names = ", ".join(next(iter(c)) for c in calls)
+        mode = "called, every value in the question" if all(
+            grounded(value, question_of(case)) for c in calls for value in leaves(next(iter(c.values())))
+        ) else "called, a value not in the question"
+        return False, "called " + names, mode
     if calls is None:
-        return False, "arguments not JSON"
+        return False, "arguments not JSON", "wrong or missing value"
     if not calls:
-        return False, "no call"
+        return False, "no call", "call outside the syntax" if call_like(answer) else "answered in text"
     verdict = ast_checker(
         case["function"], calls, truth, Language.PYTHON, category, MODEL
     )
-    return verdict["valid"], "; ".join(map(str, verdict.get("error", []))) or "ok"
+    why = "; ".join(map(str, verdict.get("error", []))) or "ok"
+    if verdict["valid"]:
+        return True, why, None
+    kind = verdict.get("error_type", "")
+    if kind.endswith("wrong_count"):
+        if len(calls) > len(truth):
+            mode = "too many calls"
+        else:
+            mode = "call outside the syntax" if call_like(answer) else "too few calls"
+    elif kind.endswith("wrong_func_name") or (
+        kind.endswith("cannot_find_match")
+        and sorted(next(iter(c)) for c in calls) != sorted(next(iter(t)) for t in truth)
+    ):
+        mode = "wrong tool"
+    else:
+        mode = "wrong or missing value"
+    return False, why, mode
+
+
+# How a failing case failed, in the order the report lists them.
+MODES = [
+    "request failed", "answered in text", "call outside the syntax", "too few calls",
+    "too many calls", "wrong tool", "wrong or missing value",
+    "called, every value in the question", "called, a value not in the question",
+]
+
+
+def question_of(case):
+    """The user's words in the case's first turn."""
+    return " ".join(
+        m.get("content") or "" for m in case["question"][0] if m.get("role") == "user"
+    ).lower()
+
+
+def leaves(value):
+    """The scalar values inside an argument object."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from leaves(v)
+    else:
+        yield value
+
+
+def grounded(value, question):
+    """Whether an argument value can be read in the question: strings and
+    numbers must appear in it; booleans and nulls carry no invented fact."""
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, (int, float)):
+        text = f"{value:g}" if isinstance(value, float) else str(value)
+        return text in question.replace(",", "")
+    return str(value).lower() in question
+
+
+def call_like(answer):
+    """Whether an answer's text holds a JSON object, as a call written
+    outside the syntax does (a fenced block, a bare object)."""
+    message = ((answer.get("choices") or [{}])[0]).get("message") or {}
+    return re.search(r'\{\s*"', message.get("content") or "") is not None
 
 
 def check_grammars(toolgate, llama, categories, syntaxes, parallel):
@@ -209,12 +279,14 @@ def progress(line):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--base", required=True)
-    p.add_argument("--model", required=True, help="the upstream model's name (after ARM/)")
-    p.add_argument("--arms", required=True)
-    p.add_argument("--categories", required=True)
+    p.add_argument("--report", metavar="CASES_JSONL",
+                   help="judge an earlier run's cases.jsonl again and print its tables; nothing is sent")
+    p.add_argument("--base")
+    p.add_argument("--model", help="the upstream model's name (after ARM/)")
+    p.add_argument("--arms")
+    p.add_argument("--categories")
     p.add_argument("--n", type=int, default=25)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out")
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--timeout", type=float, default=600)
@@ -225,6 +297,11 @@ def main():
     p.add_argument("--grammar-categories", default="",
                    help="the categories --check-grammars reads (default --categories; `all`: every single-turn one)")
     args = p.parse_args()
+    if args.report:
+        report(*rejudge(args.report))
+        return
+    if not (args.base and args.model and args.arms and args.categories and args.out):
+        p.error("--base, --model, --arms, --categories and --out are needed to run (or --report)")
     arms = args.arms.split(",")
     categories = args.categories.split(",")
     if args.check_grammars:
@@ -248,8 +325,6 @@ def main():
         for case, truth in sample(category, args.n)
         for arm in arms
     ]
-    results = defaultdict(lambda: [0, 0])
-    failures = defaultdict(lambda: defaultdict(int))
     done = 0
 
     def one(item):
@@ -257,39 +332,64 @@ def main():
         body, status, answer, seconds = ask(
             args.base, f"{arm}/{args.model}", case, args.max_tokens, args.timeout
         )
-        passed, why = judge(category, case, truth, status, answer)
-        return arm, category, case, body, status, answer, seconds, passed, why
+        passed, why, mode = judge(category, case, truth, status, answer)
+        return {
+            "arm": arm, "category": category, "id": case["id"], "passed": passed,
+            "why": why, "mode": mode, "status": status, "seconds": round(seconds, 2),
+            "request": body, "answer": answer,
+        }
 
+    records = []
     with open(os.path.join(args.out, "cases.jsonl"), "w") as log, \
             concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
-        for arm, category, case, body, status, answer, seconds, passed, why in pool.map(one, work):
+        for record in pool.map(one, work):
             done += 1
-            results[(arm, category)][0] += passed
-            results[(arm, category)][1] += 1
-            if not passed:
-                failures[arm][why.split(":")[0][:60]] += 1
-            log.write(json.dumps({
-                "arm": arm, "category": category, "id": case["id"], "passed": passed,
-                "why": why, "status": status, "seconds": round(seconds, 2),
-                "request": body, "answer": answer,
-            }) + "\n")
+            records.append(record)
+            log.write(json.dumps(record) + "\n")
             log.flush()
             progress(f"{done}/{len(work)}")
     progress(None)
-    header = "| arm | " + " | ".join(categories) + " |"
-    print(header)
+    report(records, arms, categories)
+
+
+def rejudge(path):
+    """The records of an earlier run's cases.jsonl, judged again (modes
+    included) against the package's data."""
+    cases = {}
+    records = load(path)
+    for category in {r["category"] for r in records}:
+        for case, truth in sample(category, 10**9):
+            cases[case["id"]] = (case, truth)
+    for r in records:
+        case, truth = cases[r["id"]]
+        r["passed"], r["why"], r["mode"] = judge(r["category"], case, truth, r["status"], r["answer"])
+    arms = list(dict.fromkeys(r["arm"] for r in records))
+    categories = list(dict.fromkeys(r["category"] for r in records))
+    return records, arms, categories
+
+
+def report(records, arms, categories):
+    """Two Markdown tables: passes per arm and category, then how the
+    failures failed, per arm (modes that occurred only)."""
+    results = defaultdict(lambda: [0, 0])
+    modes = defaultdict(lambda: defaultdict(int))
+    for r in records:
+        results[(r["arm"], r["category"])][0] += r["passed"]
+        results[(r["arm"], r["category"])][1] += 1
+        if not r["passed"]:
+            modes[r["arm"]][r["mode"]] += 1
+    print("| arm | " + " | ".join(categories) + " |")
     print("|" + "---|" * (len(categories) + 1))
     for arm in arms:
-        cells = []
-        for category in categories:
-            passed, total = results[(arm, category)]
-            cells.append(f"{passed}/{total}")
+        cells = [f"{results[(arm, c)][0]}/{results[(arm, c)][1]}" for c in categories]
         print(f"| {arm} | " + " | ".join(cells) + " |")
-    print()
-    for arm in arms:
-        top = sorted(failures[arm].items(), key=lambda kv: -kv[1])[:5]
-        if top:
-            print(f"{arm} failures: " + "; ".join(f"{why} ({n})" for why, n in top))
+    seen = [m for m in MODES if any(modes[arm][m] for arm in arms)]
+    if seen:
+        print()
+        print("| failures | " + " | ".join(seen) + " |")
+        print("|" + "---|" * (len(seen) + 1))
+        for arm in arms:
+            print(f"| {arm} | " + " | ".join(str(modes[arm][m]) for m in seen) + " |")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,11 @@
 # "gbnf"). With a constrained arm, every case of the categories (all
 # single-turn ones with GRAMMAR_CATEGORIES=all) first has its grammar sent
 # to llama-server, which must read each (the run stops otherwise). Results:
-# a table per model on stdout; every case's request,
-# answer and verdict in $OUT/<model>/cases.jsonl (OUT default
-# target/bfcl). The first run builds llama.cpp (about 10 minutes on 2 cores).
+# per model on stdout, passes per arm and category and how the failures
+# failed (benches/bfcl.py's MODES); every case's request, answer, verdict and
+# mode in $OUT/<model>/cases.jsonl (OUT default target/bfcl), which
+# `benches/bfcl.py --report FILE` judges again and tabulates. The first run
+# builds llama.cpp (about 10 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
