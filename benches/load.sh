@@ -108,7 +108,7 @@ if [ -n "${TOOLGATE_BIN:-}" ]; then
 else
     log "building toolgate (cargo build --release)"
     cargo build --release --bin toolgate >&2
-    cp target/release/toolgate "$TMP/toolgate"
+    cp "${CARGO_TARGET_DIR:-target}/release/toolgate" "$TMP/toolgate"
 fi
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

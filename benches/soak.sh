@@ -51,7 +51,7 @@ CLIENT=$(exe load_client)
 if [ -z "${TOOLGATE_BIN:-}" ]; then
     log "building toolgate (cargo build --release)"
     cargo build --release --bin toolgate >&2
-    TOOLGATE_BIN=target/release/toolgate
+    TOOLGATE_BIN=${CARGO_TARGET_DIR:-target}/release/toolgate
 fi
 
 "$MOCK" serve --listen 127.0.0.1:0 --threads 1 >"$TMP/mock.out" 2>"$TMP/mock.err" &

@@ -7,7 +7,7 @@
 # Env:
 #   TOOLGATE_PYTHON               python to use (default python3); PyYAML is
 #                                 pip-installed into it if missing
-#   TOOLGATE_BIN                  toolgate binary (default target/debug/toolgate,
+#   TOOLGATE_BIN                  toolgate binary (default debug/toolgate under $CARGO_TARGET_DIR or target/,
 #                                 built with `cargo build` when it is the default)
 #   TOOLGATE_SKIP_RELEASE_BUILD=1 don't run the Dockerfile's release build; only
 #                                 check its command, its COPY sources and that
@@ -30,7 +30,7 @@ if ! "$py" -c 'import tomllib' 2>/dev/null && ! "$py" -c 'import tomli' 2>/dev/n
   "$py" -m pip install --quiet --disable-pip-version-check --no-input tomli >&2
 fi
 
-bin=${TOOLGATE_BIN:-target/debug/toolgate}
+bin=${TOOLGATE_BIN:-${CARGO_TARGET_DIR:-target}/debug/toolgate}
 if [ -z "${TOOLGATE_BIN:-}" ]; then
   # A no-op when up to date; a stale binary would check the wrong code.
   cargo build --quiet --locked --bin toolgate
