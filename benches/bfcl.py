@@ -136,8 +136,9 @@ def judge(category, case, truth, status, answer):
         if calls is None or is_empty_output(calls):
             return True, "no call", None
         names = ", ".join(next(iter(c)) for c in calls)
+        question = question_of(case)
         mode = "called, every value in the question" if all(
-            grounded(value, question_of(case)) for c in calls for value in leaves(next(iter(c.values())))
+            grounded(value, question) for c in calls for value in leaves(next(iter(c.values())))
         ) else "called, a value not in the question"
         return False, "called " + names, mode
     if calls is None:

@@ -117,16 +117,15 @@ impl Op {
     /// nothing, read from its own keys and arguments (`batch.lua`'s layout:
     /// the subject count, then four keys and four arguments a subject).
     fn release(self) -> Op {
-        let subjects: Vec<(&[String], &[String])> = self
-            .keys
-            .chunks_exact(4)
-            .zip(self.args[1..].chunks_exact(4))
-            .collect();
         let mut release = Op::new(OpKind::Settle, &self.member);
         release
             .args
-            .extend(["0".to_owned(), subjects.len().to_string()]);
-        for (keys, args) in subjects {
+            .extend(["0".to_owned(), (self.keys.len() / 4).to_string()]);
+        for (keys, args) in self
+            .keys
+            .chunks_exact(4)
+            .zip(self.args[1..].chunks_exact(4))
+        {
             release.keys.extend_from_slice(&keys[1..4]);
             let slot = u8::from(args[2] != "0");
             release.args.extend([
