@@ -11,10 +11,16 @@
 //! - `to_natural/<n>`: a natural-text history of `n` calls answered in
 //!   reverse order (to_natural's pending calls).
 //! - `parser_names/<n>`: prose full of `<` openers against `n` tool names.
+//! - `grammar/type_bomb/<levels>`: a `constrain = "gbnf"` rewrite of one
+//!   tool whose schema nests `levels` objects, each naming `object` in its
+//!   `type` four times (12 levels is a 1 KB body).
+//! - `grammar/wide/<n>`: one tool of `n` distinct properties; at 70,000 the
+//!   grammar crosses its node budget and the rewrite is a 400.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::{Map, Value, json};
 use std::hint::black_box;
+use toolgate::config::Constrain;
 use toolgate::natural::parser::{Parser, ParserOptions};
 use toolgate::natural::request::{ContractCache, NaturalOptions, rewrite};
 use toolgate::natural::syntax::Syntax;
@@ -103,7 +109,55 @@ fn natural(c: &mut Criterion, group: &str, make: fn(usize) -> Vec<u8>) {
     g.finish();
 }
 
+fn grammar_body(parameters: Value) -> Vec<u8> {
+    let tool = json!({"type": "function", "function": {"name": "d", "parameters": parameters}});
+    serde_json::to_vec(&json!({"model": "m", "messages": [user("hi")], "tools": [tool]})).unwrap()
+}
+
+fn type_bomb(levels: usize) -> Vec<u8> {
+    let mut n = json!({"type": "string"});
+    for _ in 0..levels {
+        n = json!({"type": ["object", "object", "object", "object"], "properties": {"a": n}});
+    }
+    grammar_body(n)
+}
+
+fn wide(n: usize) -> Vec<u8> {
+    let properties: Map<String, Value> = (0..n)
+        .map(|i| (format!("p{i}"), json!({"enum": [i]})))
+        .collect();
+    grammar_body(json!({"type": "object", "properties": properties}))
+}
+
+fn grammars(c: &mut Criterion) {
+    let options = NaturalOptions {
+        syntax: Syntax::ToolCall,
+        constrain: Constrain::Gbnf,
+        ..NaturalOptions::default()
+    };
+    let mut g = c.benchmark_group("grammar");
+    g.sample_size(10);
+    let cases = [
+        ("type_bomb", 12, type_bomb(12)),
+        ("type_bomb", 96, type_bomb(96)),
+        ("wide", 8_000, wide(8_000)),
+        ("wide", 64_000, wide(64_000)),
+        ("wide", 70_000, wide(70_000)),
+    ];
+    for (name, n, body) in &cases {
+        g.bench_with_input(BenchmarkId::new(*name, n), body, |b, body| {
+            b.iter(|| {
+                // A fresh cache each time: the grammar is written anew.
+                let out = rewrite(black_box(body), &options, &ContractCache::default());
+                black_box(out.is_ok())
+            });
+        });
+    }
+    g.finish();
+}
+
 fn bench(c: &mut Criterion) {
+    grammars(c);
     natural(c, "keys", keys_body);
     natural(c, "tools", tools_body);
     natural(c, "results", results_body);

@@ -50,6 +50,14 @@ pub enum RequestError {
         /// The limit, in bytes.
         limit: usize,
     },
+    /// The grammar of constrained calls (`constrain = "gbnf"`) for the
+    /// declared tools would cross its budget; `name` is the tool that did.
+    GrammarTooLarge {
+        /// The tool whose schema crossed the budget.
+        name: String,
+        /// The limit crossed, phrased for the message ("65536 rules").
+        limit: String,
+    },
     /// `tool_choice` (or `function_call`) names a tool that was not declared.
     UndeclaredTool {
         /// The field holding the name.
@@ -74,7 +82,9 @@ impl RequestError {
     pub fn param(&self) -> Option<&str> {
         match self {
             RequestError::InvalidJson { .. } | RequestError::NotAnObject => None,
-            RequestError::ContractTooLarge { .. } => Some("tools"),
+            RequestError::ContractTooLarge { .. } | RequestError::GrammarTooLarge { .. } => {
+                Some("tools")
+            }
             RequestError::Missing { param }
             | RequestError::WrongType { param, .. }
             | RequestError::InvalidValue { param, .. }
@@ -125,6 +135,10 @@ impl fmt::Display for RequestError {
             RequestError::ContractTooLarge { name, limit } => write!(
                 f,
                 "'tools': the schema of tool '{name}' makes the tool instructions larger than {limit} bytes; simplify its parameters"
+            ),
+            RequestError::GrammarTooLarge { name, limit } => write!(
+                f,
+                "'tools': the schema of tool '{name}' makes the grammar of constrained calls larger than {limit}; simplify its parameters"
             ),
             RequestError::UndeclaredTool { param, name } => {
                 write!(f, "'{param}': '{name}' is not one of the declared tools")

@@ -10,6 +10,11 @@
 //! only way to write one is the call rule, and a trigger's text is where a
 //! call starts. `tool_choice: "required"` or a named function makes it
 //! eager: the answer is calls.
+//!
+//! Writing a grammar costs time and memory linear in the tools' schemas
+//! (each distinct subschema is one rule, written once), and never more than
+//! a [`Budget`]: a request whose tools need more is refused with a `400`
+//! naming the tool, before anything is sent.
 
 mod gbnf;
 mod schema;
@@ -17,10 +22,34 @@ mod text;
 
 use serde_json::{Value, json};
 
+use crate::natural::error::RequestError;
 use crate::natural::policy::{Choice, Policy};
 use crate::natural::syntax::{self, Syntax};
 use crate::natural::tools::{Tool, ToolSet};
-use gbnf::Rules;
+use gbnf::{Over, Rules};
+
+/// The most a request's grammar may take to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Schema nodes written (a subschema shared by several places counts
+    /// once).
+    pub nodes: usize,
+    /// Rules in the grammar.
+    pub rules: usize,
+    /// Bytes of grammar text.
+    pub bytes: usize,
+}
+
+impl Budget {
+    /// Every request's budget: 65,536 schema nodes, 65,536 rules and 4 MiB
+    /// of text, well past what 128 tools of 50 parameters each need (about
+    /// 20,000 rules and 1 MiB).
+    pub const DEFAULT: Budget = Budget {
+        nodes: 1 << 16,
+        rules: 1 << 16,
+        bytes: 4 << 20,
+    };
+}
 
 /// `grammar_triggers` entries of this type are words (llama.cpp's
 /// `COMMON_GRAMMAR_TRIGGER_TYPE_WORD`).
@@ -58,18 +87,33 @@ impl Grammar {
 }
 
 /// The grammar for calls to `offered` in `syntax` under `policy`; `None`
-/// when nothing may be called.
-pub fn for_tools(offered: &ToolSet, syntax: Syntax, policy: &Policy) -> Option<Grammar> {
+/// when nothing may be called. A grammar over [`Budget::DEFAULT`] is
+/// refused, naming the tool that crossed it.
+pub fn for_tools(
+    offered: &ToolSet,
+    syntax: Syntax,
+    policy: &Policy,
+) -> Result<Option<Grammar>, RequestError> {
+    within(offered, syntax, policy, Budget::DEFAULT)
+}
+
+/// [`for_tools`] within `budget`.
+pub fn within(
+    offered: &ToolSet,
+    syntax: Syntax,
+    policy: &Policy,
+    budget: Budget,
+) -> Result<Option<Grammar>, RequestError> {
     if offered.tools.is_empty() || policy.choice == Choice::None {
-        return None;
+        return Ok(None);
     }
-    let mut rules = Rules::default();
-    let calls: Vec<String> = offered
-        .tools
-        .iter()
-        .enumerate()
-        .map(|(i, tool)| add_call(&mut rules, syntax, tool, i))
-        .collect();
+    let mut rules = Rules::new(budget);
+    let mut shared = schema::Shared::default();
+    let mut calls = Vec::with_capacity(offered.tools.len());
+    for (i, tool) in offered.tools.iter().enumerate() {
+        calls.push(add_call(&mut rules, &mut shared, syntax, tool, i));
+        refuse_over(&rules, budget, &tool.name)?;
+    }
     rules.add("call", calls.join(" | "));
     // Between calls: spaces and line breaks (and in bracket, commas). In
     // bracket a call may also be an object alone, after the previous one,
@@ -126,10 +170,26 @@ pub fn for_tools(offered: &ToolSet, syntax: Syntax, policy: &Policy) -> Option<G
         }
     };
     rules.add("root", root);
-    Some(Grammar {
+    let last = offered.tools.last().map_or("", |tool| tool.name.as_str());
+    refuse_over(&rules, budget, last)?;
+    Ok(Some(Grammar {
         gbnf: rules.text(),
         lazy: !eager,
         triggers,
+    }))
+}
+
+/// The `400` for a grammar that crossed its budget at tool `name`.
+fn refuse_over(rules: &Rules, budget: Budget, name: &str) -> Result<(), RequestError> {
+    let limit = match rules.over() {
+        None => return Ok(()),
+        Some(Over::Nodes) => format!("{} schema nodes", budget.nodes),
+        Some(Over::Rules) => format!("{} rules", budget.rules),
+        Some(Over::Bytes) => format!("{} bytes", budget.bytes),
+    };
+    Err(RequestError::GrammarTooLarge {
+        name: name.to_owned(),
+        limit,
     })
 }
 
@@ -171,17 +231,22 @@ fn triggers(offered: &ToolSet, syntax: Syntax) -> Vec<String> {
 /// a grammar that allows them lets a model at temperature 0 repeat the
 /// object until its tokens run out, the block never closed (Qwen2.5-Coder-
 /// 0.5B on BFCL, 3 of 23 simple cases): further calls are further blocks.
-fn add_call(rules: &mut Rules, syntax: Syntax, tool: &Tool, index: usize) -> String {
+fn add_call<'s>(
+    rules: &mut Rules,
+    shared: &mut schema::Shared<'s>,
+    syntax: Syntax,
+    tool: &'s Tool,
+    index: usize,
+) -> String {
     let args = gbnf::name("args", &[&index.to_string()]);
-    match &tool.parameters {
-        Some(schema) => {
-            schema::add_value(rules, &args, schema);
-        }
+    let args = match &tool.parameters {
+        Some(schema) => schema::add_value(rules, shared, &args, schema),
         None => {
             schema::add_json_rules(rules);
             rules.add(&args, r#""{" ws "}""#);
+            args
         }
-    }
+    };
     // The call's text around its arguments, as the instructions show it.
     let name = &tool.name;
     let body = match syntax {

@@ -308,7 +308,7 @@ fn prepare(
         };
         let grammar = match options.constrain {
             Constrain::Off => None,
-            Constrain::Gbnf => grammar::for_tools(&offered, options.syntax, policy),
+            Constrain::Gbnf => grammar::for_tools(&offered, options.syntax, policy)?,
         };
         let prepared = Prepared::new(Arc::new(offered), block);
         Ok(match grammar {

@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 
 use crate::config::UNLISTED_FIELD;
+use crate::config::vocabulary::tool_names;
 use crate::natural::error::RequestError;
 pub use crate::natural::policy::Choice;
 
@@ -192,6 +193,18 @@ fn check_name(name: &str, param: &str) -> Result<(), RequestError> {
         return Err(RequestError::invalid(
             param,
             "a tool name must not be empty",
+        ));
+    }
+    // Names are written into the prompt, the grammar and every call: as
+    // long as models accept (OpenAI refuses longer ones too).
+    if name.chars().count() > tool_names::MAX_LEN {
+        return Err(RequestError::invalid(
+            param,
+            format!(
+                "the tool name '{}…' is longer than {} characters",
+                name.chars().take(tool_names::MAX_LEN).collect::<String>(),
+                tool_names::MAX_LEN
+            ),
         ));
     }
     // The parser cannot read these inside an opener (quotes, brackets of

@@ -649,3 +649,62 @@ fn the_contract_cache_keeps_constrained_and_free_renderings_apart() {
     assert!(grammar_of(&constrained(Syntax::Tag)).is_string());
     assert_eq!(cache.len(), 2);
 }
+
+/// The 1,037-byte request that made the grammar writer allocate until it was
+/// killed: twelve levels whose `type` names `object` four times.
+#[test]
+fn a_type_bomb_is_a_small_grammar() {
+    let mut n = json!({"type": "string"});
+    for _ in 0..12 {
+        n = json!({"type": ["object", "object", "object", "object"], "properties": {"a": n}});
+    }
+    let body = json!({"model": "m", "messages": [user("hi")],
+        "tools": [{"type": "function", "function": {"name": "d", "parameters": n}}]});
+    assert!(serde_json::to_vec(&body).unwrap().len() < 1_100);
+    for syntax in [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket] {
+        let (out, _) = run_opts(body.clone(), &constrained(syntax));
+        let grammar = out["grammar"].as_str().expect("a grammar");
+        assert!(
+            grammar.len() < 16 * 1024,
+            "{syntax:?}: {} bytes",
+            grammar.len()
+        );
+    }
+}
+
+/// Tools whose grammar crosses the budget are refused before anything is
+/// sent, naming the tool; unconstrained, the same tools are fine.
+#[test]
+fn a_grammar_over_its_budget_is_a_400_naming_the_tool() {
+    let properties: serde_json::Map<String, Value> = (0..70_000)
+        .map(|i| (format!("p{i}"), json!({"enum": [i]})))
+        .collect();
+    let body = json!({"model": "m", "messages": [user("hi")], "tools": [weather(),
+        {"type": "function", "function": {"name": "wide", "parameters": {"type": "object", "properties": properties}}}]});
+    let err = run_with(body.clone(), &constrained(Syntax::ToolCall)).expect_err("over budget");
+    assert_eq!((err.status(), err.param()), (400, Some("tools")));
+    assert!(err.to_string().contains("'wide'"), "{err}");
+    assert!(run_with(body, &NaturalOptions::default()).is_ok());
+}
+
+/// A name is written into the prompt, the grammar and each call: longer
+/// than 64 characters, it is refused (20,000 distinct characters cost
+/// seconds of a worker before).
+#[test]
+fn tool_names_longer_than_64_characters_are_refused() {
+    let long: String = (0..20_000u32)
+        .map(|i| char::from_u32(0x4E00 + i).unwrap())
+        .collect();
+    let at_limit: String = long.chars().take(64).collect();
+    let tool = |name: &str| json!({"type": "function", "function": {"name": name}});
+    let body = json!({"model": "m", "messages": [user("hi")], "tools": [tool(&long)]});
+    let err = run_with(body, &constrained(Syntax::Tag)).expect_err("too long");
+    assert_eq!(err.param(), Some("tools[0].function.name"));
+    assert!(
+        err.to_string().contains("longer than 64 characters"),
+        "{err}"
+    );
+    let body = json!({"model": "m", "messages": [user("hi")], "tools": [tool(&at_limit)]});
+    let (out, _) = run_opts(body, &constrained(Syntax::Tag));
+    assert!(out["grammar"].as_str().unwrap().contains(&at_limit));
+}

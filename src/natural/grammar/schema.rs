@@ -10,6 +10,16 @@
 //! requiring a property it does not declare) is any JSON value of the
 //! declared type, and the call is still validated against the whole schema
 //! after it is parsed.
+//!
+//! The work is linear in the schema: a subschema seen twice (the same value
+//! anywhere in the tool's parameters, or in another tool's) is one rule,
+//! written once; a `type` array's repeated entries count once; and every
+//! node written counts against the grammar's [`Budget`](super::Budget),
+//! past which the writer stops descending and the request is refused.
+
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hash, Hasher};
 
 use serde_json::{Map, Value};
 
@@ -17,6 +27,72 @@ use super::gbnf::{self, Rules};
 
 /// Nesting deeper than this is any JSON value.
 const MAX_DEPTH: usize = 12;
+
+/// The rules already written for a subschema, by value: a schema seen again
+/// is a reference to its rule.
+pub struct Shared<'s> {
+    hasher: RandomState,
+    rules: HashMap<u64, Vec<(&'s Value, String)>>,
+}
+
+impl Default for Shared<'_> {
+    fn default() -> Self {
+        Shared {
+            hasher: RandomState::new(),
+            rules: HashMap::new(),
+        }
+    }
+}
+
+impl<'s> Shared<'s> {
+    /// The hash of `schema`, and how many nodes it read (a string counts
+    /// a node per 64 bytes).
+    fn key(&self, schema: &Value) -> (u64, usize) {
+        let mut hasher = self.hasher.build_hasher();
+        let read = hash_value(schema, &mut hasher);
+        (hasher.finish(), read)
+    }
+
+    fn find(&self, key: u64, schema: &Value) -> Option<&str> {
+        self.rules
+            .get(&key)?
+            .iter()
+            .find(|(seen, _)| *seen == schema)
+            .map(|(_, name)| name.as_str())
+    }
+}
+
+/// A hash of `value` that equal values share (an object's members in their
+/// order: two objects equal but for the order hash apart, which only costs
+/// a rule); returns the nodes read.
+fn hash_value(value: &Value, state: &mut impl Hasher) -> usize {
+    match value {
+        Value::Null => 0u8.hash(state),
+        Value::Bool(b) => (1u8, b).hash(state),
+        Value::Number(n) => (2u8, n.to_string()).hash(state),
+        Value::String(s) => {
+            (3u8, s).hash(state);
+            return 1 + s.len() / 64;
+        }
+        Value::Array(items) => {
+            (4u8, items.len()).hash(state);
+            return 1 + items
+                .iter()
+                .map(|item| hash_value(item, state))
+                .sum::<usize>();
+        }
+        Value::Object(members) => {
+            (5u8, members.len()).hash(state);
+            let mut read = 1;
+            for (key, member) in members {
+                key.hash(state);
+                read += 1 + key.len() / 64 + hash_value(member, state);
+            }
+            return read;
+        }
+    }
+    1
+}
 
 /// The shared JSON rules, added once to `rules`.
 pub fn add_json_rules(rules: &mut Rules) {
@@ -52,21 +128,63 @@ pub fn add_json_rules(rules: &mut Rules) {
     );
 }
 
-/// Adds the rules of values of `schema` under rule `name`; returns `name`.
-pub fn add_value(rules: &mut Rules, name: &str, schema: &Value) -> String {
+/// Adds the rules of values of `schema` under rule `name`; returns the rule
+/// to use: `name`, or the rule an equal schema already has in `shared`.
+pub fn add_value<'s>(
+    rules: &mut Rules,
+    shared: &mut Shared<'s>,
+    name: &str,
+    schema: &'s Value,
+) -> String {
     add_json_rules(rules);
-    let body = expression(rules, name, schema, 0);
-    rules.add(name, body);
-    name.to_owned()
+    sub_rule(rules, shared, name, schema, 0)
+}
+
+/// The rule for values of `schema`: the one an equal schema already has,
+/// else a new rule named `at`.
+fn sub_rule<'s>(
+    rules: &mut Rules,
+    shared: &mut Shared<'s>,
+    at: &str,
+    schema: &'s Value,
+    depth: usize,
+) -> String {
+    if !schema.is_object() || depth > MAX_DEPTH || rules.over().is_some() {
+        // `true` and other non-object schemas: anything.
+        return "json-value".to_owned();
+    }
+    let (key, read) = shared.key(schema);
+    if !rules.read(read) {
+        return "json-value".to_owned();
+    }
+    if let Some(name) = shared.find(key, schema) {
+        return name.to_owned();
+    }
+    // Named before its body is written: a schema never contains itself, so
+    // no reference reaches the rule before it exists.
+    shared
+        .rules
+        .entry(key)
+        .or_default()
+        .push((schema, at.to_owned()));
+    let body = expression(rules, shared, at, schema, depth);
+    rules.add(at, body);
+    at.to_owned()
 }
 
 /// The expression for a value of `schema` (sub-rules named after `at`).
-fn expression(rules: &mut Rules, at: &str, schema: &Value, depth: usize) -> String {
+fn expression<'s>(
+    rules: &mut Rules,
+    shared: &mut Shared<'s>,
+    at: &str,
+    schema: &'s Value,
+    depth: usize,
+) -> String {
     let Some(schema) = schema.as_object() else {
         // `true`, `{}`-less booleans: anything.
         return "json-value".to_owned();
     };
-    if depth > MAX_DEPTH {
+    if depth > MAX_DEPTH || !rules.visit() {
         return "json-value".to_owned();
     }
     if let Some(value) = schema.get("const") {
@@ -87,22 +205,24 @@ fn expression(rules: &mut Rules, at: &str, schema: &Value, depth: usize) -> Stri
                 .enumerate()
                 .map(|(i, option)| {
                     let sub = gbnf::name(at, &[&i.to_string()]);
-                    let body = expression(rules, &sub, option, depth + 1);
-                    rules.add(&sub, body);
-                    sub
+                    sub_rule(rules, shared, &sub, option, depth + 1)
                 })
-                .collect();
-            return group(alternatives);
+                .collect::<Vec<_>>();
+            return group(dedup(alternatives));
         }
     }
     match schema.get("type") {
-        Some(Value::String(kind)) => typed(rules, at, schema, kind, depth),
+        Some(Value::String(kind)) => typed(rules, shared, at, schema, kind, depth),
         Some(Value::Array(kinds)) => {
+            // Each kind once, however often the array repeats it.
+            let mut seen = HashSet::new();
             let alternatives = kinds
                 .iter()
                 .filter_map(Value::as_str)
-                .map(|kind| typed(rules, at, schema, kind, depth))
+                .filter(|kind| seen.insert(*kind))
+                .map(|kind| typed(rules, shared, at, schema, kind, depth))
                 .collect::<Vec<_>>();
+            let alternatives = dedup(alternatives);
             if alternatives.is_empty() {
                 "json-value".to_owned()
             } else {
@@ -110,15 +230,16 @@ fn expression(rules: &mut Rules, at: &str, schema: &Value, depth: usize) -> Stri
             }
         }
         // Properties without a type: an object all the same.
-        _ if schema.contains_key("properties") => typed(rules, at, schema, "object", depth),
+        _ if schema.contains_key("properties") => typed(rules, shared, at, schema, "object", depth),
         _ => "json-value".to_owned(),
     }
 }
 
-fn typed(
+fn typed<'s>(
     rules: &mut Rules,
+    shared: &mut Shared<'s>,
     at: &str,
-    schema: &Map<String, Value>,
+    schema: &'s Map<String, Value>,
     kind: &str,
     depth: usize,
 ) -> String {
@@ -131,13 +252,12 @@ fn typed(
         "array" => match schema.get("items") {
             Some(items) if items.is_object() => {
                 let item = gbnf::name(at, &["item"]);
-                let body = expression(rules, &item, items, depth + 1);
-                rules.add(&item, body);
+                let item = sub_rule(rules, shared, &item, items, depth + 1);
                 format!(r#""[" ws ({item} (ws "," ws {item})*)? ws "]""#)
             }
             _ => "json-array".to_owned(),
         },
-        "object" => object(rules, at, schema, depth),
+        "object" => object(rules, shared, at, schema, depth),
         _ => "json-value".to_owned(),
     }
 }
@@ -146,13 +266,19 @@ fn typed(
 /// required one present, each optional one at most once. Two rules per
 /// property keep it linear: `{at}-first-{i}` (members from the i-th on,
 /// none written yet) and `{at}-then-{i}` (from the i-th on, after one).
-fn object(rules: &mut Rules, at: &str, schema: &Map<String, Value>, depth: usize) -> String {
+fn object<'s>(
+    rules: &mut Rules,
+    shared: &mut Shared<'s>,
+    at: &str,
+    schema: &'s Map<String, Value>,
+    depth: usize,
+) -> String {
     let Some(Value::Object(properties)) = schema.get("properties") else {
         return "json-object".to_owned();
     };
-    let required: Vec<&str> = match schema.get("required") {
+    let required: HashSet<&str> = match schema.get("required") {
         Some(Value::Array(names)) => names.iter().filter_map(Value::as_str).collect(),
-        _ => Vec::new(),
+        _ => HashSet::new(),
     };
     if required.iter().any(|r| !properties.contains_key(*r)) || properties.is_empty() {
         return "json-object".to_owned();
@@ -162,8 +288,7 @@ fn object(rules: &mut Rules, at: &str, schema: &Map<String, Value>, depth: usize
         .enumerate()
         .map(|(i, (key, property))| {
             let sub = gbnf::name(at, &[&i.to_string()]);
-            let body = expression(rules, &sub, property, depth + 1);
-            rules.add(&sub, body);
+            let sub = sub_rule(rules, shared, &sub, property, depth + 1);
             let quoted = serde_json::to_string(key).unwrap_or_default();
             let member = format!(r#"{} ws ":" ws {sub}"#, gbnf::literal(&quoted));
             (member, required.contains(&key.as_str()))
@@ -201,6 +326,15 @@ fn object(rules: &mut Rules, at: &str, schema: &Map<String, Value>, depth: usize
 
 fn json_literal(value: &Value) -> String {
     gbnf::literal(&serde_json::to_string(value).unwrap_or_default())
+}
+
+/// `alternatives` without repeats, in order.
+fn dedup(alternatives: Vec<String>) -> Vec<String> {
+    let mut seen = HashSet::new();
+    alternatives
+        .into_iter()
+        .filter(|alternative| seen.insert(alternative.clone()))
+        .collect()
 }
 
 fn group(alternatives: Vec<String>) -> String {

@@ -46,25 +46,26 @@ impl Reader<'_> {
     fn peek(&self) -> Option<char> {
         self.s.get(self.i).copied()
     }
+    /// An escape, read as llama.cpp's oldest parsers read one: only
+    /// `\x \u \U \t \r \n \\ \" \[ \]`; any other is "unknown escape".
     fn escaped(&mut self) -> char {
         self.i += 1;
         let c = self.s[self.i];
         self.i += 1;
+        let mut hex = |digits: usize| {
+            let hex: String = self.s[self.i..self.i + digits].iter().collect();
+            self.i += digits;
+            char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap()
+        };
         match c {
             'n' => '\n',
             'r' => '\r',
             't' => '\t',
-            'x' => {
-                let hex: String = self.s[self.i..self.i + 2].iter().collect();
-                self.i += 2;
-                char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap()
-            }
-            'u' => {
-                let hex: String = self.s[self.i..self.i + 4].iter().collect();
-                self.i += 4;
-                char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap()
-            }
-            other => other,
+            'x' => hex(2),
+            'u' => hex(4),
+            'U' => hex(8),
+            '\\' | '"' | '[' | ']' => c,
+            other => panic!("unknown escape \\{other}"),
         }
     }
     fn alternation(&mut self) -> Expr {
@@ -330,7 +331,9 @@ fn weather() -> Tool {
 }
 
 fn grammar_of(tools: Vec<Tool>, syntax: Syntax, policy: &Policy) -> (super::Grammar, Grammar) {
-    let written = for_tools(&ToolSet::from_tools(tools), syntax, policy).expect("a grammar");
+    let written = for_tools(&ToolSet::from_tools(tools), syntax, policy)
+        .expect("within budget")
+        .expect("a grammar");
     let parsed = Grammar::parse(&written.gbnf);
     (written, parsed)
 }
@@ -651,7 +654,7 @@ proptest! {
         let params = json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false});
         let validator = jsonschema::validator_for(&params).unwrap();
         let mut rules = Rules::default();
-        schema::add_value(&mut rules, "root", &params);
+        schema::add_value(&mut rules, &mut schema::Shared::default(), "root", &params);
         let g = Grammar::parse(&rules.text());
         let mut seed = seed;
         for _ in 0..4 {
@@ -793,5 +796,182 @@ fn tag_blocks_take_their_arguments_fenced_or_not() {
             !invalid && calls.len() == 1,
             "{syntax:?}: {text}: {calls:?}"
         );
+    }
+}
+
+// ---- hostile schemas -----------------------------------------------------------
+
+/// The issue's 1 KB request: each level's `type` names `object` four times,
+/// twelve levels deep. Written once per distinct subschema, it is a handful
+/// of rules, and the values it admits are still the schema's.
+fn type_bomb(levels: usize, repeats: usize) -> Value {
+    let mut n = json!({"type": "string"});
+    for _ in 0..levels {
+        n = json!({"type": vec!["object"; repeats], "properties": {"a": n}});
+    }
+    n
+}
+
+#[test]
+fn repeated_types_and_shared_subschemas_are_written_once() {
+    let tools = vec![tool("d", type_bomb(12, 4))];
+    let (written, g) = grammar_of(tools, Syntax::Tag, &Policy::default());
+    let lines = written.gbnf.lines().count();
+    assert!(lines < 120, "{lines} rules:\n{}", written.gbnf);
+    let mut value = json!("deep");
+    for _ in 0..12 {
+        value = json!({"a": value});
+    }
+    // Written compactly (pretty-printed, twelve levels indent past the
+    // grammar's bounded whitespace).
+    let call = |args: &Value| format!("<d>\n{args}\n</d>");
+    assert!(g.accepts(&call(&value)));
+    assert!(!g.accepts(&call(&json!({"b": 1}))));
+    assert!(!g.accepts(&call(&json!({"a": {"a": 1}}))));
+
+    // Two tools with equal parameters share one rule for them.
+    let params =
+        json!({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]});
+    let (written, g) = grammar_of(
+        vec![tool("one", params.clone()), tool("two", params)],
+        Syntax::ToolCall,
+        &Policy::default(),
+    );
+    assert!(!written.gbnf.contains("args-1 ::="), "{}", written.gbnf);
+    for name in ["one", "two"] {
+        assert!(g.accepts(&rendered(Syntax::ToolCall, name, &json!({"x": 3}))));
+        assert!(!g.accepts(&rendered(Syntax::ToolCall, name, &json!({"x": "3"}))));
+    }
+}
+
+#[test]
+fn a_grammar_over_its_budget_is_refused_naming_the_tool() {
+    // Every property distinct: no sharing helps, so the nodes add up.
+    let properties: Map<String, Value> = (0..2_000)
+        .map(|i| {
+            (
+                format!("p{i}"),
+                json!({"type": "string", "enum": [format!("v{i}")]}),
+            )
+        })
+        .collect();
+    let big = json!({"type": "object", "properties": properties});
+    let tools = ToolSet::from_tools(vec![weather(), tool("big", big)]);
+    let budget = Budget {
+        nodes: 1_000,
+        ..Budget::DEFAULT
+    };
+    let err = within(&tools, Syntax::Tag, &Policy::default(), budget).expect_err("over");
+    assert_eq!(err.param(), Some("tools"));
+    let message = err.to_string();
+    assert!(
+        message.contains("'big'") && message.contains("1000 schema nodes"),
+        "{message}"
+    );
+    for (budget, limit) in [
+        (
+            Budget {
+                rules: 500,
+                ..Budget::DEFAULT
+            },
+            "500 rules",
+        ),
+        (
+            Budget {
+                bytes: 20_000,
+                ..Budget::DEFAULT
+            },
+            "20000 bytes",
+        ),
+    ] {
+        let err = within(&tools, Syntax::Tag, &Policy::default(), budget).expect_err(limit);
+        assert!(err.to_string().contains(limit), "{err}");
+    }
+    // The default budget takes it.
+    assert!(within(&tools, Syntax::Tag, &Policy::default(), Budget::DEFAULT).is_ok());
+}
+
+/// A declared name or key with the characters older llama.cpp parsers
+/// refuse escaped (`-`, `^` in a class): the recognizer above panics on
+/// any escape outside their set, so every grammar the tests read is held
+/// to it.
+#[test]
+fn escapes_are_the_ones_every_llama_cpp_release_reads() {
+    let odd = tool(
+        "get-weather",
+        json!({"type": "object", "properties": {"a-b^c": {"type": "string", "enum": ["x-y^z", "[q]"]}},
+            "required": ["a-b^c"]}),
+    );
+    for syntax in [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket] {
+        let (written, g) = grammar_of(vec![odd.clone(), weather()], syntax, &Policy::default());
+        let chars: Vec<char> = written.gbnf.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            if chars[i] == '\\' {
+                assert!(
+                    "xuUtrn\\\"[]".contains(chars[i + 1]),
+                    "{syntax:?}: \\{} in\n{}",
+                    chars[i + 1],
+                    written.gbnf
+                );
+                i += 1;
+            }
+            i += 1;
+        }
+        let call = rendered(syntax, "get-weather", &json!({"a-b^c": "x-y^z"}));
+        assert!(g.accepts(&format!("Sure.\n{call}")), "{syntax:?}");
+        // Text may hold the name, just not the opener.
+        assert!(g.accepts("get-weather is a tool ^-^"), "{syntax:?}");
+    }
+}
+
+/// A schema an attacker might write: deep, with repeated and varied `type`
+/// arrays, `anyOf` lists, arrays of the same, and subtrees repeated.
+fn hostile(depth: u32) -> BoxedStrategy<Value> {
+    let leaf = prop_oneof![
+        Just(json!({"type": "string"})),
+        Just(json!({"type": ["integer", "integer", "null"]})),
+        Just(json!({"enum": ["a-b", "^", "]", "\\"]})),
+        Just(json!(true)),
+    ];
+    leaf.prop_recursive(depth, 256, 6, |inner| {
+        prop_oneof![
+            (inner.clone(), 1usize..8).prop_map(|(n, k)| json!({
+                "type": vec!["object"; k], "properties": {"a": n.clone(), "b": n}, "required": ["a"]
+            })),
+            (inner.clone(), 1usize..6).prop_map(|(n, k)| json!({
+                "type": ["array", "object", "array"], "items": n.clone(),
+                "properties": {"x": n.clone()}, "anyOf": vec![n; k]
+            })),
+            prop::collection::vec(inner.clone(), 1..5).prop_map(|options| json!({"anyOf": options})),
+            inner.prop_map(|n| json!({"type": "array", "items": {"type": ["object", "object"], "properties": {"i": n}}})),
+        ]
+    })
+    .boxed()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever the schema, the grammar is written within the budget or
+    /// refused, and its text grows at most linearly with the schema's.
+    #[test]
+    fn hostile_schemas_cost_at_most_their_size(schema in hostile(10), syntax_at in 0usize..3) {
+        let syntax = [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket][syntax_at];
+        let params = json!({"type": "object", "properties": {"p": schema}});
+        let input = params.to_string().len();
+        let tools = ToolSet::from_tools(vec![tool("t", params)]);
+        match for_tools(&tools, syntax, &Policy::default()) {
+            Ok(Some(written)) => {
+                prop_assert!(written.gbnf.len() <= Budget::DEFAULT.bytes);
+                prop_assert!(
+                    written.gbnf.len() <= 40 * input + 4_096,
+                    "{} bytes of grammar for {input} of schema", written.gbnf.len()
+                );
+                Grammar::parse(&written.gbnf);
+            }
+            Ok(None) => prop_assert!(false, "no grammar"),
+            Err(err) => prop_assert!(err.to_string().contains("'t'"), "{err}"),
+        }
     }
 }

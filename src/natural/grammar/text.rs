@@ -5,6 +5,11 @@
 //! still a word's start, as Aho and Corasick build it). A character that
 //! would complete a word has no way on: the model can write an opener only
 //! where the grammar's call rule takes it.
+//!
+//! The rules are linear in the words' length: a state's rule names only the
+//! characters that lead somewhere from it or from a state on its fallback
+//! chain (every other character leads back to the start), never the whole
+//! alphabet.
 
 use std::collections::BTreeMap;
 
@@ -57,19 +62,14 @@ struct Node {
 
 struct Trie {
     nodes: Vec<Node>,
-    alphabet: Vec<char>,
 }
 
 impl Trie {
     fn new(words: &[Vec<char>]) -> Trie {
         let mut nodes = vec![Node::default()];
-        let mut alphabet: Vec<char> = Vec::new();
         for word in words {
             let mut at = 0;
             for &c in word {
-                if !alphabet.contains(&c) {
-                    alphabet.push(c);
-                }
                 at = match nodes[at].next.get(&c) {
                     Some(&n) => n,
                     None => {
@@ -108,20 +108,29 @@ impl Trie {
                 queue.push_back(child);
             }
         }
-        Trie { nodes, alphabet }
+        Trie { nodes }
     }
 
     /// The rule body of text read from `state` on: one character (never
     /// one of `excluded`, never one completing a word) and the state it
     /// leads to, or nothing.
     fn state_body(&self, prefix: &str, state: usize, excluded: &[char]) -> String {
-        // Characters leaving the root-fallback path, by where they lead.
+        // Characters leaving the root-fallback path, by where they lead:
+        // only those some state on the fallback chain reads (any other
+        // character leads to the start).
         let mut explicit: BTreeMap<char, Option<usize>> = BTreeMap::new();
-        for &c in &self.alphabet {
-            let next = self.step(state, c);
-            if next != 0 || self.nodes[0].next.contains_key(&c) {
-                explicit.insert(c, (!self.nodes[next].word).then_some(next));
+        let mut on_chain = state;
+        loop {
+            for &c in self.nodes[on_chain].next.keys() {
+                explicit.entry(c).or_insert_with(|| {
+                    let next = self.step(state, c);
+                    (!self.nodes[next].word).then_some(next)
+                });
             }
+            if on_chain == 0 {
+                break;
+            }
+            on_chain = self.nodes[on_chain].fail;
         }
         let mut others: Vec<char> = explicit.keys().copied().collect();
         others.extend(excluded.iter().filter(|c| !explicit.contains_key(c)));
