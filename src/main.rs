@@ -116,11 +116,11 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Some(Command::Check) => {
-            print!("{}", config.to_redacted_toml());
+            write_out(&config.to_redacted_toml());
             for warning in &config.warnings {
-                eprintln!("toolgate: warning: {warning}");
+                write_err(&format!("toolgate: warning: {warning}\n"));
             }
-            eprintln!("toolgate: config OK");
+            write_err("toolgate: config OK\n");
             ExitCode::SUCCESS
         }
         Some(Command::Render {
@@ -142,9 +142,7 @@ fn main() -> ExitCode {
                 });
             match result {
                 Ok(rendered) if raw => {
-                    use std::io::Write;
-                    let mut out = std::io::stdout().lock();
-                    let _ = out.write_all(&rendered.body).and_then(|()| out.flush());
+                    write_out(&rendered.body);
                     ExitCode::SUCCESS
                 }
                 Ok(rendered) => print_result(Ok(rendered.pretty())),
@@ -210,7 +208,7 @@ fn list_tools(config: &Config, wait: u64) -> ExitCode {
     };
     let wait = std::time::Duration::from_secs(wait);
     let (listing, outcome) = tokio_runtime.block_on(toolgate::commands::tools(config, wait));
-    println!("{listing}");
+    write_out(&format!("{listing}\n"));
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -279,14 +277,15 @@ fn probe(config: Config, options: &probe::Options, json: bool, recommend: bool) 
     toolgate::log_writer::flush();
     match report {
         Ok(report) if json => {
-            println!("{:#}", report.json());
+            write_out(&format!("{:#}\n", report.json()));
             ExitCode::SUCCESS
         }
         Ok(report) => {
-            print!("{}", report.table());
+            let mut out = report.table();
             if recommend {
-                print!("\n{}", report.recommendation());
+                out = format!("{out}\n{}", report.recommendation());
             }
+            write_out(&out);
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -310,10 +309,31 @@ fn progress_bar(p: probe::Progress) -> String {
     )
 }
 
+/// Writes a command's output to stdout. A reader that went away (`toolgate
+/// check | head -2`) ends the command quietly, as it would a shell tool.
+fn write_out(text: &(impl AsRef<[u8]> + ?Sized)) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_ref()).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("toolgate: cannot write the output: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// A note on stderr that nobody may be reading any more (`2>&1 | head`).
+fn write_err(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
 fn print_result(result: Result<String, String>) -> ExitCode {
     match result {
         Ok(out) => {
-            println!("{out}");
+            write_out(&format!("{out}\n"));
             ExitCode::SUCCESS
         }
         Err(e) => {

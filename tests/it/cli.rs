@@ -121,6 +121,52 @@ fn render_and_parse_work_offline() {
     assert_eq!(parsed["content"], "Let me look.\n\n");
 }
 
+/// `toolgate check | head -2` and `toolgate parse … | head -1`: the reader
+/// has gone before the output is written. The command ends quietly (exit 0,
+/// nothing on stderr but its own lines), not with a panic and a backtrace.
+#[test]
+fn commands_whose_reader_left_exit_quietly() {
+    let tools = temp_file(
+        "pipe-tools.json",
+        r#"[{"type":"function","function":{"name":"GetWeather"}}]"#,
+    );
+    let runs: [(&[&str], &[u8]); 2] = [
+        (&["check"], b""),
+        (
+            &[
+                "parse",
+                "--syntax",
+                "tag",
+                "--tools",
+                tools.to_str().unwrap(),
+            ],
+            b"<GetWeather>\n{}\n</GetWeather>\n",
+        ),
+    ];
+    for (args, input) in runs {
+        // A pipe whose reading end is closed before the command starts: its
+        // first write fails with EPIPE, deterministically.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env("RUST_BACKTRACE", "1")
+            .stdin(Stdio::piped())
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// Serves the embedded default on a free port, opens a slow demo stream,
 /// sends SIGTERM: the stream must still end with `[DONE]` and the process exit 0.
 #[test]
