@@ -317,6 +317,17 @@ impl Heads {
     }
 }
 
+/// What [`Store::snapshot`] made.
+#[derive(Debug)]
+pub enum Snapshot {
+    /// A copy of the SQLite database, open, already unlinked.
+    File(std::fs::File),
+    /// The store is PostgreSQL, which `pg_dump` copies.
+    Postgres,
+    /// The store lives in memory: there is no file to copy.
+    InMemory,
+}
+
 pub struct Store {
     shared: Arc<Shared>,
     runtime: tokio::runtime::Handle,
@@ -821,10 +832,15 @@ impl Store {
     }
 
     /// A consistent copy of a SQLite store, as an open file of its own
-    /// (already unlinked: it is gone when the handle is closed); `None` for
-    /// PostgreSQL. The copy is made by the store's one connection, so the
+    /// (already unlinked: it is gone when the handle is closed), or why there
+    /// is none. The copy is made by the store's one connection, so the
     /// writer waits while it is made (rows queue meanwhile).
-    pub async fn snapshot(&self) -> Result<Option<std::fs::File>, StoreError> {
+    pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        match self.shared.db.get() {
+            Some(db) if db.is_shared() => return Ok(Snapshot::Postgres),
+            Some(db) if db.file().is_none() => return Ok(Snapshot::InMemory),
+            _ => {}
+        }
         let dir = self
             .shared
             .db
@@ -843,12 +859,12 @@ impl Store {
             })
             .await;
         if !made? {
-            return Ok(None);
+            return Ok(Snapshot::Postgres);
         }
         let opened = std::fs::File::open(&path);
         let _ = std::fs::remove_file(&path);
         opened
-            .map(Some)
+            .map(Snapshot::File)
             .map_err(|e| StoreError::Database(format!("cannot read the copy: {e}")))
     }
 

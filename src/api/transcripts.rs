@@ -21,7 +21,7 @@ use super::live_views::{LiveViews, Ticket};
 pub use super::viewer::Viewer;
 use crate::body::{self, Body};
 use crate::error::GatewayError;
-use crate::store::{ChatFilter, Message, Store, StoreError};
+use crate::store::{ChatFilter, Message, Snapshot, Store, StoreError};
 
 const PAGE: &str = include_str!("transcripts.html");
 const SCRIPT: &str = include_str!("transcripts.js");
@@ -157,11 +157,20 @@ async fn backup(store: &Store, reader: &Reader) -> Result<Response<Body>, Gatewa
             "The backup holds every tenant's transcripts: it takes an admin key".into(),
         ));
     }
-    let Some(file) = store.snapshot().await.map_err(unavailable)? else {
-        return Err(GatewayError::bad_request(
-            "The store is PostgreSQL: back it up with pg_dump",
-            None,
-        ));
+    let file = match store.snapshot().await.map_err(unavailable)? {
+        Snapshot::File(file) => file,
+        Snapshot::Postgres => {
+            return Err(GatewayError::bad_request(
+                "The store is PostgreSQL: back it up with pg_dump",
+                None,
+            ));
+        }
+        Snapshot::InMemory => {
+            return Err(GatewayError::bad_request(
+                "The store is in memory (`sqlite::memory:`): it has no file to back up, and its rows end with the process",
+                None,
+            ));
+        }
     };
     let size = file.metadata().map(|m| m.len()).ok();
     let body = body::channel::spawn(4, move |tx| async move {

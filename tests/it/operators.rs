@@ -248,6 +248,25 @@ async fn a_live_sqlite_store_is_backed_up_into_a_file_sqlite_opens() {
     assert_eq!(r.status, 200);
 }
 
+/// An in-memory store has no file to copy: the backup says so (`400`), where
+/// it once answered `503 store_unavailable` while `/readyz` said the store
+/// was up.
+#[tokio::test]
+async fn an_in_memory_store_says_it_has_no_backup() {
+    let gw = TestConfig::new()
+        .raw("[store]\nurl = \"sqlite::memory:\"\nrecord = \"all\"\n")
+        .demo("chunk_delay_ms = 0")
+        .start()
+        .await;
+    let ready = common::get(&gw.url("/readyz")).await;
+    assert_eq!(ready.status, 200, "{}", ready.text());
+    let r = common::get(&gw.url("/toolgate/api/backup")).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let error: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("in memory"), "{message}");
+}
+
 /// The request counters and durations name the tenant (the config's, or
 /// `none` before a key was accepted), refused requests included; streamed
 /// answers time their first token; gateway tools time each tool.
