@@ -522,6 +522,15 @@ async fn usage_is_kept_per_key_and_read_back_per_tenant_in_sqlite_and_postgresql
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
+        // Dates are whole days, `to` included: today alone holds it all.
+        let today = chrono::Utc::now().format("%Y-%m-%d");
+        let day = get(
+            &format!("{usage}?group_by=tenant,model&from={today}&to={today}"),
+            "admin-key",
+        )
+        .await;
+        assert_eq!(day.status, 200, "{store}: {}", day.text());
+        assert_eq!(day.json()["data"], all, "{store}");
         // Two answers of 10 + 20 tokens at $10 000 and $20 000 a million.
         assert_eq!(all[0]["tenant"], "budget", "{store}: {all}");
         assert_eq!(all[0]["model"], "cheap-1");
