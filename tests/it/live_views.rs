@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::TestGateway;
@@ -252,6 +252,57 @@ async fn revoking_a_managed_key_ends_its_change_streams() {
         "the revoked key's change stream ends at once"
     );
     assert!(!ends_within(&mut other, Duration::from_millis(200)).await);
+}
+
+/// A key that expires closes its streams at `expires_at`, by a timer: no
+/// change of the keys and no reload comes to tell the gateway.
+#[tokio::test]
+async fn an_expiring_keys_view_and_change_stream_end_at_its_expiry() {
+    let gw = managed().await;
+    let ahead = Duration::from_millis(2500);
+    let expires_at = chrono::Utc::now() + ahead;
+    let expires = Instant::now() + ahead;
+    let made = admin(
+        &gw,
+        http::Method::POST,
+        "/toolgate/api/keys",
+        &serde_json::json!({
+            "tenant": "team-m",
+            "name": "short-lived",
+            "expires_at": expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        })
+        .to_string(),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let key = made.json()["key"].as_str().unwrap().to_owned();
+    let (status, mut view) = open(&gw, &key, "chat-e").await;
+    assert_eq!(status, 200);
+    let (status, mut stream) = changes(&gw, &key).await;
+    assert_eq!(status, 200);
+    let (status, mut other) = changes(&gw, "va-1").await;
+    assert_eq!(status, 200);
+    // Open until shortly before the key expires…
+    let before = expires.saturating_duration_since(Instant::now()) - Duration::from_millis(300);
+    assert!(
+        !ends_within(&mut view, before).await,
+        "the view ended early"
+    );
+    assert!(!ends_within(&mut stream, Duration::ZERO).await);
+    // …and ended shortly after.
+    assert!(
+        ends_within(&mut view, Duration::from_millis(1300)).await,
+        "the expired key's view ends at expires_at"
+    );
+    assert!(
+        ends_within(&mut stream, Duration::from_millis(300)).await,
+        "the expired key's change stream ends at expires_at"
+    );
+    let late = Instant::now().saturating_duration_since(expires);
+    assert!(late < Duration::from_secs(1), "{late:?} after expires_at");
+    assert!(!ends_within(&mut other, Duration::from_millis(100)).await);
+    let (status, _) = changes(&gw, &key).await;
+    assert_eq!(status, 401, "and the key opens no other");
 }
 
 #[tokio::test]
