@@ -392,7 +392,9 @@ async fn a_key_revoked_or_expired_ends_its_streams_on_every_replica() {
     let (_, secret) = make(json!({"tenant": "team-x", "name": "expiring", "expires_at": at})).await;
     let (status, mut stream) = open_stream(&format!("{base2}/mcp"), &secret).await;
     assert_eq!(status, 200);
-    let before = expires.saturating_duration_since(Instant::now()) - Duration::from_millis(300);
+    let before = expires
+        .saturating_duration_since(Instant::now())
+        .saturating_sub(Duration::from_millis(300));
     assert!(
         !ends_within(&mut stream, before).await,
         "ended before expires_at"
