@@ -339,7 +339,8 @@ pub async fn start(
             .begin(&runtime, &provider, &tenant, &chat, &headers)
             .await;
     }
-    let offer = offer(&runtime, &provider, &tenant)?;
+    let offer =
+        offer(&runtime, &provider, &tenant)?.beside(request.tools.iter().filter_map(Tool::name));
     let tools = &provider.tools;
     // The gateway's steps (its tools' calls, or searches) go back into a
     // follow-up's history.

@@ -35,8 +35,8 @@ use http_body::Body as HttpBody;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 
-use crate::api::live_views::LiveViews;
-use crate::api::transcripts::Transcripts;
+use crate::api::key_streams::KeyStreams;
+use crate::api::transcripts::{LIVE_VIEWS, Transcripts};
 use crate::body::drain::DrainGuard;
 use crate::body::observed::{Guard, Observed, RequestLog};
 use crate::body::stall::StallGuard;
@@ -76,10 +76,13 @@ pub struct Gateway {
     /// The tenants' limits and budgets: their counts are kept across
     /// reloads, which change only the limits.
     limiter: Arc<Limiter>,
-    /// `[mcp_gateway]`: its path and the MCP door's service.
-    mcp: Option<(String, McpService)>,
+    /// `[mcp_gateway]`: its path, service and change streams.
+    mcp: Option<McpGateway>,
     /// Keys made through the API (`managed_keys = true`).
     keys: Option<Arc<ManagedKeys>>,
+    /// Every kind of stream opened with a key (live views, MCP change
+    /// streams): each closes when its key stops naming who opened it.
+    key_streams: Vec<Arc<KeyStreams>>,
     draining: AtomicBool,
     /// Turns true when the shutdown grace period is over: open streams end.
     grace_over: watch::Sender<bool>,
@@ -110,7 +113,7 @@ impl Gateway {
             .zip(config.store.as_ref())
             .map(|(store, c)| Transcripts {
                 store,
-                views: LiveViews::new(c.live_views),
+                views: KeyStreams::new(&LIVE_VIEWS, c.live_views.total, c.live_views.per_key),
             });
         let limiter = Limiter::new(&config.server.limiter, config.server.workers.get())
             .unwrap_or_else(|e| {
@@ -123,23 +126,29 @@ impl Gateway {
             .clone()
             .filter(|_| managed)
             .map(|store| ManagedKeys::start(store, config.clone()));
-        if let (Some(keys), Some(transcripts)) = (&keys, &transcripts) {
-            // A live view lasts only while its key is one in force.
-            let views = transcripts.views.clone();
-            keys.on_change(move |keys| {
-                let config = keys.config();
-                views.recheck(|key| auth::viewer_of(&config, Some(keys), key));
-            });
+        let mcp = config.mcp_gateway.as_ref().map(|m| McpGateway {
+            path: m.path.clone(),
+            service: crate::api::mcp::service(),
+            streams: crate::api::mcp::change_streams(),
+        });
+        let key_streams: Vec<Arc<KeyStreams>> = transcripts
+            .iter()
+            .map(|t| t.views.clone())
+            .chain(mcp.iter().map(|m| m.streams.clone()))
+            .collect();
+        if let Some(keys) = &keys {
+            // A stream lasts only while its key is one in force: told when
+            // a key is made, changed, revoked or removed (here or on
+            // another replica) and when one expires.
+            let streams = key_streams.clone();
+            keys.on_change(move |keys| recheck(&streams, &keys.config(), Some(keys)));
         }
-        let mcp = config
-            .mcp_gateway
-            .as_ref()
-            .map(|m| (m.path.clone(), crate::api::mcp::service()));
         Gateway {
             transcripts,
             limiter: Arc::new(limiter),
             mcp,
             keys,
+            key_streams,
             limits: Limits::new(&config.server),
             runtime: ArcSwap::from_pointee(Runtime::new(
                 config,
@@ -182,8 +191,12 @@ impl Gateway {
         self.tools.reload(&config);
         self.limits.resize(&config.server);
         let config = Arc::new(config);
-        if let Some(keys) = &self.keys {
-            keys.reconfigure(config.clone());
+        match &self.keys {
+            // The managed keys are built again, and tell `on_change`,
+            // which rechecks the streams against the new config.
+            Some(keys) => keys.reconfigure(config.clone()),
+            // A stream lasts only while its key still names who opened it.
+            None => recheck(&self.key_streams, &config, None),
         }
         self.runtime.store(Arc::new(Runtime::new(
             config.clone(),
@@ -192,12 +205,6 @@ impl Gateway {
             self.store.clone(),
             &self.health,
         )));
-        // A live view lasts only while its key still names its viewer.
-        if let Some(transcripts) = &self.transcripts {
-            transcripts
-                .views
-                .recheck(|key| auth::viewer_of(&config, self.keys.as_deref(), key));
-        }
         metrics::counter!(crate::metrics::CONFIG_RELOADS, "outcome" => "success").increment(1);
         tracing::info!("config reloaded");
         Ok(())
@@ -256,15 +263,15 @@ impl Gateway {
     {
         let path = req.uri().path();
         let id = request_id::of(req.headers());
-        if let Some((mcp_path, service)) = &self.mcp
-            && path == mcp_path
+        if let Some(mcp) = &self.mcp
+            && path == mcp.path
         {
             let runtime = self.runtime.load_full();
             let trace = crate::telemetry::server_span::start(
                 req.headers(),
                 req.method(),
                 path,
-                Some(mcp_path),
+                Some(&mcp.path),
                 id.to_str().ok(),
             );
             let caller = auth::tenant(&runtime.config, self.keys.as_deref(), &req).map(|who| {
@@ -276,7 +283,7 @@ impl Gateway {
                 }
             });
             let tenant = caller.as_ref().ok().map(|c| c.tenant.name.clone());
-            let mut response = Box::pin(mcp_door(service.clone(), caller, runtime, req)).await;
+            let mut response = Box::pin(mcp_door(mcp, caller, runtime, req)).await;
             if let Some(cx) = &trace {
                 // The door answers JSON (or opens a stream of its own): its
                 // span ends with the answer's head.
@@ -403,10 +410,27 @@ type McpService = rmcp::transport::streamable_http_server::StreamableHttpService
     rmcp::transport::streamable_http_server::session::never::NeverSessionManager,
 >;
 
-/// `[mcp_gateway]`'s path: the caller, identified as on `/v1`, and the
-/// request's runtime handed with the request to the MCP service.
-async fn mcp_door<B>(
+/// `[mcp_gateway]`, kept from start-up (its path cannot change on reload).
+struct McpGateway {
+    path: String,
     service: McpService,
+    /// The open `GET` change streams.
+    streams: Arc<KeyStreams>,
+}
+
+/// Closes every stream in `streams` whose key no longer names who opened
+/// it under `config` and the managed `keys`.
+fn recheck(streams: &[Arc<KeyStreams>], config: &Config, keys: Option<&ManagedKeys>) {
+    for kind in streams {
+        kind.recheck(|key| auth::viewer_of(config, keys, key));
+    }
+}
+
+/// `[mcp_gateway]`'s path: the caller, identified as on `/v1`, and the
+/// request's runtime handed with the request to the MCP service; a `GET`
+/// for the change stream takes a place among `mcp`'s streams.
+async fn mcp_door<B>(
+    mcp: &McpGateway,
     caller: Result<crate::api::mcp::McpCaller, GatewayError>,
     runtime: Arc<Runtime>,
     req: Request<B>,
@@ -426,14 +450,19 @@ where
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("text/event-stream"));
     if req.method() == http::Method::GET && streams {
-        return crate::api::mcp::list_changes(runtime, caller);
+        let key = auth::stream_key(&runtime.config, &req);
+        let who = crate::api::viewer::Viewer::Tenant(caller.tenant.name.clone());
+        return match mcp.streams.open(&key, &who) {
+            Ok(ticket) => crate::api::mcp::list_changes(runtime, caller, ticket),
+            Err(e) => e.into_response(),
+        };
     }
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(caller);
     parts.extensions.insert(runtime);
     let body = http_body_util::BodyExt::map_err(body, |e| -> BoxError { e.into() });
     let request = Request::from_parts(parts, body);
-    match tower::ServiceExt::oneshot(service, request).await {
+    match tower::ServiceExt::oneshot(mcp.service.clone(), request).await {
         Ok(response) => response.map(body::boxed),
         Err(never) => match never {},
     }

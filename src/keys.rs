@@ -10,6 +10,10 @@
 //! own `models` and `gateway_tools` are its tenant's policy. A key's own
 //! `limits` and `budget` are its share, enforced on top of its tenant's.
 //!
+//! Whoever is told of changes (`on_change`) is told again when a key in
+//! force expires, by a timer at its `expires_at` (not at the next read of
+//! the keys): the gateway then closes the key's streams.
+//!
 //! `policy`: what a key is made with, validated against the config.
 
 mod policy;
@@ -21,6 +25,7 @@ use arc_swap::ArcSwap;
 use base64::Engine;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
 
 use crate::config::{Config, Tenant};
 use crate::error::GatewayError;
@@ -45,8 +50,10 @@ pub struct ManagedKeys {
     by_hash: ArcSwap<HashMap<[u8; 32], Arc<ManagedKey>>>,
     /// When each key was last noted as used.
     touched: Mutex<HashMap<Arc<str>, i64>>,
-    /// Told after every change of the keys in force.
+    /// Told after every change of the keys in force, and when one expires.
     on_change: OnceLock<OnChange>,
+    /// Wakes the expiry timer: the keys in force changed.
+    rebuilt: Arc<Notify>,
 }
 
 /// One managed key in force.
@@ -80,6 +87,7 @@ impl ManagedKeys {
             by_hash: ArcSwap::default(),
             touched: Mutex::default(),
             on_change: OnceLock::new(),
+            rebuilt: Arc::default(),
         });
         let weak: Weak<ManagedKeys> = Arc::downgrade(&keys);
         store.watch_keys(Arc::new(move |rows| {
@@ -87,11 +95,12 @@ impl ManagedKeys {
                 keys.set_rows(rows);
             }
         }));
+        store.spawn(expire(Arc::downgrade(&keys), keys.rebuilt.clone()));
         keys
     }
 
-    /// `f` is told after every change of the keys in force (to close the
-    /// live views of a key that went).
+    /// `f` is told after every change of the keys in force, and when a key
+    /// expires (to close the streams of a key that went).
     pub fn on_change(&self, f: impl Fn(&ManagedKeys) + Send + Sync + 'static) {
         let _ = self.on_change.set(Box::new(f));
     }
@@ -138,9 +147,24 @@ impl ManagedKeys {
             }
         }
         self.by_hash.store(Arc::new(map));
+        self.rebuilt.notify_one();
+        self.tell();
+    }
+
+    fn tell(&self) {
         if let Some(f) = self.on_change.get() {
             f(self);
         }
+    }
+
+    /// The earliest `expires_at` of a key in force after `after` (ms).
+    fn next_expiry(&self, after: i64) -> Option<i64> {
+        self.by_hash
+            .load()
+            .values()
+            .filter_map(|k| k.expires_at)
+            .filter(|&at| at > after)
+            .min()
     }
 
     /// The managed key `presented` is, when it is one in force and not
@@ -278,6 +302,42 @@ impl ManagedKeys {
         match self.store.keys().await {
             Ok(rows) => self.set_rows(rows),
             Err(e) => tracing::warn!(error = %e, "cannot read the managed keys back"),
+        }
+    }
+}
+
+/// The expiry timer: sleeps until the next key in force expires, then
+/// tells `on_change` (whose `identify` now refuses that key); woken by
+/// `rebuilt` when the keys change, since the next expiry may have too.
+async fn expire(keys: Weak<ManagedKeys>, rebuilt: Arc<Notify>) {
+    // Expiries at or before this were told.
+    let mut told = now_ms();
+    loop {
+        let Some(next) = keys.upgrade().map(|k| k.next_expiry(told)) else {
+            return;
+        };
+        let due = async {
+            match next {
+                // A millisecond late rather than early: `identify` refuses
+                // a key from its `expires_at` on.
+                Some(at) => {
+                    let wait = u64::try_from(at - now_ms() + 1).unwrap_or(0);
+                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = rebuilt.notified() => {}
+            () = due => {
+                let Some(keys) = keys.upgrade() else {
+                    return;
+                };
+                // A timer that fired early (the wall clock moved) leaves
+                // `told` before the expiry, which is then waited for again.
+                told = now_ms();
+                keys.tell();
+            }
         }
     }
 }

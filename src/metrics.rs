@@ -47,6 +47,7 @@ pub const STORE_WRITE_SECONDS: &str = "toolgate_store_write_seconds";
 pub const STORE_UP: &str = "toolgate_store_up";
 pub const STORE_LINK_WAITS: &str = "toolgate_store_link_waits_total";
 pub const LIVE_VIEWS: &str = "toolgate_live_views";
+pub const MCP_CHANGE_STREAMS: &str = "toolgate_mcp_change_streams";
 pub const TOKENS: &str = "toolgate_tokens_total";
 pub const TRACE_SPANS: &str = "toolgate_trace_spans_total";
 pub const COST_USD: &str = "toolgate_cost_usd_total";
@@ -274,6 +275,10 @@ fn describe() {
     describe_gauge!(
         LIVE_VIEWS,
         "Transcript live views (/toolgate/api/chats/{id}/events) open now."
+    );
+    describe_gauge!(
+        MCP_CHANGE_STREAMS,
+        "MCP change streams (GET on [mcp_gateway] path) open now."
     );
 }
 

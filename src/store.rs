@@ -744,6 +744,18 @@ impl Store {
         });
     }
 
+    /// Runs `task` on the store's runtime until it ends or the store
+    /// closes (the managed keys' expiry timer).
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let stop = self.stop.clone();
+        self.runtime.spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = task => {}
+            }
+        });
+    }
+
     /// Calls `on_rows` with every managed key not revoked: when the database
     /// opens, whenever a replica announces a change (PostgreSQL `NOTIFY`),
     /// and every [`KEYS_REREAD`] in case an announcement was missed.

@@ -119,6 +119,16 @@ impl Offer {
     pub fn is_withheld(&self, name: &str) -> bool {
         self.withheld.iter().any(|w| w == name)
     }
+
+    /// The offer for a request whose client declares `client`'s tools: a
+    /// withheld tool does not exist for this key, so a client tool of the
+    /// same name is simply the client's, and a call to it goes back to the
+    /// client (refusing it would tell the key the hidden tool exists).
+    pub fn beside<'a>(mut self, client: impl IntoIterator<Item = &'a str>) -> Offer {
+        let client: std::collections::HashSet<&str> = client.into_iter().collect();
+        self.withheld.retain(|name| !client.contains(name.as_str()));
+        self
+    }
 }
 
 /// Why a provider's tools cannot be offered now.

@@ -11,7 +11,6 @@
 //! key may not use is unknown and never runs.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use http::Response;
 use rmcp::model::{
@@ -23,6 +22,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
+use super::key_streams::{KeyStreams, Kind, Ticket};
 use crate::body::Body;
 use crate::config::Tenant;
 use crate::exchange::{Event, GatewayCall, GatewayStatus};
@@ -291,30 +291,32 @@ async fn record(
 }
 
 /// Change streams open at once, every key together.
-const MAX_CHANGE_STREAMS: usize = 1024;
+pub const MAX_CHANGE_STREAMS: usize = 1024;
+/// Change streams open at once with one key: a key cannot take the places
+/// every other key's clients need.
+pub const MAX_CHANGE_STREAMS_PER_KEY: usize = 16;
+/// A change stream ends after this long; the client opens another (the
+/// official SDKs reconnect the `GET` stream), with its key checked again.
+const CHANGE_STREAM_LIFETIME: std::time::Duration = std::time::Duration::from_secs(3600);
 /// Between two keep-alive comments on a change stream.
 const CHANGE_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// Change streams open now.
-static CHANGE_STREAMS: AtomicUsize = AtomicUsize::new(0);
+/// Change streams, as their refusals and gauge name them.
+pub const CHANGE_STREAMS: Kind = Kind {
+    what: "MCP change streams",
+    total_from: "1024 in all",
+    per_key_from: "16 per key",
+    code: "too_many_change_streams",
+    gauge: crate::metrics::MCP_CHANGE_STREAMS,
+};
 
-/// One of at most `max` places counted in `open`, given back when dropped.
-struct Place(&'static AtomicUsize);
-
-impl Place {
-    fn take(open: &'static AtomicUsize, max: usize) -> Option<Place> {
-        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < max).then_some(n + 1)
-        })
-        .ok()
-        .map(|_| Place(open))
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
+/// The change streams of a gateway with `[mcp_gateway]`.
+pub fn change_streams() -> Arc<KeyStreams> {
+    KeyStreams::new(
+        &CHANGE_STREAMS,
+        MAX_CHANGE_STREAMS,
+        MAX_CHANGE_STREAMS_PER_KEY,
+    )
 }
 
 /// `GET` on the door (accepting `text/event-stream`): the stream the server
@@ -322,14 +324,15 @@ impl Drop for Place {
 /// `notifications/tools/list_changed` whenever the tools this key may use
 /// change (an MCP server connected, relisted or went down). It holds no
 /// session: any replica serves it, and each sees its own servers change.
-pub fn list_changes(runtime: Arc<Runtime>, caller: McpCaller) -> Response<Body> {
-    let Some(place) = Place::take(&CHANGE_STREAMS, MAX_CHANGE_STREAMS) else {
-        return crate::error::GatewayError::Overloaded.into_response();
-    };
-    // The place goes with the task, so it is given back however the task
-    // ends, even one dropped before it first ran.
+///
+/// `ticket` holds the stream's place among the open ones (given back
+/// however the stream ends, the task aborted included) and closes it when
+/// its key stops naming the caller; it ends on its own after
+/// [`CHANGE_STREAM_LIFETIME`].
+pub fn list_changes(runtime: Arc<Runtime>, caller: McpCaller, ticket: Ticket) -> Response<Body> {
     let body = crate::body::channel::spawn(4, move |tx| async move {
-        let _place = place;
+        let lifetime = tokio::time::sleep(CHANGE_STREAM_LIFETIME);
+        tokio::pin!(lifetime);
         let names = |runtime: &Runtime| -> Vec<String> {
             McpDoor::offer(runtime, &caller)
                 .map(|o| o.tools.iter().map(|t| t.name.clone()).collect())
@@ -343,6 +346,8 @@ pub fn list_changes(runtime: Arc<Runtime>, caller: McpCaller) -> Response<Body> 
         loop {
             let mut out = bytes::BytesMut::new();
             tokio::select! {
+                () = ticket.closed.cancelled() => return,
+                () = &mut lifetime => return,
                 changed = changes.changed() => {
                     if changed.is_err() {
                         return;
@@ -392,20 +397,4 @@ pub fn service() -> rmcp::transport::streamable_http_server::StreamableHttpServi
         Arc::default(),
         config,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn change_streams_are_bounded_and_give_their_place_back() {
-        static OPEN: AtomicUsize = AtomicUsize::new(0);
-        let held: Vec<Place> = (0..3).filter_map(|_| Place::take(&OPEN, 3)).collect();
-        assert_eq!(held.len(), 3);
-        assert!(Place::take(&OPEN, 3).is_none(), "a fourth is refused");
-        drop(held);
-        assert_eq!(OPEN.load(Ordering::Acquire), 0);
-        assert!(Place::take(&OPEN, 3).is_some());
-    }
 }

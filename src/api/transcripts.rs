@@ -17,7 +17,7 @@ use http::{HeaderValue, Method, Response, header};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::live_views::{LiveViews, Ticket};
+use super::key_streams::{KeyStreams, Kind, Ticket};
 pub use super::viewer::Viewer;
 use crate::body::{self, Body};
 use crate::error::GatewayError;
@@ -37,6 +37,15 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// An events stream ends after this long (the page reconnects).
 const MAX_EVENTS: Duration = Duration::from_secs(3600);
 
+/// Live views, as their refusals and gauge name them.
+pub const LIVE_VIEWS: Kind = Kind {
+    what: "live views",
+    total_from: "`store.max_live_views`",
+    per_key_from: "`store.max_live_views_per_key`",
+    code: "too_many_live_views",
+    gauge: crate::metrics::LIVE_VIEWS,
+};
+
 /// A request to the transcript API: who reads, and the key it presented
 /// (empty without `[server.auth]`), which its live views are counted by
 /// and identified by again when the keys change.
@@ -49,7 +58,7 @@ pub struct Reader {
 /// views.
 pub struct Transcripts {
     pub store: Arc<Store>,
-    pub views: Arc<LiveViews>,
+    pub views: Arc<KeyStreams>,
 }
 
 /// The page's files under `/toolgate/ui/` (public: its data comes from the

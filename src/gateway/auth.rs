@@ -67,15 +67,19 @@ pub fn reader<B>(
 ) -> Result<Reader, GatewayError> {
     let key = presented(req).unwrap_or_default();
     let viewer = viewer_of(config, keys, key).ok_or(GatewayError::Unauthorized)?;
-    let key = if config.server.auth.is_some() {
-        key
-    } else {
-        b""
-    };
     Ok(Reader {
         viewer,
-        key: std::sync::Arc::from(key),
+        key: stream_key(config, req),
     })
+}
+
+/// The key a request presents, as the streams it opens are counted and
+/// identified again by: empty without `[server.auth]`.
+pub fn stream_key<B>(config: &Config, req: &Request<B>) -> Arc<[u8]> {
+    match (&config.server.auth, presented(req)) {
+        (Some(_), Some(key)) => Arc::from(key),
+        _ => Arc::from(&b""[..]),
+    }
 }
 
 /// Who `key` reads the transcripts as under `config` and the managed

@@ -666,6 +666,41 @@ mod tests {
         );
     }
 
+    /// A withheld tool does not exist for the key: when the client declares
+    /// a tool of that name, the call is the client's.
+    #[test]
+    fn a_call_to_a_client_tool_named_like_a_withheld_one_goes_to_the_client() {
+        let request =
+            json!({"messages": [], "tools": [{"type": "function", "function": {"name": "clock"}}]});
+        let Value::Object(request) = request else {
+            unreachable!()
+        };
+        let request = Request::from_chat(request).unwrap();
+        let offer = calculator().beside(request.tools.iter().filter_map(Tool::name));
+        let mut rounds = Rounds::new(request, offer, 8, None);
+        let mut out = Vec::new();
+        let clock = Event::Call(Call {
+            id: "up".into(),
+            name: "clock".into(),
+            arguments: "{}".into(),
+        });
+        assert!(round(&mut rounds, vec![clock], &mut out).is_empty());
+        assert_eq!(rounds.end_round(&mut out), Next::Done);
+        assert!(
+            !out.iter()
+                .any(|a| matches!(a, Action::Emit(Event::Gateway(_)))),
+            "{out:?}"
+        );
+        let calls: Vec<&str> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Emit(Event::Call(c)) => Some(c.name.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(calls, ["clock"]);
+    }
+
     /// The round sent without tools still wrote a call: it is not run, and
     /// the answer ends `stop`, not `tool_calls` with no calls.
     #[test]

@@ -222,16 +222,9 @@ fn replica_config(mock: &Mock, url: &str) -> String {
         .toml()
 }
 
-#[tokio::test]
-async fn a_key_made_on_one_replica_works_on_the_other_and_a_revoked_one_stops_within_a_second() {
-    let pg = Postgres::start();
-    let mock = upstream().await;
-    let config = replica_config(&mock, &pg.url());
-    let one = Binary::start(&config, &KEYS);
-    let two = Binary::start(&config, &KEYS);
-    let (base1, base2) = (one.url(""), two.url(""));
-    // Both replicas have read the (empty) keys table.
-    for base in [&base1, &base2] {
+/// Waits until both replicas have read the (empty) keys table.
+async fn both_read_the_keys(base1: &str, base2: &str) {
+    for base in [base1, base2] {
         let deadline = Instant::now() + Duration::from_secs(10);
         while call(
             Method::GET,
@@ -247,6 +240,17 @@ async fn a_key_made_on_one_replica_works_on_the_other_and_a_revoked_one_stops_wi
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+#[tokio::test]
+async fn a_key_made_on_one_replica_works_on_the_other_and_a_revoked_one_stops_within_a_second() {
+    let pg = Postgres::start();
+    let mock = upstream().await;
+    let config = replica_config(&mock, &pg.url());
+    let one = Binary::start(&config, &KEYS);
+    let two = Binary::start(&config, &KEYS);
+    let (base1, base2) = (one.url(""), two.url(""));
+    both_read_the_keys(&base1, &base2).await;
     let made = call(
         Method::POST,
         &format!("{base1}/toolgate/api/keys"),
@@ -289,6 +293,115 @@ async fn a_key_made_on_one_replica_works_on_the_other_and_a_revoked_one_stops_wi
     eprintln!(
         "made on 1, served by 2 after {seen:?}; revoked on 2, refused by 1 after {:?}",
         started.elapsed()
+    );
+}
+
+/// Opens `url` as a stream with `key` (an MCP change stream, a live view):
+/// its status, and the body to read on.
+async fn open_stream(url: &str, key: &str) -> (u16, hyper::body::Incoming) {
+    let request = Request::get(url)
+        .header("authorization", format!("Bearer {key}"))
+        .header("accept", "text/event-stream")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = common::client().request(request).await.unwrap();
+    (response.status().as_u16(), response.into_body())
+}
+
+/// Whether `body` ends within `wait`.
+async fn ends_within(body: &mut hyper::body::Incoming, wait: Duration) -> bool {
+    use http_body_util::BodyExt;
+    tokio::time::timeout(wait, async {
+        while let Some(frame) = body.frame().await {
+            if frame.is_err() {
+                break;
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// Revocation reaches every replica's streams: a key revoked on one ends
+/// its MCP change stream and its live view on the other (told by
+/// PostgreSQL `NOTIFY`), and a key that expires ends its stream there at
+/// `expires_at` by the replica's own timer.
+#[tokio::test]
+async fn a_key_revoked_or_expired_ends_its_streams_on_every_replica() {
+    let pg = Postgres::start();
+    let mock = upstream().await;
+    let config = format!(
+        "{}[[http_tools]]\nname = \"Echo\"\ndescription = \"Echoes\"\nurl = \"http://127.0.0.1:9/echo\"\n\
+         parameters = {{ type = \"object\" }}\n[mcp_gateway]\n",
+        replica_config(&mock, &pg.url())
+    );
+    let one = Binary::start(&config, &KEYS);
+    let two = Binary::start(&config, &KEYS);
+    let (base1, base2) = (one.url(""), two.url(""));
+    both_read_the_keys(&base1, &base2).await;
+    let make = async |body: Value| {
+        let made = call(
+            Method::POST,
+            &format!("{base1}/toolgate/api/keys"),
+            "admin-key",
+            Some(body),
+        )
+        .await;
+        assert_eq!(made.status, 201, "{}", made.text());
+        let made = made.json();
+        let secret = made["key"].as_str().unwrap().to_owned();
+        // Replica two has it once it serves it.
+        let started = Instant::now();
+        while chat(&base2, &secret, "m").await != 200 {
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "replica 2 never took the key"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (made["id"].as_str().unwrap().to_owned(), secret)
+    };
+
+    let (id, secret) = make(json!({"tenant": "team-x", "name": "revoked"})).await;
+    let (status, mut stream) = open_stream(&format!("{base2}/mcp"), &secret).await;
+    assert_eq!(status, 200);
+    let (status, mut view) = open_stream(
+        &format!("{base2}/toolgate/api/chats/chat-r/events"),
+        &secret,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(!ends_within(&mut stream, Duration::from_millis(200)).await);
+    let revoked = call(
+        Method::DELETE,
+        &format!("{base1}/toolgate/api/keys/{id}"),
+        "admin-key",
+        None,
+    )
+    .await;
+    assert_eq!(revoked.status, 200);
+    assert!(
+        ends_within(&mut stream, Duration::from_secs(1)).await,
+        "revoked on replica 1, its change stream on replica 2 ends within a second"
+    );
+    assert!(ends_within(&mut view, Duration::from_millis(500)).await);
+
+    let ahead = Duration::from_millis(2500);
+    let expires = Instant::now() + ahead;
+    let at = (chrono::Utc::now() + ahead).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let (_, secret) = make(json!({"tenant": "team-x", "name": "expiring", "expires_at": at})).await;
+    let (status, mut stream) = open_stream(&format!("{base2}/mcp"), &secret).await;
+    assert_eq!(status, 200);
+    let before = expires
+        .saturating_duration_since(Instant::now())
+        .saturating_sub(Duration::from_millis(300));
+    assert!(
+        !ends_within(&mut stream, before).await,
+        "ended before expires_at"
+    );
+    assert!(
+        ends_within(&mut stream, Duration::from_millis(1300)).await,
+        "the expired key's change stream on replica 2 ends at expires_at"
     );
 }
 

@@ -1,11 +1,13 @@
-//! Live views (`/toolgate/api/chats/{id}/events`): a view lasts only while
-//! its key still names its viewer (a reload that removes the key closes
-//! it), and views are bounded per key and in all (`429` beyond), their
-//! places given back however they end.
+//! Streams opened with a key: live views (`/toolgate/api/chats/{id}/events`)
+//! and the MCP door's change streams (`GET /mcp`). Each lasts only while its
+//! key still names who opened it: a reload that removes a static key, a
+//! managed key's revocation and its expiry (at `expires_at`, not at the
+//! next read of the keys) close it. Both are bounded per key and in all
+//! (`429` beyond), their places given back however they end.
 
 use crate::common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::TestGateway;
@@ -20,6 +22,8 @@ fn auth(keys: &str) -> String {
          [[server.auth.keys]]\nname = \"team-a\"\nkey_env = \"{keys}\"\n\
          [[server.auth.keys]]\nname = \"team-b\"\nkey_env = \"LIVE_VIEWS_B\"\n\
          [store]\nurl = \"sqlite::memory:\"\nmax_live_views = 3\nmax_live_views_per_key = 2\n\
+         [[http_tools]]\nname = \"Echo\"\ndescription = \"Echoes\"\nurl = \"http://127.0.0.1:9/echo\"\n\
+         parameters = {{ type = \"object\" }}\n[mcp_gateway]\n\
          [[providers]]\nname = \"demo\"\nmodels = [\"demo\"]\n[providers.demo]\nchunk_delay_ms = 0\n"
     )
 }
@@ -44,6 +48,45 @@ async fn open(gw: &TestGateway, key: &str, chat: &str) -> (u16, Incoming) {
     let response = common::client().request(request).await.unwrap();
     let status = response.status().as_u16();
     (status, response.into_body())
+}
+
+/// Opens the MCP door's change stream with `key`: its status, and the
+/// body to read on.
+async fn changes(gw: &TestGateway, key: &str) -> (u16, Incoming) {
+    let request = Request::get(gw.url("/mcp"))
+        .header("authorization", format!("Bearer {key}"))
+        .header("accept", "text/event-stream")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = common::client().request(request).await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.into_body())
+}
+
+/// A gateway with managed keys (the admin key `v-admin` makes them).
+async fn managed() -> TestGateway {
+    set_keys();
+    let config =
+        auth("LIVE_VIEWS_A").replace("[server.auth]\n", "[server.auth]\nmanaged_keys = true\n");
+    TestGateway::start(&config).await
+}
+
+/// `v-admin`'s request to the keys API.
+async fn admin(
+    gw: &TestGateway,
+    method: http::Method,
+    path: &str,
+    body: &str,
+) -> common::Collected {
+    common::send(
+        Request::builder()
+            .method(method)
+            .uri(gw.url(path))
+            .header("authorization", "Bearer v-admin")
+            .body(Full::new(Bytes::copy_from_slice(body.as_bytes())))
+            .unwrap(),
+    )
+    .await
 }
 
 /// Whether the view's stream ends within `wait` (frames before the end
@@ -123,23 +166,13 @@ async fn views_are_bounded_per_key_and_in_all_and_their_places_come_back() {
 
 #[tokio::test]
 async fn revoking_a_managed_key_closes_its_views() {
-    set_keys();
-    let config =
-        auth("LIVE_VIEWS_A").replace("[server.auth]\n", "[server.auth]\nmanaged_keys = true\n");
-    let gw = TestGateway::start(&config).await;
-    let admin = |method: http::Method, path: String, body: &str| {
-        Request::builder()
-            .method(method)
-            .uri(gw.url(&path))
-            .header("authorization", "Bearer v-admin")
-            .body(Full::new(Bytes::copy_from_slice(body.as_bytes())))
-            .unwrap()
-    };
-    let made = common::send(admin(
+    let gw = managed().await;
+    let made = admin(
+        &gw,
         http::Method::POST,
-        "/toolgate/api/keys".into(),
+        "/toolgate/api/keys",
         r#"{"tenant": "team-m", "name": "viewer"}"#,
-    ))
+    )
     .await;
     assert_eq!(made.status, 201, "{}", made.text());
     let made = made.json();
@@ -149,11 +182,12 @@ async fn revoking_a_managed_key_closes_its_views() {
     assert_eq!(status, 200);
     assert!(!ends_within(&mut view, Duration::from_millis(200)).await);
     let id = made["id"].as_str().unwrap();
-    let revoked = common::send(admin(
+    let revoked = admin(
+        &gw,
         http::Method::DELETE,
-        format!("/toolgate/api/keys/{id}"),
+        &format!("/toolgate/api/keys/{id}"),
         "",
-    ))
+    )
     .await;
     assert_eq!(revoked.status, 200);
     assert!(
@@ -161,4 +195,171 @@ async fn revoking_a_managed_key_closes_its_views() {
         "the revoked key's view is closed"
     );
     assert!(!ends_within(&mut other, Duration::from_millis(200)).await);
+}
+
+#[tokio::test]
+async fn a_reload_that_removes_a_key_ends_its_change_streams() {
+    set_keys();
+    let gw = TestGateway::start(&auth("LIVE_VIEWS_A")).await;
+    let (status, mut removed) = changes(&gw, "va-2").await;
+    assert_eq!(status, 200);
+    let (status, mut kept) = changes(&gw, "va-1").await;
+    assert_eq!(status, 200);
+    assert!(!ends_within(&mut removed, Duration::from_millis(200)).await);
+    // `va-2` leaves team-a's keys.
+    let config = Config::from_toml(&auth("LIVE_VIEWS_A_SHORT")).unwrap();
+    gw.gateway.reload(config).unwrap();
+    assert!(
+        ends_within(&mut removed, Duration::from_secs(2)).await,
+        "the removed key's change stream ends"
+    );
+    assert!(
+        !ends_within(&mut kept, Duration::from_millis(300)).await,
+        "a kept key's stream stays"
+    );
+    let (status, _) = changes(&gw, "va-2").await;
+    assert_eq!(status, 401, "and the key opens no other");
+}
+
+#[tokio::test]
+async fn revoking_a_managed_key_ends_its_change_streams() {
+    let gw = managed().await;
+    let made = admin(
+        &gw,
+        http::Method::POST,
+        "/toolgate/api/keys",
+        r#"{"tenant": "team-m", "name": "agent"}"#,
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let made = made.json();
+    let (status, mut stream) = changes(&gw, made["key"].as_str().unwrap()).await;
+    assert_eq!(status, 200);
+    let (status, mut other) = changes(&gw, "va-1").await;
+    assert_eq!(status, 200);
+    assert!(!ends_within(&mut stream, Duration::from_millis(200)).await);
+    let id = made["id"].as_str().unwrap();
+    let revoked = admin(
+        &gw,
+        http::Method::DELETE,
+        &format!("/toolgate/api/keys/{id}"),
+        "",
+    )
+    .await;
+    assert_eq!(revoked.status, 200);
+    assert!(
+        ends_within(&mut stream, Duration::from_secs(1)).await,
+        "the revoked key's change stream ends at once"
+    );
+    assert!(!ends_within(&mut other, Duration::from_millis(200)).await);
+}
+
+/// A key that expires closes its streams at `expires_at`, by a timer: no
+/// change of the keys and no reload comes to tell the gateway.
+#[tokio::test]
+async fn an_expiring_keys_view_and_change_stream_end_at_its_expiry() {
+    let gw = managed().await;
+    let ahead = Duration::from_millis(2500);
+    let expires_at = chrono::Utc::now() + ahead;
+    let expires = Instant::now() + ahead;
+    let made = admin(
+        &gw,
+        http::Method::POST,
+        "/toolgate/api/keys",
+        &serde_json::json!({
+            "tenant": "team-m",
+            "name": "short-lived",
+            "expires_at": expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        })
+        .to_string(),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let key = made.json()["key"].as_str().unwrap().to_owned();
+    let (status, mut view) = open(&gw, &key, "chat-e").await;
+    assert_eq!(status, 200);
+    let (status, mut stream) = changes(&gw, &key).await;
+    assert_eq!(status, 200);
+    let (status, mut other) = changes(&gw, "va-1").await;
+    assert_eq!(status, 200);
+    // Open until shortly before the key expires…
+    let before = expires
+        .saturating_duration_since(Instant::now())
+        .saturating_sub(Duration::from_millis(300));
+    assert!(
+        !ends_within(&mut view, before).await,
+        "the view ended early"
+    );
+    assert!(!ends_within(&mut stream, Duration::ZERO).await);
+    // …and ended shortly after.
+    assert!(
+        ends_within(&mut view, Duration::from_millis(1300)).await,
+        "the expired key's view ends at expires_at"
+    );
+    assert!(
+        ends_within(&mut stream, Duration::from_millis(300)).await,
+        "the expired key's change stream ends at expires_at"
+    );
+    let late = Instant::now().saturating_duration_since(expires);
+    assert!(late < Duration::from_secs(1), "{late:?} after expires_at");
+    assert!(!ends_within(&mut other, Duration::from_millis(100)).await);
+    let (status, _) = changes(&gw, &key).await;
+    assert_eq!(status, 401, "and the key opens no other");
+}
+
+#[tokio::test]
+async fn change_streams_are_bounded_per_key_and_another_key_still_opens_one() {
+    set_keys();
+    let gw = TestGateway::start(&auth("LIVE_VIEWS_A")).await;
+    // One key opens streams until it is refused: at 16 (README), well
+    // before the 1,024 every key shares.
+    let mut held = Vec::new();
+    let refused = loop {
+        let request = Request::get(gw.url("/mcp"))
+            .header("authorization", "Bearer va-1")
+            .header("accept", "text/event-stream")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = common::client().request(request).await.unwrap();
+        if response.status() == 200 {
+            held.push(response.into_body());
+            assert!(held.len() < 64, "one key opened 64 streams unrefused");
+        } else {
+            let (head, body) = response.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            break common::Collected {
+                status: head.status,
+                headers: head.headers,
+                body,
+            };
+        }
+    };
+    assert_eq!(held.len(), 16, "one key's streams at once");
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert_eq!(
+        refused.json()["error"]["code"],
+        "too_many_change_streams",
+        "{}",
+        refused.text()
+    );
+    // Other keys, of the same tenant or another, still open theirs.
+    let (status, _same_tenant) = changes(&gw, "va-2").await;
+    assert_eq!(status, 200);
+    let (status, _other_tenant) = changes(&gw, "vb-1").await;
+    assert_eq!(status, 200);
+    // A client that leaves gives its key's place back.
+    held.pop();
+    let mut reopened = None;
+    for _ in 0..50 {
+        let (status, body) = changes(&gw, "va-1").await;
+        if status == 200 {
+            reopened = Some(body);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        reopened.is_some(),
+        "the place of a stream that ended is free again"
+    );
 }

@@ -488,6 +488,112 @@ async fn each_door_applies_the_keys_policy() {
     }
 }
 
+/// A gateway tool the key may not use does not exist for that key: a tool
+/// the client declares under the same name is the client's own, and the
+/// model's call to it comes back to the client as its call, at every door,
+/// passthrough and natural, never as a refused gateway call whose message
+/// would tell the key the hidden tool exists.
+#[tokio::test]
+async fn a_client_tool_named_like_a_withheld_gateway_tool_is_the_clients() {
+    keys();
+    // SAFETY: see `keys`; this variable is read by this test's gateways only.
+    unsafe { std::env::set_var("TENANCY_TEST_NARROW", "narrow-key") };
+    let schema = json!({"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]});
+    let doors = [
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "6*7?"}],
+                "tools": [{"type": "function", "function": {"name": "calculator", "description": "The client's own.", "parameters": schema}}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"input": "6*7?",
+                "tools": [{"type": "function", "name": "calculator", "description": "The client's own.", "parameters": schema}]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"max_tokens": 64, "messages": [{"role": "user", "content": "6*7?"}],
+                "tools": [{"name": "calculator", "description": "The client's own.", "input_schema": schema}]}),
+        ),
+    ];
+    for mode in ["passthrough", "natural"] {
+        // The model calls `calculator` however it is asked: natively, or
+        // as natural-mode text.
+        let model = Mock::start(move |_: &Recorded| {
+            if mode == "natural" {
+                sse(text_sse(
+                    "<calculator>\n```json\n{\"expression\": \"6*7\"}\n```\n</calculator>\n",
+                ))
+            } else {
+                sse(text_then_calls_sse(
+                    "",
+                    &[("calculator", r#"{"expression": "6*7"}"#)],
+                ))
+            }
+        })
+        .await;
+        let gw = TestConfig::new()
+            .raw(AUTH)
+            .raw("[[server.auth.keys]]\nname = \"narrow\"\nkey_env = \"TENANCY_TEST_NARROW\"\ngateway_tools = [\"builtin:clock\"]\n")
+            .agent(&model.url(), mode, &["builtin:clock", "builtin:calculator"], "")
+            .start()
+            .await;
+        for (path, body) in &doors {
+            let mut body = body.clone();
+            body["model"] = json!("m");
+            let before = model.count();
+            let r = post(&gw.url(path), "narrow-key", body).await;
+            assert_eq!(r.status, 200, "{mode} {path}: {}", r.text());
+            assert_eq!(
+                model.count() - before,
+                1,
+                "{mode} {path}: one round, the call is the client's: {}",
+                r.text()
+            );
+            let text = r.text();
+            assert!(
+                !text.contains("not available") && !text.contains("withheld"),
+                "{mode} {path}: {text}"
+            );
+            let answer = r.json();
+            let called = match *path {
+                "/v1/chat/completions" => {
+                    assert_eq!(
+                        answer["choices"][0]["finish_reason"], "tool_calls",
+                        "{answer}"
+                    );
+                    assert!(
+                        answer["choices"][0]["message"]["gateway_tool_calls"].is_null(),
+                        "{answer}"
+                    );
+                    answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"].clone()
+                }
+                "/v1/responses" => {
+                    let output = answer["output"].as_array().unwrap();
+                    assert!(output.iter().all(|i| i["type"] != "mcp_call"), "{answer}");
+                    output
+                        .iter()
+                        .find(|i| i["type"] == "function_call")
+                        .map(|i| i["name"].clone())
+                        .unwrap_or_default()
+                }
+                _ => {
+                    assert_eq!(answer["stop_reason"], "tool_use", "{answer}");
+                    assert!(!text.contains("mcp_tool_use"), "{answer}");
+                    answer["content"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|b| b["type"] == "tool_use")
+                        .map(|b| b["name"].clone())
+                        .unwrap_or_default()
+                }
+            };
+            assert_eq!(called, "calculator", "{mode} {path}: {answer}");
+        }
+    }
+}
+
 /// A model that echoes every text of the conversation it is sent, so that
 /// whatever reached it shows in the answer; it also runs a gateway step
 /// when asked to (`STEP` in the last user text). Requests are kept with the
