@@ -256,7 +256,9 @@ async fn dispatch(
         }
         Route::Forward | Route::Natural | Route::ToNatural => (runtime, provider, tenant),
     };
-    // A tenant whose limits count tokens gets them on streams too.
+    // A tenant whose limits count tokens gets them on streams too, whatever
+    // its client put in `stream_options` (`stream` is a boolean here:
+    // `inbound::find_model` refused any other).
     let asked = (door == Door::Chat
         && crate::telemetry::scope::meter().is_some_and(|m| m.wants_usage()))
     .then(|| crate::upstream::usage_asked::ask(&bytes))
