@@ -1,5 +1,5 @@
 //! Usage a client did not ask for: a tenant whose limits count tokens has
-//! its streamed Chat Completions requests sent with
+//! its streamed Chat Completions (and legacy Completions) requests sent with
 //! `stream_options.include_usage`, and the usage chunk this adds (the one
 //! with `choices: []`) is taken out of the answer before the client sees
 //! it. The other chunks keep the `"usage": null` the upstream then adds to
@@ -48,6 +48,13 @@ pub fn ask(body: &[u8]) -> Option<Bytes> {
         }
     }
     serde_json::to_vec(&request).ok().map(Bytes::from)
+}
+
+/// Whether a request is to the legacy Completions API (`POST
+/// /v1/completions`), whose streams, like chat's, report usage only when
+/// `stream_options.include_usage` asks, in a last chunk with `choices: []`.
+pub fn is_legacy_completions(method: &http::Method, path: &str) -> bool {
+    method == http::Method::POST && path.strip_suffix('/').unwrap_or(path) == "/v1/completions"
 }
 
 /// Passes an answer's events on, without the usage chunk.

@@ -900,6 +900,48 @@ async fn a_client_cannot_turn_off_the_usage_its_budget_is_charged() {
     }
 }
 
+/// The legacy Completions API streams usage only when asked, as chat does:
+/// its streams are asked too, and charged what the upstream reported.
+#[tokio::test]
+async fn a_legacy_completions_stream_is_charged_its_real_usage() {
+    let key = streams_key();
+    let mock = upstream().await;
+    let gw = TestConfig::new()
+        .server(STREAMS_AUTH)
+        .up(&mock.url(), PRICING)
+        .raw("[store]\nurl = \"sqlite::memory:\"\n")
+        .start()
+        .await;
+    let body = json!({"model": "cheap-1", "prompt": "hi", "stream": true, "stream_options": null});
+    let r = post(&gw.url("/v1/completions"), key, &body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(!r.text().contains("\"prompt_tokens\""), "{}", r.text());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        let usage = get(&gw.url("/toolgate/api/usage?group_by=tenant"), "admin-key")
+            .await
+            .json();
+        if let Some(row) = usage["data"].as_array().and_then(|d| d.first()).cloned() {
+            break row;
+        }
+        assert!(Instant::now() < deadline, "no usage kept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (
+            &row["input_tokens"],
+            &row["output_tokens"],
+            &row["estimated_requests"]
+        ),
+        (&json!(10), &json!(20), &json!(0)),
+        "{row}"
+    );
+    assert_eq!(
+        mock.last().json()["stream_options"],
+        json!({"include_usage": true})
+    );
+}
+
 /// A body sent as it is written (a repeated key survives).
 async fn post_raw(url: &str, key: &str, body: &str) -> Collected {
     common::send(
