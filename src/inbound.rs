@@ -1,6 +1,7 @@
 //! Reading the client's request body with a bound, and finding (and if need
 //! be replacing) its `model` without re-serializing anything else: a request
-//! that no transform touches is forwarded byte for byte.
+//! that no transform touches is forwarded byte for byte. The same look at a
+//! JSON body refuses a `stream` or `stream_options` of the wrong type.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -149,9 +150,24 @@ pub struct ModelField {
 struct Peek<'a> {
     #[serde(borrow, default)]
     model: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream_options: Option<&'a RawValue>,
+}
+
+/// The member of `stream_options` toolgate reads.
+#[derive(Deserialize)]
+struct PeekStreamOptions<'a> {
+    #[serde(borrow, default)]
+    include_usage: Option<&'a RawValue>,
 }
 
 /// Finds the `model` of a JSON or multipart body. `Ok(None)`: the body has none.
+///
+/// A JSON body's `stream` and `stream_options` are checked on the way
+/// ([`check_stream`]): every later part, and the upstream, then reads the
+/// same answer to "does it stream, and with usage?".
 pub fn find_model(headers: &HeaderMap, body: &[u8]) -> Result<Option<ModelField>, GatewayError> {
     let content_type = headers
         .get(CONTENT_TYPE)
@@ -165,12 +181,14 @@ pub fn find_model(headers: &HeaderMap, body: &[u8]) -> Result<Option<ModelField>
     }
     let peek: Peek<'_> = serde_json::from_slice(body).map_err(|e| {
         // Servers read a repeated key differently (the first, the last):
-        // the model the key's policy allowed must be the one that runs.
-        if e.to_string().starts_with("duplicate field `model`") {
-            return repeated_model();
+        // the model the key's policy allowed must be the one that runs, and
+        // a stream toolgate asked usage for the one the upstream sends.
+        if let Some(field) = repeated_field(&e, &["model", "stream", "stream_options"]) {
+            return repeated(field);
         }
         GatewayError::bad_request(format!("The request body is not valid JSON: {e}"), None)
     })?;
+    check_stream(&peek)?;
     let Some(raw) = peek.model else {
         return Ok(None);
     };
@@ -183,6 +201,58 @@ pub fn find_model(headers: &HeaderMap, body: &[u8]) -> Result<Option<ModelField>
         span: start..start + raw.get().len(),
         json: true,
     }))
+}
+
+/// Refuses a `stream` that is not a boolean and a `stream_options` that is
+/// not an object (or whose `include_usage` is not a boolean); `null` is
+/// absent. That is how every OpenAI API that has them types them, and
+/// Anthropic's `stream` too. A lax server reads `"stream": 1` as a stream
+/// where toolgate reads none, and a tenant whose limits count tokens would
+/// then be streamed an answer without the usage toolgate asks for on its
+/// streams (`upstream::usage_asked`), and be charged an estimate.
+fn check_stream(peek: &Peek<'_>) -> Result<(), GatewayError> {
+    let boolean =
+        |raw: Option<&RawValue>| raw.is_none_or(|raw| matches!(raw.get(), "true" | "false"));
+    if !boolean(peek.stream) {
+        return Err(GatewayError::bad_request(
+            "`stream` must be a boolean",
+            Some("stream"),
+        ));
+    }
+    let Some(options) = peek.stream_options else {
+        return Ok(());
+    };
+    let not_object = || {
+        GatewayError::bad_request(
+            "`stream_options` must be an object (or null)",
+            Some("stream_options"),
+        )
+    };
+    if !options.get().starts_with('{') {
+        return Err(not_object());
+    }
+    let options: PeekStreamOptions<'_> = serde_json::from_str(options.get()).map_err(|e| {
+        match repeated_field(&e, &["include_usage"]) {
+            Some(_) => repeated("stream_options.include_usage"),
+            None => not_object(),
+        }
+    })?;
+    if !boolean(options.include_usage) {
+        return Err(GatewayError::bad_request(
+            "`stream_options.include_usage` must be a boolean",
+            Some("stream_options.include_usage"),
+        ));
+    }
+    Ok(())
+}
+
+/// Which of `fields` serde found twice, when that is the error.
+fn repeated_field<'f>(e: &serde_json::Error, fields: &[&'f str]) -> Option<&'f str> {
+    let text = e.to_string();
+    fields
+        .iter()
+        .find(|field| text.starts_with(&format!("duplicate field `{field}`")))
+        .copied()
 }
 
 /// Returns `body` with the model value replaced by `model`; nothing else changes.
@@ -212,10 +282,10 @@ fn multipart_boundary(content_type: &str) -> Option<&str> {
     })
 }
 
-fn repeated_model() -> GatewayError {
+fn repeated(field: &str) -> GatewayError {
     GatewayError::bad_request(
-        "`model` is given more than once; send it once",
-        Some("model"),
+        format!("`{field}` is given more than once; send it once"),
+        Some(field),
     )
 }
 
@@ -245,7 +315,7 @@ fn multipart_model(body: &[u8], boundary: &str) -> Result<Option<ModelField>, Ga
             continue;
         }
         if found.is_some() {
-            return Err(repeated_model());
+            return Err(repeated("model"));
         }
         let value_start = start + delimiter.len() + header_end + 4;
         let Some(value_end) = end
@@ -389,6 +459,58 @@ mod tests {
         // And in JSON.
         let e = find_model(&json_headers(), br#"{"model": "a", "model": "b"}"#).unwrap_err();
         assert!(e.to_string().contains("more than once"), "{e}");
+    }
+
+    #[test]
+    fn stream_and_stream_options_of_the_wrong_type_are_400_naming_them() {
+        let param = |body: &str| {
+            let e = find_model(&json_headers(), body.as_bytes()).unwrap_err();
+            assert_eq!(e.status(), http::StatusCode::BAD_REQUEST, "{body}");
+            let error = &e.to_json()["error"];
+            assert_eq!(error["type"], "invalid_request_error", "{body}");
+            error["param"].as_str().unwrap().to_owned()
+        };
+        for stream in ["1", "0", r#""true""#, "[]", "{}"] {
+            let body = format!(r#"{{"model":"m","stream":{stream}}}"#);
+            assert_eq!(param(&body), "stream");
+        }
+        for options in ["true", "1", r#""include_usage""#, "[]"] {
+            let body = format!(r#"{{"model":"m","stream":true,"stream_options":{options}}}"#);
+            assert_eq!(param(&body), "stream_options");
+        }
+        for usage in ["1", r#""true""#, "{}"] {
+            let body = format!(
+                r#"{{"model":"m","stream":true,"stream_options":{{"include_usage":{usage}}}}}"#
+            );
+            assert_eq!(param(&body), "stream_options.include_usage");
+        }
+        // A repeated key: servers disagree on which one counts.
+        assert_eq!(
+            param(r#"{"model":"m","stream":false,"stream":true}"#),
+            "stream"
+        );
+        assert_eq!(
+            param(r#"{"model":"m","stream":true,"stream_options":null,"stream_options":{}}"#),
+            "stream_options"
+        );
+        assert_eq!(
+            param(
+                r#"{"model":"m","stream":true,"stream_options":{"include_usage":false,"include_usage":true}}"#
+            ),
+            "stream_options.include_usage"
+        );
+        // What every API accepts, `null` as absent.
+        for fine in [
+            r#"{"model":"m","stream":true}"#,
+            r#"{"model":"m","stream":false,"stream_options":null}"#,
+            r#"{"model":"m","stream":null}"#,
+            r#"{"model":"m","stream": true ,"stream_options":{}}"#,
+            r#"{"model":"m","stream":true,"stream_options":{"include_usage":null,"x":[1]}}"#,
+            r#"{"model":"m","stream":true,"stream_options":{ "include_usage" : false }}"#,
+        ] {
+            let f = find_model(&json_headers(), fine.as_bytes());
+            assert_eq!(f.unwrap().unwrap().name, "m", "{fine}");
+        }
     }
 
     #[test]

@@ -256,8 +256,13 @@ async fn dispatch(
         }
         Route::Forward | Route::Natural | Route::ToNatural => (runtime, provider, tenant),
     };
-    // A tenant whose limits count tokens gets them on streams too.
-    let asked = (door == Door::Chat
+    // A tenant whose limits count tokens gets them on streams too, whatever
+    // its client put in `stream_options` (`stream` is a boolean here:
+    // `inbound::find_model` refused any other), on both APIs whose streams
+    // report usage only when asked.
+    let streams_asked = door == Door::Chat
+        || crate::upstream::usage_asked::is_legacy_completions(&parts.method, parts.uri.path());
+    let asked = (streams_asked
         && crate::telemetry::scope::meter().is_some_and(|m| m.wants_usage()))
     .then(|| crate::upstream::usage_asked::ask(&bytes))
     .flatten();

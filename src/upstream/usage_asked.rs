@@ -1,10 +1,17 @@
 //! Usage a client did not ask for: a tenant whose limits count tokens has
-//! its streamed Chat Completions requests sent with
+//! its streamed Chat Completions (and legacy Completions) requests sent with
 //! `stream_options.include_usage`, and the usage chunk this adds (the one
 //! with `choices: []`) is taken out of the answer before the client sees
 //! it. The other chunks keep the `"usage": null` the upstream then adds to
 //! them. Requests of tenants without token limits or budgets, and requests
 //! whose client asked for usage, are not touched.
+//!
+//! The client cannot turn this off: whatever `stream_options` holds
+//! (missing, `null`, `{}`, `include_usage: false`), a streamed request is
+//! sent asking for usage, or a budget would be charged an estimate. A
+//! `stream` or `stream_options` of the wrong type never gets this far
+//! (`inbound::find_model` refuses it), so `stream: true` is the only
+//! streamed request there is.
 
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
@@ -15,7 +22,9 @@ use crate::sse::transform::Transform;
 
 /// `body` with `stream_options.include_usage` set, when it is a streamed
 /// request whose client did not ask for usage; `None` otherwise (the body
-/// then goes as it is).
+/// then goes as it is, and the client gets the usage chunk it asked for).
+/// The other members of the client's `stream_options` are kept; one that is
+/// not an object (`null`) is replaced.
 pub fn ask(body: &[u8]) -> Option<Bytes> {
     let Ok(Value::Object(mut request)) = serde_json::from_slice::<Value>(body) else {
         return None;
@@ -23,17 +32,29 @@ pub fn ask(body: &[u8]) -> Option<Bytes> {
     if request.get("stream") != Some(&Value::Bool(true)) {
         return None;
     }
-    let options = request
-        .entry("stream_options")
-        .or_insert_with(|| Value::Object(Default::default()));
-    let Value::Object(options) = options else {
-        return None;
-    };
-    if options.get("include_usage") == Some(&Value::Bool(true)) {
-        return None;
+    let asked = || serde_json::json!({"include_usage": true});
+    match request.get_mut("stream_options") {
+        Some(Value::Object(options)) => {
+            if options.get("include_usage") == Some(&Value::Bool(true)) {
+                return None;
+            }
+            options.insert("include_usage".into(), Value::Bool(true));
+        }
+        // `null` (or anything else that reached here): the client asked
+        // for nothing, so nothing of it is lost.
+        Some(other) => *other = asked(),
+        None => {
+            request.insert("stream_options".into(), asked());
+        }
     }
-    options.insert("include_usage".into(), Value::Bool(true));
     serde_json::to_vec(&request).ok().map(Bytes::from)
+}
+
+/// Whether a request is to the legacy Completions API (`POST
+/// /v1/completions`), whose streams, like chat's, report usage only when
+/// `stream_options.include_usage` asks, in a last chunk with `choices: []`.
+pub fn is_legacy_completions(method: &http::Method, path: &str) -> bool {
+    method == http::Method::POST && path.strip_suffix('/').unwrap_or(path) == "/v1/completions"
 }
 
 /// Passes an answer's events on, without the usage chunk.
@@ -126,6 +147,50 @@ mod tests {
         assert!(ask(br#"{"stream":false}"#).is_none());
         assert!(ask(br#"{"messages":[]}"#).is_none());
         assert!(ask(b"not json").is_none());
+    }
+
+    /// Each shape of `stream_options` a streamed request may come with, and
+    /// the `stream_options` that go upstream in its place (`None`: the body
+    /// as it came, since its client asked for usage and gets the usage
+    /// chunk).
+    #[test]
+    fn every_stream_asks_for_usage_whatever_its_stream_options() {
+        let asked = || Some(r#"{"include_usage":true}"#);
+        let cases = [
+            ("null", asked()),
+            ("{}", asked()),
+            (r#"{"include_usage":false}"#, asked()),
+            (r#"{"include_usage":null}"#, asked()),
+            (r#"{"x":1}"#, Some(r#"{"x":1,"include_usage":true}"#)),
+            (
+                r#"{"x":1,"include_usage":false,"y":[2]}"#,
+                Some(r#"{"x":1,"include_usage":true,"y":[2]}"#),
+            ),
+            (r#"{"include_usage":true}"#, None),
+            (r#"{"x":1,"include_usage":true}"#, None),
+        ];
+        let request = |options: &str| {
+            format!(r#"{{"model":"m","stream":true,"stream_options":{options},"messages":[]}}"#)
+        };
+        for (options, sent) in cases {
+            let body = request(options);
+            let got = ask(body.as_bytes()).map(|b| String::from_utf8(b.to_vec()).unwrap());
+            // Every other field keeps its place and its value.
+            assert_eq!(got, sent.map(request), "{body}");
+        }
+        // None at all: they are added.
+        let got = ask(br#"{"model":"m","stream":true,"messages":[]}"#).unwrap();
+        assert_eq!(
+            &got[..],
+            br#"{"model":"m","stream":true,"messages":[],"stream_options":{"include_usage":true}}"#
+        );
+        // A request that does not stream goes as it came, whatever it says.
+        for stream in ["", r#","stream":false"#, r#","stream":null"#] {
+            for options in ["", r#","stream_options":null"#, r#","stream_options":{}"#] {
+                let body = format!(r#"{{"model":"m"{stream}{options},"messages":[]}}"#);
+                assert_eq!(ask(body.as_bytes()), None, "{body}");
+            }
+        }
     }
 
     #[test]

@@ -791,3 +791,264 @@ async fn fallback_repairs_are_charged_to_the_key() {
         "{fb}"
     );
 }
+
+/// A tenant with a budget, for the tests of usage asked on its streams (its
+/// own, so its rows and metrics are no other test's).
+const STREAMS_AUTH: &str = "[server.auth]\nadmin_keys_env = \"LIMITS_TEST_ADMIN\"\n\
+    [[server.auth.keys]]\nname = \"streams\"\nkey_env = \"LIMITS_TEST_STREAMS\"\n\
+    [server.auth.keys.budget]\nusd = 1000\nperiod = \"1d\"\n";
+
+fn streams_key() -> &'static str {
+    keys();
+    // SAFETY: as in `keys`: this module's own variable, always this value.
+    unsafe { std::env::set_var("LIMITS_TEST_STREAMS", "streams-key") };
+    "streams-key"
+}
+
+/// `"stream_options": null` asks for nothing, and `include_usage: false`
+/// asks for no usage; neither is the client's to decide for a tenant whose
+/// budget counts what the upstream reports. Each path a streamed chat
+/// request can take (passthrough, natural, to_natural, the gateway-tools
+/// answer path) asks the upstream for usage, charges what it reported (no
+/// estimate) and keeps the usage chunk from the client that did not ask.
+#[tokio::test]
+async fn a_client_cannot_turn_off_the_usage_its_budget_is_charged() {
+    let key = streams_key();
+    let mock = upstream().await;
+    let mode = |mode: &str| format!("{PRICING}[providers.tools]\nmode = \"{mode}\"\n");
+    let gw = TestConfig::new()
+        .server(STREAMS_AUTH)
+        .provider("pass", &mock.url(), r#"["cheap-pass"]"#, &mode("passthrough"))
+        .provider("nat", &mock.url(), r#"["cheap-nat"]"#, &mode("natural"))
+        .provider("tonat", &mock.url(), r#"["cheap-tonat"]"#, &mode("to_natural"))
+        .demo(
+            "chunk_delay_ms = 0\n[providers.tools]\nmode = \"natural\"\ngateway_tools = [\"builtin:calculator\"]",
+        )
+        .raw("[store]\nurl = \"sqlite::memory:\"\n")
+        .start()
+        .await;
+    let url = gw.url("/v1/chat/completions");
+    let tools = json!([{"type": "function", "function": {"name": "GetWeather",
+        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}}}}]);
+    // What the client sent, and what the upstream must get.
+    let shapes = [
+        (json!(null), json!({"include_usage": true})),
+        (
+            json!({"include_usage": false, "x": 1}),
+            json!({"include_usage": true, "x": 1}),
+        ),
+        (json!({}), json!({"include_usage": true})),
+    ];
+    let models = ["cheap-pass", "cheap-nat", "cheap-tonat", "demo"];
+    let mut sent = Vec::new();
+    for model in models {
+        for (options, upstream_options) in &shapes {
+            let mut body = chat(model);
+            body["stream"] = json!(true);
+            body["stream_options"] = options.clone();
+            if model != "demo" {
+                body["tools"] = tools.clone();
+            }
+            let seen = mock.count();
+            let r = post(&url, key, &body).await;
+            let text = r.text();
+            assert_eq!(r.status, 200, "{model} {options}: {text}");
+            assert!(
+                text.contains("data: [DONE]") && !text.contains("\"prompt_tokens\""),
+                "{model} {options}: the usage chunk the client did not ask for is dropped: {text}"
+            );
+            if model != "demo" {
+                assert_eq!(mock.count(), seen + 1);
+                let got = mock.last().json()["stream_options"].clone();
+                sent.push((model, options, upstream_options, got));
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let rows = loop {
+        let usage = get(
+            &gw.url("/toolgate/api/usage?group_by=provider"),
+            "admin-key",
+        )
+        .await
+        .json();
+        let rows = usage["data"].as_array().cloned().unwrap_or_default();
+        let requests: i64 = rows.iter().filter_map(|r| r["requests"].as_i64()).sum();
+        if requests == (models.len() * shapes.len()) as i64 {
+            break rows;
+        }
+        assert!(Instant::now() < deadline, "usage never landed: {usage}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for row in &rows {
+        assert_eq!(row["estimated_requests"], 0, "charged an estimate: {row}");
+        if row["provider"] == "demo" {
+            continue;
+        }
+        // The mock's 10 and 20 tokens a stream, at cheap*'s $0.50.
+        assert_eq!(
+            (
+                &row["requests"],
+                &row["input_tokens"],
+                &row["output_tokens"]
+            ),
+            (&json!(3), &json!(30), &json!(60)),
+            "{row}"
+        );
+        assert!(
+            (row["cost_usd"].as_f64().unwrap() - 1.5).abs() < 1e-9,
+            "{row}"
+        );
+    }
+    assert_eq!(rows.len(), models.len(), "{rows:?}");
+    for (model, options, expected, got) in sent {
+        assert_eq!(
+            &got, expected,
+            "{model} {options}: the upstream's stream_options"
+        );
+    }
+}
+
+/// The legacy Completions API streams usage only when asked, as chat does:
+/// its streams are asked too, and charged what the upstream reported.
+#[tokio::test]
+async fn a_legacy_completions_stream_is_charged_its_real_usage() {
+    let key = streams_key();
+    let mock = upstream().await;
+    let gw = TestConfig::new()
+        .server(STREAMS_AUTH)
+        .up(&mock.url(), PRICING)
+        .raw("[store]\nurl = \"sqlite::memory:\"\n")
+        .start()
+        .await;
+    let body = json!({"model": "cheap-1", "prompt": "hi", "stream": true, "stream_options": null});
+    let r = post(&gw.url("/v1/completions"), key, &body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(!r.text().contains("\"prompt_tokens\""), "{}", r.text());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        let usage = get(&gw.url("/toolgate/api/usage?group_by=tenant"), "admin-key")
+            .await
+            .json();
+        if let Some(row) = usage["data"].as_array().and_then(|d| d.first()).cloned() {
+            break row;
+        }
+        assert!(Instant::now() < deadline, "no usage kept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (
+            &row["input_tokens"],
+            &row["output_tokens"],
+            &row["estimated_requests"]
+        ),
+        (&json!(10), &json!(20), &json!(0)),
+        "{row}"
+    );
+    assert_eq!(
+        mock.last().json()["stream_options"],
+        json!({"include_usage": true})
+    );
+}
+
+/// A body sent as it is written (a repeated key survives).
+async fn post_raw(url: &str, key: &str, body: &str) -> Collected {
+    common::send(
+        Request::post(url)
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .unwrap(),
+    )
+    .await
+}
+
+/// `"stream": 1` is a stream to a lax upstream and was none to toolgate,
+/// which then asked no usage for it. A `stream` that is not a boolean, a
+/// `stream_options` that is not an object, or either given twice is a `400`
+/// naming it at every door, before anything goes upstream.
+#[tokio::test]
+async fn a_stream_that_is_not_a_boolean_is_refused_at_every_door() {
+    let key = streams_key();
+    let mock = upstream().await;
+    let gw = TestConfig::new()
+        .server(STREAMS_AUTH)
+        .up(&mock.url(), PRICING)
+        .start()
+        .await;
+    let chat_url = gw.url("/v1/chat/completions");
+    let messages = r#""messages":[{"role":"user","content":"hi"}]"#;
+    let cases = [
+        (
+            format!(r#"{{"model":"m",{messages},"stream":1}}"#),
+            "stream",
+        ),
+        (
+            format!(r#"{{"model":"m",{messages},"stream":"true"}}"#),
+            "stream",
+        ),
+        (
+            format!(r#"{{"model":"m",{messages},"stream":true,"stream_options":"include_usage"}}"#),
+            "stream_options",
+        ),
+        (
+            format!(
+                r#"{{"model":"m",{messages},"stream":true,"stream_options":{{"include_usage":1}}}}"#
+            ),
+            "stream_options.include_usage",
+        ),
+        (
+            format!(r#"{{"model":"m",{messages},"stream":false,"stream":true}}"#),
+            "stream",
+        ),
+    ];
+    for (body, param) in &cases {
+        let r = post_raw(&chat_url, key, body).await;
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        let error = &r.json()["error"];
+        assert_eq!(error["type"], "invalid_request_error", "{body}");
+        assert_eq!(error["param"], *param, "{body}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("`{param}`")),
+            "{error}"
+        );
+    }
+    // The Responses and Messages doors read `stream` the same way.
+    let r = post_raw(
+        &gw.url("/v1/responses"),
+        key,
+        r#"{"model":"m","input":"hi","stream":1}"#,
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "stream");
+    let r = post_raw(
+        &gw.url("/v1/messages"),
+        key,
+        &format!(r#"{{"model":"m","max_tokens":9,{messages},"stream":1}}"#),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let error = r.json();
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`stream`"),
+        "{error}"
+    );
+    assert_eq!(mock.count(), 0, "nothing went upstream");
+    // A boolean streams as before.
+    let r = post_raw(
+        &chat_url,
+        key,
+        &format!(r#"{{"model":"m",{messages},"stream":true,"stream_options":null}}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
