@@ -445,6 +445,9 @@ async fn a_redis_outage_follows_on_redis_error_and_limits_resume_after_it() {
     let r = post(&url(&deny), "rpm-key", &chat("m")).await;
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "limiter_unavailable");
+    // When to try again: a replica tries Redis again a second after a
+    // failed connection.
+    assert_eq!(header(&r, "retry-after"), "1");
     // A tenant without limits never asks Redis.
     assert_eq!(post(&url(&deny), "free-key", &chat("m")).await.status, 200);
     let errors = metric(&allow.url(""), "toolgate_limiter_errors_total")
