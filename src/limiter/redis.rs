@@ -12,6 +12,7 @@
 //! `redis_timeout_ms`, and a connection that failed is not tried again for
 //! a second (checks meanwhile fail at once, as `on_redis_error` says).
 
+
 use std::collections::HashMap;
 use std::num::NonZero;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +23,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{OnceCell, oneshot};
 
 use super::gcra::Reading;
-use super::{Check, Limit, Readings, Settle, Verdict};
+use super::{Check, Limit, Readings, Seed, Settle, Verdict};
 
 /// How long a replica holds a concurrency slot without settling it: a
 /// replica that dies mid-request frees its slots after this.
@@ -93,13 +94,23 @@ impl Op {
     /// An admission of `check`, as `batch.lua` reads it.
     fn admission(check: &Check<'_>) -> Op {
         let mut op = Op::new(OpKind::Admit, check.member);
-        op.args.push(check.subjects.len().to_string());
+        let first = check.subjects.first().map_or("", |s| s.redis);
+        op.keys.push(record(first, check.member));
+        op.args.extend([
+            check.subjects.len().to_string(),
+            check.reserve_tokens.to_string(),
+        ]);
         for subject in &check.subjects {
             let keys = Keys::of(subject.redis, subject.budget.map_or(0, |b| b.period));
             let quota = subject.quota;
             let concurrent = quota.max_concurrent_requests.map_or(0, NonZero::get);
-            op.keys
-                .extend([keys.requests, keys.tokens, keys.in_flight, keys.budget]);
+            op.keys.extend([
+                keys.requests,
+                keys.tokens,
+                keys.in_flight,
+                keys.budget,
+                keys.held,
+            ]);
             op.args.extend([
                 quota
                     .requests_per_minute
@@ -108,35 +119,54 @@ impl Op {
                 quota.tokens_per_minute.map_or(0, NonZero::get).to_string(),
                 concurrent.to_string(),
                 subject.budget.map_or(0.0, |b| b.amount).to_string(),
+                subject.budget.map_or(0.0, |b| b.reserve).to_string(),
+                match subject.budget.map(|b| b.seed) {
+                    Some(Seed::Known(spent)) => spent.to_string(),
+                    Some(Seed::Ask) => "-2".to_owned(),
+                    Some(Seed::Zero) | None => "-1".to_owned(),
+                },
+                subject.budget.map_or(0, |b| b.ttl_secs).to_string(),
             ]);
         }
         op
     }
 
-    /// The settle that frees an admission's concurrency slots and charges
-    /// nothing, read from its own keys and arguments (`batch.lua`'s layout:
-    /// the subject count, then four keys and four arguments a subject).
+    /// The settle that undoes an admission (frees its concurrency slots,
+    /// gives its reservation back, charges nothing) if it ran, and keeps it
+    /// from taking anything if it runs later. Read from the admission's own
+    /// keys and arguments (`batch.lua`'s layout: the record, then five keys
+    /// a subject; the subject count and reserved tokens, then seven
+    /// arguments a subject).
     fn release(self) -> Op {
         let mut release = Op::new(OpKind::Settle, &self.member);
+        let subjects = self.keys.len() / 5;
         release
             .args
-            .extend(["0".to_owned(), (self.keys.len() / 4).to_string()]);
-        for (keys, args) in self
-            .keys
-            .chunks_exact(4)
-            .zip(self.args[1..].chunks_exact(4))
+            .extend(["0".to_owned(), self.args[1].clone(), subjects.to_string()]);
+        release.keys.push(self.keys[0].clone());
+        for (keys, args) in self.keys[1..]
+            .chunks_exact(5)
+            .zip(self.args[2..].chunks_exact(7))
         {
-            release.keys.extend_from_slice(&keys[1..4]);
+            release.keys.extend_from_slice(&keys[1..5]);
             let slot = u8::from(args[2] != "0");
             release.args.extend([
-                "0".to_owned(),
+                args[1].clone(),
                 slot.to_string(),
                 "0".to_owned(),
-                "0".to_owned(),
+                args[4].clone(),
+                args[6].clone(),
+                "1".to_owned(),
             ]);
         }
         release
     }
+}
+
+/// The key of the record of request `member`, beside its first subject's
+/// keys (`base`), under its tenant's hash tag.
+fn record(base: &str, member: &str) -> String {
+    format!("toolgate:{}:op:{member}", lane(base))
 }
 
 /// The lane of a subject's keys: its hash tag, `{tenant}`.
@@ -246,19 +276,23 @@ impl Counters {
             t_remaining,
             t_reset,
         ] = reply;
+        let index = usize::try_from(subject - 1).unwrap_or(usize::MAX);
+        let Some(refusing) = check.subjects.get(index) else {
+            return match verdict {
+                0 => Ok(Verdict::Admitted),
+                _ => Err(RedisFailure::Reply(reply.to_vec())),
+            };
+        };
         let limit = match verdict {
-            0 => return Ok(Verdict::Admitted),
             1 => Limit::Budget,
             2 => Limit::Concurrency,
             3 => Limit::Requests,
             4 => Limit::Tokens,
+            5 => return Ok(Verdict::Unknown { subject: index }),
+            7 => Limit::Reserved,
             _ => return Err(RedisFailure::Reply(reply.to_vec())),
         };
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
-        let index = usize::try_from(subject - 1).unwrap_or(usize::MAX);
-        let Some(refusing) = check.subjects.get(index) else {
-            return Err(RedisFailure::Reply(reply.to_vec()));
-        };
         let quota = refusing.quota;
         Ok(Verdict::Refused {
             subject: index,
@@ -283,21 +317,25 @@ impl Counters {
     /// tenant's next batch.
     pub(super) fn settle(self: &Arc<Self>, settle: &Settle) {
         let mut op = Op::new(OpKind::Settle, &settle.member);
-        op.args
-            .extend([settle.tokens.to_string(), settle.subjects.len().to_string()]);
+        let first = settle.subjects.first().map_or("", |s| &s.redis);
+        op.keys.push(record(first, &settle.member));
+        op.args.extend([
+            settle.tokens.to_string(),
+            settle.reserved_tokens.to_string(),
+            settle.subjects.len().to_string(),
+        ]);
         for subject in &settle.subjects {
             let keys = Keys::of(&subject.redis, subject.period.unwrap_or(0));
-            op.keys.extend([keys.tokens, keys.in_flight, keys.budget]);
+            op.keys
+                .extend([keys.tokens, keys.in_flight, keys.budget, keys.held]);
+            let budgeted = |v: f64| if subject.period.is_some() { v } else { 0.0 };
             op.args.extend([
                 subject.tokens_per_minute.unwrap_or(0).to_string(),
                 u8::from(subject.slot).to_string(),
-                if subject.period.is_some() {
-                    subject.spend
-                } else {
-                    0.0
-                }
-                .to_string(),
+                budgeted(subject.spend).to_string(),
+                budgeted(subject.reserved).to_string(),
                 subject.budget_ttl_secs.to_string(),
+                u8::from(subject.rebuild).to_string(),
             ]);
         }
         self.submit(lane(settle.subjects.first().map_or("", |s| &s.redis)), op);
@@ -344,7 +382,7 @@ impl Counters {
                         }
                     }
                 }
-                Err(failure) => {
+                Err((failure, _)) => {
                     // An admission counts its own failure (`admit`).
                     let failure = Arc::new(failure);
                     for op in batch {
@@ -367,9 +405,10 @@ impl Counters {
         }
     }
 
-    /// One `batch.lua` call for `batch`: the admissions' replies, in order.
-    async fn run(&self, batch: &[Op]) -> Result<Vec<i64>, RedisFailure> {
-        let mut conn = self.connection().await?;
+    /// One `batch.lua` call for `batch`: the admissions' replies, in order,
+    /// or why not and whether the call may run yet (it was sent).
+    async fn run(&self, batch: &[Op]) -> Result<Vec<i64>, (RedisFailure, bool)> {
+        let mut conn = self.connection().await.map_err(|e| (e, false))?;
         let mut call = self.batch.prepare_invoke();
         call.arg(LEASE.as_micros() as u64);
         for op in batch {
@@ -381,10 +420,14 @@ impl Counters {
                 call.arg(arg);
             }
         }
-        let replies: Vec<i64> = tokio::time::timeout(self.timeout, call.invoke_async(&mut conn))
-            .await
-            .map_err(|_| RedisFailure::Timeout(self.timeout))??;
-        Ok(replies)
+        match tokio::time::timeout(self.timeout, call.invoke_async(&mut conn)).await {
+            Ok(Ok(replies)) => Ok(replies),
+            Ok(Err(e)) => {
+                let sent = !e.is_connection_refusal();
+                Err((e.into(), sent))
+            }
+            Err(_) => Err((RedisFailure::Timeout(self.timeout), true)),
+        }
     }
 
     /// Counts a failure, and logs when Redis starts or stops failing.
@@ -412,7 +455,10 @@ struct Keys {
     requests: String,
     tokens: String,
     in_flight: String,
+    /// The period's spend: a cache of the store's usage rows.
     budget: String,
+    /// What the period's requests in flight reserved.
+    held: String,
 }
 
 impl Keys {
@@ -422,6 +468,7 @@ impl Keys {
             tokens: format!("{base}:tokens"),
             in_flight: format!("{base}:in_flight"),
             budget: format!("{base}:spent:{period}"),
+            held: format!("{base}:held:{period}"),
         }
     }
 }
@@ -432,7 +479,7 @@ mod tests {
 
     use super::*;
     use crate::config::limits::Quota;
-    use crate::limiter::{Check, SubjectCheck};
+    use crate::limiter::{BudgetCheck, Check, SubjectCheck};
 
     fn quotas() -> [Quota; 2] {
         [
@@ -461,35 +508,56 @@ mod tests {
                     counter: "key:k",
                     redis: "toolgate:{t}:key:k",
                     quota: &quotas[1],
-                    budget: None,
+                    budget: Some(BudgetCheck {
+                        period: 7,
+                        amount: 100.0,
+                        reserve: 2.5,
+                        seed: Seed::Ask,
+                        ttl_secs: 900,
+                    }),
                 },
             ],
+            reserve_tokens: 60,
             member,
         }
     }
 
     #[test]
-    fn a_release_frees_exactly_the_slots_its_admission_took() {
+    fn a_release_frees_exactly_the_slots_and_the_reservation_its_admission_took() {
         let quotas = quotas();
-        let release = Op::admission(&check(&quotas, "m1")).release();
+        let admission = Op::admission(&check(&quotas, "m1"));
+        assert_eq!(
+            admission.args,
+            [
+                "2", "60", "60", "0", "4", "0", "0", "-1", "0", "0", "1000", "0", "100", "2.5",
+                "-2", "900"
+            ]
+        );
+        let release = admission.release();
         assert!(matches!(release.kind, OpKind::Settle));
         assert_eq!(release.member, "m1");
         assert_eq!(
             release.keys,
             [
+                "toolgate:{t}:op:m1",
                 "toolgate:{t}:tokens",
                 "toolgate:{t}:in_flight",
                 "toolgate:{t}:spent:0",
+                "toolgate:{t}:held:0",
                 "toolgate:{t}:key:k:tokens",
                 "toolgate:{t}:key:k:in_flight",
-                "toolgate:{t}:key:k:spent:0",
+                "toolgate:{t}:key:k:spent:7",
+                "toolgate:{t}:key:k:held:7",
             ]
         );
-        // No tokens; the tenant's slot freed, the key (no concurrency limit)
-        // has none; nothing spent.
+        // Nothing used, 60 tokens reserved; the tenant's slot freed, the key
+        // (no concurrency limit) has none, its 2.5 given back; a spend it
+        // did not find is left for the store.
         assert_eq!(
             release.args,
-            ["0", "2", "0", "1", "0", "0", "0", "0", "0", "0"]
+            [
+                "0", "60", "2", "0", "1", "0", "0", "0", "1", "1000", "0", "0", "2.5", "900", "1"
+            ]
         );
         assert_eq!(lane("toolgate:{t}:key:k"), "{t}");
     }
