@@ -11,7 +11,14 @@
 //! connection manager, which reconnects); every call is bounded by
 //! `redis_timeout_ms`, and a connection that failed is not tried again for
 //! a second (checks meanwhile fail at once, as `on_redis_error` says).
-
+//!
+//! A call that failed may still run: one that timed out on our side sits in
+//! the connection, and Redis runs it when it wakes. So no failed call is
+//! forgotten: its admissions are released and its settles sent again, in
+//! the lane's next calls (one a second while Redis fails), until Redis
+//! answers. Each request's record in Redis makes that safe: a settle or a
+//! release runs once, and an admission that arrives after its release
+//! takes nothing.
 
 use std::collections::HashMap;
 use std::num::NonZero;
@@ -30,6 +37,12 @@ use super::{Check, Limit, Readings, Seed, Settle, Verdict};
 const LEASE: Duration = Duration::from_secs(15 * 60);
 /// How long after a failed connection attempt checks fail without trying.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+/// How long a lane waits after a failed call before sending what it must
+/// reconcile again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// The most releases and settles a lane keeps to send again; beyond them
+/// the oldest are dropped (their slots then free with their lease).
+const MAX_UNSETTLED: usize = 10_000;
 /// The most ops one script call carries; more wait for the next.
 const MAX_BATCH: usize = 256;
 /// An admission's reply: verdict, subject, wait and four readings.
@@ -356,10 +369,22 @@ impl Counters {
     }
 
     /// Runs `batch`, then whatever queued meanwhile, until the lane's
-    /// queue is empty (the lane is then removed: a later op starts it again).
+    /// queue is empty and nothing is left to reconcile (the lane is then
+    /// removed: a later op starts it again).
     async fn drain(self: Arc<Self>, lane: String, mut batch: Vec<Op>) {
+        // Releases and settles whose call failed: sent again, first, in
+        // the next call.
+        let mut unsettled: Vec<Op> = Vec::new();
         loop {
-            let result = self.run(&batch).await;
+            // An admission nobody waits for any more was never sent: it
+            // needs no release.
+            batch.retain(|op| op.reply.as_ref().is_none_or(|tx| !tx.is_closed()));
+            let result = if batch.is_empty() {
+                Ok(Vec::new())
+            } else {
+                self.run(&batch).await
+            };
+            let failed = result.is_err();
             match result {
                 Ok(replies) => {
                     self.note(None);
@@ -373,35 +398,55 @@ impl Counters {
                         if let Err(Ok([0, ..])) = tx.send(Ok(verdict)) {
                             // Admitted, and nobody waits for it any more:
                             // its slots would stay taken for the lease.
-                            self.lanes
-                                .lock()
-                                .unwrap_or_else(PoisonError::into_inner)
-                                .get_mut(&lane)
-                                .expect(RUNNING)
-                                .push(op.release());
+                            unsettled.push(op.release());
                         }
                     }
                 }
-                Err((failure, _)) => {
+                Err((failure, sent)) => {
                     // An admission counts its own failure (`admit`).
                     let failure = Arc::new(failure);
-                    for op in batch {
+                    for mut op in batch {
                         let failed = RedisFailure::Batch(failure.clone());
-                        match op.reply {
-                            Some(tx) => drop(tx.send(Err(failed))),
-                            None => self.note(Some(&failed)),
+                        match op.reply.take() {
+                            Some(tx) => {
+                                drop(tx.send(Err(failed)));
+                                // It may run yet: undo it once Redis answers.
+                                if sent {
+                                    unsettled.push(op.release());
+                                }
+                            }
+                            None => {
+                                self.note(Some(&failed));
+                                unsettled.push(op);
+                            }
                         }
                     }
+                    if unsettled.len() > MAX_UNSETTLED {
+                        let dropped = unsettled.len() - MAX_UNSETTLED;
+                        unsettled.drain(..dropped);
+                        tracing::warn!(
+                            lane,
+                            dropped,
+                            "too many settles wait for Redis: the oldest are dropped, their slots free with their lease"
+                        );
+                    }
                 }
+            }
+            if failed && !unsettled.is_empty() {
+                tokio::time::sleep(RETRY_AFTER).await;
             }
             let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
             let queue = lanes.get_mut(&lane).expect(RUNNING);
-            if queue.is_empty() {
+            if queue.is_empty() && unsettled.is_empty() {
                 lanes.remove(&lane);
                 return;
             }
-            let take = queue.len().min(MAX_BATCH);
-            batch = queue.drain(..take).collect();
+            let take = queue.len().min(MAX_BATCH.saturating_sub(unsettled.len()));
+            batch = std::mem::take(&mut unsettled);
+            batch.extend(queue.drain(..take));
+            if batch.len() > MAX_BATCH {
+                unsettled = batch.split_off(MAX_BATCH);
+            }
         }
     }
 

@@ -4,8 +4,8 @@
 //! with OpenAI's headers; tokens read from the upstream's usage (asked for
 //! on streams whose client did not ask); spend priced by `pricing` in the
 //! file's order; a Redis outage decided by `on_redis_error`. Bursts end
-//! within one reservation of a budget or a minute, and a budget's spend
-//! outlives an emptied Redis.
+//! within one reservation of a budget or a minute, a stalled Redis leaves
+//! no slot taken, and a budget's spend outlives an emptied Redis.
 
 use crate::common;
 
@@ -930,6 +930,53 @@ async fn a_burst_ends_within_one_reservation_of_a_limit_across_two_replicas() {
     let [a, b] = replicas(&mock, &redis, ["allow", "allow"]);
     let urls = [a.url("/v1/chat/completions"), b.url("/v1/chat/completions")];
     bursts_end_within_one_reservation(&urls, (&open, &mock)).await;
+}
+
+/// A Redis stalled mid-traffic (SIGSTOP) runs what waited when it wakes
+/// (SIGCONT), admissions whose calls timed out on the replica's side
+/// included. None of them may keep a slot: once Redis answers again, the
+/// tenant's `max_concurrent_requests` are all admitted at once.
+#[tokio::test]
+async fn a_stalled_redis_leaves_no_concurrency_slot_taken() {
+    let redis = Redis::start();
+    let (open, mock) = gated_upstream().await;
+    let replica = Binary::start(&replica_config(&mock, &redis.url(), "allow"), &KEYS);
+    let url = replica.url("/v1/chat/completions");
+    assert_eq!(post(&url, "conc4-key", &chat("m")).await.status, 200);
+
+    redis.signal(libc::SIGSTOP);
+    let stalled: Vec<_> = (0..8)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { post(&url, "conc4-key", &chat("m")).await.status })
+        })
+        .collect();
+    for status in stalled {
+        // `allow`: served uncounted once the check timed out.
+        assert_eq!(status.await.unwrap(), 200);
+    }
+    redis.signal(libc::SIGCONT);
+
+    // Four held at the upstream at once, until all four are admitted.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let admitted = burst(
+            std::slice::from_ref(&url),
+            "conc4-key",
+            &chat("m"),
+            (&open, &mock),
+            4,
+        )
+        .await;
+        if admitted == 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slots taken during the stall are still held: {admitted} of 4 admitted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Redis holds a cache of the spend: emptied (a restart without
