@@ -35,6 +35,10 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local MINUTE = 60000000
 local lease = tonumber(ARGV[1])
 local lease_ms = math.ceil(lease / 1000)
+-- How long a settled request's record stays: long enough for the copies of
+-- its settle or release sent while Redis did not answer, which run right
+-- after the first once it does.
+local DONE_MS = 120000
 local a, k = 2, 0 -- the next op's first ARGV; the KEYS used so far
 
 local function set_tat(key, tat)
@@ -120,7 +124,9 @@ local function admit(member, n, reserved)
     end
   end
 
+  local settled = false -- whether the request's end has anything to settle
   for _, s in ipairs(subjects) do
+    settled = settled or s.conc > 0 or s.tpm > 0 or s.budget > 0
     if s.rpm > 0 then
       set_tat(s.keys[1], s.r_tat + s.interval)
     end
@@ -136,7 +142,9 @@ local function admit(member, n, reserved)
       redis.call('PEXPIRE', s.keys[5], lease_ms)
     end
   end
-  redis.call('SET', record, 'h', 'PX', lease_ms)
+  if settled then
+    redis.call('SET', record, 'h', 'PX', lease_ms)
+  end
   return {0, 0, 0, 0, 0, 0, 0}
 end
 
@@ -187,7 +195,7 @@ local function settle(member, used, reserved, n)
     end
     k, a = k + 4, a + 6
   end
-  redis.call('SET', record, 'x', 'PX', lease_ms)
+  redis.call('SET', record, 'x', 'PX', DONE_MS)
 end
 
 local out = {}
