@@ -155,6 +155,9 @@ pub struct Provider {
     pub tools: ToolsConfig,
     /// `[providers.pricing]`: what its tokens cost.
     pub pricing: limits::Pricing,
+    /// The output tokens a request without `max_tokens` reserves against its
+    /// tenant's tokens per minute and budget.
+    pub default_max_tokens: u64,
 }
 
 impl Provider {
@@ -761,6 +764,7 @@ fn provider(path: &str, raw: &raw::RawProvider) -> Result<Provider, ConfigError>
         api: raw.api,
         tools,
         pricing: limits::pricing(path, &ordered_pricing(raw))?,
+        default_max_tokens: limits::default_max_tokens(path, raw.default_max_tokens)?,
     })
 }
 

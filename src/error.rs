@@ -285,6 +285,8 @@ impl GatewayError {
                 | GatewayError::BufferFull
                 | GatewayError::ToolServerUnavailable { .. }
                 | GatewayError::TooManyRequests { .. }
+                // Redis is tried again a second after a failed connection.
+                | GatewayError::LimiterUnavailable
         ) {
             response
                 .headers_mut()

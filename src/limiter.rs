@@ -10,13 +10,23 @@
 //!   charged (in one Redis script call; none for a request without limits). A
 //!   refusal is a `429` [`GatewayError::Limited`] with `Retry-After` and
 //!   `x-ratelimit-*`.
+//! - An admitted request *reserves* what it may use ([`reserve`]: its prompt
+//!   estimate and its output limit, priced): the tokens go into the minute
+//!   at once, the amount is held against the budget, and a request is
+//!   admitted only while the budget's spend plus what requests in flight
+//!   hold is below it. Whatever the burst, spend then ends at most one
+//!   reservation past a budget (or a minute).
 //! - The [`Admission`] it returns is the request's [`Meter`]: every answered
 //!   upstream attempt (gateway-tool rounds and repairs too) reports its
 //!   tokens to it, priced by the provider's `pricing`. When the request's
-//!   last piece of work ends it is dropped, which frees its concurrency
-//!   slots, charges its tokens and spend (in Redis: queued into the
-//!   tenant's next script call, which the request does not wait for) and
-//!   queues its usage rows.
+//!   last piece of work ends it is dropped, which *settles* it: frees its
+//!   concurrency slots, replaces its reservation by what it used (in Redis:
+//!   queued into the tenant's next script call, which the request does not
+//!   wait for) and queues its usage rows.
+//! - A budget's spend lives in the store's usage rows; the counters are a
+//!   cache of it. With a store, a subject whose counters hold nothing for
+//!   the period (a fresh replica, Redis restarted empty) has its spend read
+//!   from the rows before it is admitted.
 //!
 //! `gcra` holds the arithmetic both counters run; `memory` and `redis` the
 //! two counters.
@@ -24,6 +34,7 @@
 mod gcra;
 mod memory;
 mod redis;
+mod reserve;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -39,10 +50,17 @@ use crate::store::{Store, Used};
 use crate::telemetry::scope::{Meter, Tokens};
 
 use gcra::Reading;
+use reserve::Reserve;
+
+pub use reserve::Ask;
 
 /// What a refused concurrency check tells the client to wait: the slot
 /// frees when another request ends, which no clock predicts.
 const CONCURRENCY_WAIT_US: u64 = 1_000_000;
+/// How long an admission waits for the store's usage rows when the
+/// counters hold no spend for a budget's period; past it, `on_redis_error`
+/// decides, as for Redis.
+const SPEND_READ_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Checks requests against their subjects' limits; kept across reloads (a
 /// reload changes the limits, never the counts).
@@ -72,7 +90,16 @@ struct Subject {
     redis: String,
     /// Names it in a refusal.
     shown: String,
+    /// Whose usage rows are its spend.
+    rows: Rows,
     quota: Quota,
+}
+
+/// Whose usage rows a subject's spend is.
+#[derive(Debug, Clone)]
+enum Rows {
+    Tenant(Arc<str>),
+    Key(Arc<str>),
 }
 
 impl Subject {
@@ -81,6 +108,7 @@ impl Subject {
             counter: format!("tenant:{}", tenant.name),
             redis: format!("toolgate:{{{}}}", tenant.name),
             shown: tenant.name.to_string(),
+            rows: Rows::Tenant(tenant.name.clone()),
             quota: tenant.quota.clone(),
         }
     }
@@ -90,6 +118,7 @@ impl Subject {
             counter: format!("key:{}", share.id),
             redis: format!("toolgate:{{{}}}:key:{}", tenant.name, share.id),
             shown: format!("key `{}` of {}", share.name, tenant.name),
+            rows: Rows::Key(share.id.clone()),
             quota: share.quota.clone(),
         }
     }
@@ -112,24 +141,29 @@ impl Limiter {
     }
 
     /// Admits a request of `tenant` (and, for a managed key, of its `share`)
-    /// for `model` (as the client wrote it), or says which limit refuses
-    /// it. With a `usage` store, what the request uses is recorded there
-    /// under `key_id`, the key it presented.
+    /// for `model` (as the client wrote it), reserving what `ask` may use
+    /// (nothing without one), or says which limit refuses it. With a
+    /// `usage` store, what the request uses is recorded there under
+    /// `key_id`, the key it presented, and a budget's spend is read from
+    /// its rows when the counters hold none for the period.
     pub async fn admit(
         &self,
         tenant: &Arc<Tenant>,
         share: Option<&Share>,
         model: &str,
+        ask: Option<Ask<'_>>,
         usage: Option<(Arc<Store>, String)>,
     ) -> Result<Arc<Admission>, GatewayError> {
         let subjects: Vec<Subject> = std::iter::once(Subject::tenant(tenant))
             .chain(share.map(|s| Subject::key(tenant, s)))
             .filter(|s| s.quota.is_limited())
             .collect();
+        let wants_usage = subjects.iter().any(|s| s.quota.counts_tokens());
+        let store = usage.as_ref().map(|(store, _)| store.clone());
         let mut admission = Admission {
             tenant: tenant.clone(),
             model: model.to_owned(),
-            wants_usage: subjects.iter().any(|s| s.quota.counts_tokens()),
+            wants_usage,
             held: None,
             usage,
             used: Mutex::default(),
@@ -137,39 +171,81 @@ impl Limiter {
         if subjects.is_empty() {
             return Ok(Arc::new(admission));
         }
+        let reserve = match ask {
+            Some(ask) if wants_usage => Reserve::of(ask, model),
+            _ => Reserve::default(),
+        };
         let now = now_us();
-        let member = format!("{:032x}", rand::random::<u128>());
-        let check = Check {
+        let member = new_member();
+        let mut check = Check {
             subjects: subjects
                 .iter()
                 .map(|s| SubjectCheck {
                     counter: &s.counter,
                     redis: &s.redis,
                     quota: &s.quota,
-                    budget: s.quota.budget.map(|b| BudgetCheck {
-                        period: gcra::period(now / 1_000_000, b.period_days.get()).0,
-                        amount: match b.amount {
-                            Amount::Usd(usd) => usd,
-                            Amount::Tokens(n) => n as f64,
-                        },
+                    budget: s.quota.budget.map(|b| {
+                        let (period, end) = gcra::period(now / 1_000_000, b.period_days.get());
+                        let (amount, reserve) = match b.amount {
+                            Amount::Usd(usd) => (usd, reserve.usd),
+                            Amount::Tokens(n) => (n as f64, reserve.tokens as f64),
+                        };
+                        BudgetCheck {
+                            period,
+                            amount,
+                            reserve,
+                            seed: if store.is_some() {
+                                Seed::Ask
+                            } else {
+                                Seed::Zero
+                            },
+                            // Kept a day past the period's end.
+                            ttl_secs: end.saturating_sub(now / 1_000_000) + 86_400,
+                        }
                     }),
                 })
                 .collect(),
+            reserve_tokens: reserve.tokens,
             member: &member,
         };
-        let (counters, verdict) = match &self.redis {
-            None => (
-                Counters::Memory(self.memory.clone()),
-                Some(self.memory.admit(&check, now)),
-            ),
-            Some(redis) => match redis.admit(&check).await {
-                Ok(verdict) => (Counters::Redis(redis.clone()), Some(verdict)),
+        let (counters, verdict) = loop {
+            let (counters, outcome) = match &self.redis {
+                None => (
+                    Counters::Memory(self.memory.clone()),
+                    Ok(self.memory.admit(&check, now)),
+                ),
+                Some(redis) => (Counters::Redis(redis.clone()), redis.admit(&check).await),
+            };
+            let unknown = match outcome {
+                Ok(Verdict::Unknown { subject }) => subject,
+                Ok(verdict) => break (counters, Some(verdict)),
                 Err(_) if self.on_redis_error == OnRedisError::Deny => {
                     return Err(GatewayError::LimiterUnavailable);
                 }
                 // Served uncounted; what it uses is still charged if Redis is back by then.
-                Err(_) => (Counters::Redis(redis.clone()), None),
-            },
+                Err(_) => break (counters, None),
+            };
+            // The counters hold no spend for this period: the store's rows do.
+            let read = match (&store, &mut check.subjects[unknown].budget) {
+                (Some(store), Some(budget)) if budget.seed == Seed::Ask => {
+                    spent_in_rows(store, &subjects[unknown], budget.period).await
+                }
+                _ => Err("the counters asked twice for a spend they were given".to_owned()),
+            };
+            match read {
+                Ok(spent) => {
+                    if let Some(budget) = &mut check.subjects[unknown].budget {
+                        budget.seed = Seed::Known(spent);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(tenant = %tenant.name, error = %e, "cannot read a budget's spend from the store's usage rows");
+                    if self.on_redis_error == OnRedisError::Deny {
+                        return Err(GatewayError::LimiterUnavailable);
+                    }
+                    break (counters, None);
+                }
+            }
         };
         if let Some(Verdict::Refused {
             subject,
@@ -182,14 +258,47 @@ impl Limiter {
                 .increment(1);
             return Err(refusal(&subjects[subject], limit, wait_us, &readings, now));
         }
+        let counted = verdict.is_some();
+        let budgets = check.subjects.iter().map(|s| s.budget).collect();
         admission.held = Some(Held {
             counters,
-            counted: verdict.is_some(),
+            counted,
             subjects,
-            member,
+            budgets,
+            reserve: if counted { reserve } else { Reserve::default() },
+            rebuild: store.is_some(),
+            // An admission whose outcome is unknown is released under its
+            // own member (`redis`); what this request uses is settled
+            // under another, as if it had never been admitted.
+            member: if counted { member } else { new_member() },
         });
         Ok(Arc::new(admission))
     }
+}
+
+/// Names a request's slots and reservation in the counters.
+fn new_member() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// What `subject` spent in the budget period starting on day `period`,
+/// from the store's usage rows.
+async fn spent_in_rows(store: &Store, subject: &Subject, period: u64) -> Result<f64, String> {
+    let since = i64::try_from(period * 86_400_000).unwrap_or(i64::MAX);
+    let read = async {
+        match &subject.rows {
+            Rows::Tenant(name) => store.tenant_spend(name.to_string(), since).await,
+            Rows::Key(id) => store.key_spend(id.to_string(), since).await,
+        }
+    };
+    let (usd, tokens) = tokio::time::timeout(SPEND_READ_TIMEOUT, read)
+        .await
+        .map_err(|_| format!("no answer within {SPEND_READ_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())?;
+    Ok(match subject.quota.budget.map(|b| b.amount) {
+        Some(Amount::Usd(_)) => usd,
+        _ => tokens as f64,
+    })
 }
 
 /// One admitted request: its meter while it runs, and its settling when
@@ -222,7 +331,14 @@ struct Held {
     /// Whether the admission was counted (not when Redis was down).
     counted: bool,
     subjects: Vec<Subject>,
-    /// Names the request's slots in Redis.
+    /// Each subject's budget as the admission checked it (its period).
+    budgets: Vec<Option<BudgetCheck>>,
+    /// What the admission reserved (nothing when it was not counted).
+    reserve: Reserve,
+    /// Whether a missing spend is read from the store (a settle then does
+    /// not start one).
+    rebuild: bool,
+    /// Names the request's slots and reservation in the counters.
     member: String,
 }
 
@@ -300,34 +416,29 @@ impl Drop for Admission {
         };
         let tokens: u64 = used.iter().map(|s| s.input + s.output).sum();
         let usd: f64 = used.iter().map(|s| s.usd).sum();
-        let now = now_us();
+        let reserve = held.reserve;
         let settle = Settle {
             member: held.member,
             tokens,
+            reserved_tokens: reserve.tokens,
             subjects: held
                 .subjects
                 .iter()
-                .map(|s| {
-                    let budget = s
-                        .quota
-                        .budget
-                        .map(|b| (b, gcra::period(now / 1_000_000, b.period_days.get())));
-                    SubjectSettle {
-                        counter: s.counter.clone(),
-                        redis: s.redis.clone(),
-                        slot: held.counted && s.quota.max_concurrent_requests.is_some(),
-                        tokens_per_minute: s.quota.tokens_per_minute.map(std::num::NonZeroU64::get),
-                        period: budget.map(|(_, (first, _))| first),
-                        spend: match budget.map(|(b, _)| b.amount) {
-                            Some(Amount::Usd(_)) => usd,
-                            Some(Amount::Tokens(_)) => tokens as f64,
-                            None => 0.0,
-                        },
-                        // Kept a day past the period's end.
-                        budget_ttl_secs: budget.map_or(0, |(_, (_, end))| {
-                            end.saturating_sub(now / 1_000_000) + 86_400
-                        }),
-                    }
+                .zip(&held.budgets)
+                .map(|(s, budget)| SubjectSettle {
+                    counter: s.counter.clone(),
+                    redis: s.redis.clone(),
+                    slot: held.counted && s.quota.max_concurrent_requests.is_some(),
+                    tokens_per_minute: s.quota.tokens_per_minute.map(std::num::NonZeroU64::get),
+                    period: budget.map(|b| b.period),
+                    spend: match s.quota.budget.map(|b| b.amount) {
+                        Some(Amount::Usd(_)) => usd,
+                        Some(Amount::Tokens(_)) => tokens as f64,
+                        None => 0.0,
+                    },
+                    reserved: budget.map_or(0.0, |b| b.reserve),
+                    budget_ttl_secs: budget.map_or(0, |b| b.ttl_secs),
+                    rebuild: held.rebuild,
                 })
                 .collect(),
         };
@@ -340,7 +451,7 @@ impl Drop for Admission {
             return;
         }
         match held.counters {
-            Counters::Memory(memory) => memory.settle(&settle, now),
+            Counters::Memory(memory) => memory.settle(&settle, now_us()),
             Counters::Redis(redis) => match tokio::runtime::Handle::try_current() {
                 // Queued into the tenant's next batch, by a task of this runtime.
                 Ok(_) => redis.settle(&settle),
@@ -356,7 +467,9 @@ impl Drop for Admission {
 /// What one check reads.
 struct Check<'a> {
     subjects: Vec<SubjectCheck<'a>>,
-    /// Names the request's concurrency slots.
+    /// Tokens taken from each subject's minute at admission.
+    reserve_tokens: u64,
+    /// Names the request's concurrency slots and reservation.
     member: &'a str,
 }
 
@@ -367,12 +480,30 @@ struct SubjectCheck<'a> {
     budget: Option<BudgetCheck>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct BudgetCheck {
     /// The current period's first day.
     period: u64,
     /// USD or tokens.
     amount: f64,
+    /// What the request holds against it while in flight.
+    reserve: f64,
+    /// Where the period's spend comes from when the counters have none.
+    seed: Seed,
+    /// How long the period's counters are kept.
+    ttl_secs: u64,
+}
+
+/// A period's spend when the counters hold none for it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Seed {
+    /// Nothing spent: there is no store to ask.
+    Zero,
+    /// Unknown: the check answers [`Verdict::Unknown`], to be asked again
+    /// with the store's figure.
+    Ask,
+    /// The store's usage rows say this much.
+    Known(f64),
 }
 
 /// What one request's end charges.
@@ -380,6 +511,8 @@ struct Settle {
     member: String,
     /// Its answers' tokens, input and output.
     tokens: u64,
+    /// What its admission took from each minute.
+    reserved_tokens: u64,
     subjects: Vec<SubjectSettle>,
 }
 
@@ -389,10 +522,16 @@ struct SubjectSettle {
     /// Whether a concurrency slot was taken.
     slot: bool,
     tokens_per_minute: Option<u64>,
-    /// The budget period (its first day) the spend goes to.
+    /// The budget period (its first day) the spend goes to: the one it
+    /// was admitted in.
     period: Option<u64>,
     spend: f64,
+    /// What its admission held against the budget.
+    reserved: f64,
     budget_ttl_secs: u64,
+    /// Whether a spend the counters lost is left for the store's rows to
+    /// rebuild (not started by this settle).
+    rebuild: bool,
 }
 
 /// The limits' readings, for the headers.
@@ -404,6 +543,11 @@ struct Readings {
 
 enum Verdict {
     Admitted,
+    /// The counters hold no spend for a subject's budget period: ask the
+    /// store, then check again. Nothing was taken.
+    Unknown {
+        subject: usize,
+    },
     Refused {
         /// Which of the check's subjects refused.
         subject: usize,
@@ -418,6 +562,8 @@ enum Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Limit {
     Budget,
+    /// The budget is not spent, but what requests in flight hold reaches it.
+    Reserved,
     Concurrency,
     Requests,
     Tokens,
@@ -427,6 +573,7 @@ impl Limit {
     fn name(self) -> &'static str {
         match self {
             Limit::Budget => "budget",
+            Limit::Reserved => "reserved",
             Limit::Concurrency => "concurrency",
             Limit::Requests => "requests",
             Limit::Tokens => "tokens",
@@ -462,6 +609,16 @@ fn refusal(
                 (end * 1_000_000).saturating_sub(now_us),
             )
         }
+        (Limit::Reserved, Some(budget)) => (
+            format!(
+                "{name}'s requests in flight have reserved what is left of its budget of {}; retry when one ends",
+                match budget.amount {
+                    Amount::Usd(usd) => format!("${usd:.2}"),
+                    Amount::Tokens(n) => format!("{n} tokens"),
+                }
+            ),
+            CONCURRENCY_WAIT_US,
+        ),
         (Limit::Concurrency, _) => (
             format!(
                 "{name} has {} requests in flight, its limit; retry when one ends",
@@ -471,7 +628,7 @@ fn refusal(
             ),
             CONCURRENCY_WAIT_US,
         ),
-        (Limit::Requests | Limit::Tokens | Limit::Budget, _) => {
+        (Limit::Requests | Limit::Tokens | Limit::Budget | Limit::Reserved, _) => {
             let wait = wait_us.unwrap_or(CONCURRENCY_WAIT_US);
             let what = match limit {
                 Limit::Tokens => format!(

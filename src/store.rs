@@ -731,6 +731,18 @@ impl Store {
         .await
     }
 
+    /// What tenant `tenant` spent since `since` (ms), all its keys
+    /// together: USD and tokens.
+    pub async fn tenant_spend(&self, tenant: String, since: i64) -> Result<(f64, i64), StoreError> {
+        self.read(move |shared| async move {
+            let db = shared.db.get().ok_or(StoreError::NotReady)?;
+            db.tenant_spend(&tenant, hour_of(since))
+                .await
+                .map_err(db_error)
+        })
+        .await
+    }
+
     /// Notes when managed keys were last used (queued on the store's
     /// runtime; nothing waits for it).
     pub fn touch_keys(&self, used: Vec<(String, i64)>) {

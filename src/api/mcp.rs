@@ -183,7 +183,7 @@ impl ServerHandler for McpDoor {
         // Counted against the key's limits like a model request.
         let admission = caller
             .limiter
-            .admit(&caller.tenant, caller.share.as_ref(), "mcp", None)
+            .admit(&caller.tenant, caller.share.as_ref(), "mcp", None, None)
             .await;
         if let Err(refused) = admission {
             return Ok(CallToolResult::error(vec![ContentBlock::text(refused.to_string())]).into());

@@ -416,6 +416,7 @@ fn variant(
         api: base.api,
         tools,
         pricing: base.pricing.clone(),
+        default_max_tokens: base.default_max_tokens,
     })
 }
 

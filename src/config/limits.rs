@@ -268,6 +268,23 @@ pub fn pricing(path: &str, entries: &[(String, RawPrice)]) -> Result<Pricing, Co
     Ok(Pricing { rules })
 }
 
+/// `default_max_tokens` when a provider does not set it: what many
+/// upstreams answer at most when the client sets no limit, and a reservation
+/// a budget of a few dollars can carry.
+pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+
+/// Validates a provider's `default_max_tokens`.
+pub fn default_max_tokens(path: &str, raw: Option<u64>) -> Result<u64, ConfigError> {
+    match raw {
+        None => Ok(DEFAULT_MAX_TOKENS),
+        Some(0) => Err(ConfigError::new(
+            format!("{path}.default_max_tokens"),
+            "must be at least 1",
+        )),
+        Some(n) => Ok(n),
+    }
+}
+
 /// A budget in USD counts only what `pricing` prices: name the providers
 /// whose answers it would not count.
 pub fn budget_warnings(
@@ -343,5 +360,16 @@ mod tests {
         assert_eq!(ok.budget.unwrap().period_days.get(), 30);
         assert!(ok.is_limited() && ok.counts_tokens());
         assert!(!Quota::default().is_limited());
+    }
+
+    #[test]
+    fn a_request_without_max_tokens_reserves_the_providers_default() {
+        assert_eq!(default_max_tokens("p", None).unwrap(), DEFAULT_MAX_TOKENS);
+        assert_eq!(default_max_tokens("p", Some(30)).unwrap(), 30);
+        let e = default_max_tokens("providers[0]", Some(0)).unwrap_err();
+        assert!(
+            e.to_string().contains("providers[0].default_max_tokens"),
+            "{e}"
+        );
     }
 }

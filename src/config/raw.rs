@@ -250,6 +250,10 @@ pub struct RawProvider {
     /// USD per million tokens, by glob over the model the client asked for.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pricing: BTreeMap<String, limits::RawPrice>,
+    /// The output tokens a limited tenant's request reserves when its client
+    /// sets no `max_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_max_tokens: Option<u64>,
     /// `pricing`'s globs in the file's order (the table above is sorted):
     /// set by [`RawConfig::order_pricing`].
     #[serde(skip)]

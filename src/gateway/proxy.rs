@@ -95,8 +95,12 @@ where
     // admission is the meter every upstream answer of this request reports
     // to, and it settles when the last of the request's work ends.
     let usage = store.map(|store| (store.clone(), key_id));
+    let ask = crate::limiter::Ask {
+        body: &bytes,
+        provider: &primary.0,
+    };
     let admission = match limiter
-        .admit(tenant, who.share.as_ref(), &field.name, usage)
+        .admit(tenant, who.share.as_ref(), &field.name, Some(ask), usage)
         .await
     {
         Ok(admission) => admission,

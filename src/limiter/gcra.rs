@@ -13,8 +13,11 @@
 //! that starts with a full bucket admits the bucket and the minute's refill
 //! (`2 × limit − 1` at most). Tokens are
 //! known only when the answer ends: a request is admitted while at least
-//! one token of the minute is left, and its tokens are charged afterwards
-//! (an answer may overdraw the minute; the next requests wait it out).
+//! one token of the minute is left, and takes its reservation from the
+//! minute at once (`charge_tokens`); when it ends, the reservation is
+//! replaced by what it used (`settle_tokens`). A burst therefore ends at
+//! most one reservation past the minute, and an answer longer than its
+//! reservation overdraws it (the next requests wait it out).
 
 /// A minute, in microseconds.
 pub const MINUTE_US: u64 = 60_000_000;
@@ -86,6 +89,23 @@ pub fn charge_tokens(tat: u64, now: u64, limit: u64, tokens: u64) -> u64 {
         .saturating_add(u64::try_from(cost).unwrap_or(u64::MAX))
 }
 
+/// The TAT once a request that took `reserved` tokens at admission is
+/// found to have used `used`: the difference charged or given back, each
+/// rounded as `charge_tokens` rounds, so a reservation given back whole
+/// leaves the TAT where it would be without it. Never before `now` (a
+/// minute holds no more than its limit).
+pub fn settle_tokens(tat: u64, now: u64, limit: u64, reserved: u64, used: u64) -> u64 {
+    let cost = |tokens: u64| {
+        u64::try_from(tokens as u128 * MINUTE_US as u128 / limit as u128).unwrap_or(u64::MAX)
+    };
+    let (used, reserved) = (cost(used), cost(reserved));
+    if used >= reserved {
+        tat.max(now).saturating_add(used - reserved)
+    } else {
+        tat.saturating_sub(reserved - used).max(now)
+    }
+}
+
 /// A day, in seconds.
 const DAY_SECS: u64 = 86_400;
 
@@ -150,6 +170,25 @@ mod tests {
         let wait = tokens_left(tat, now, 7).unwrap_err();
         assert!(tokens_left(tat, now + wait, 7).is_ok());
         assert!(tokens_left(tat, now + wait - 1, 7).is_err());
+    }
+
+    #[test]
+    fn a_settle_replaces_the_reservation_by_the_use() {
+        let now = 1_700_000_000 * S;
+        let limit = 100;
+        // 60 reserved, 29 used: as if 29 had been charged.
+        let reserved = charge_tokens(0, now, limit, 60);
+        assert_eq!(tokens_left(reserved, now, limit).unwrap().remaining, 40);
+        let settled = settle_tokens(reserved, now, limit, 60, 29);
+        assert_eq!(settled, charge_tokens(0, now, limit, 29));
+        // More used than reserved: the rest is charged.
+        let over = settle_tokens(reserved, now, limit, 60, 130);
+        assert_eq!(over, charge_tokens(0, now, limit, 130));
+        // A reservation that has partly elapsed gives back no more than
+        // the minute had: never a TAT before now.
+        let later = now + 50 * S;
+        assert_eq!(settle_tokens(reserved, later, limit, 60, 0), later);
+        assert_eq!(settle_tokens(0, later, limit, 60, 0), later);
     }
 
     #[test]

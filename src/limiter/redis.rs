@@ -11,6 +11,14 @@
 //! connection manager, which reconnects); every call is bounded by
 //! `redis_timeout_ms`, and a connection that failed is not tried again for
 //! a second (checks meanwhile fail at once, as `on_redis_error` says).
+//!
+//! A call that failed may still run: one that timed out on our side sits in
+//! the connection, and Redis runs it when it wakes. So no failed call is
+//! forgotten: its admissions are released and its settles sent again, in
+//! the lane's next calls (one a second while Redis fails), until Redis
+//! answers. Each request's record in Redis makes that safe: a settle or a
+//! release runs once, and an admission that arrives after its release
+//! takes nothing.
 
 use std::collections::HashMap;
 use std::num::NonZero;
@@ -22,13 +30,19 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{OnceCell, oneshot};
 
 use super::gcra::Reading;
-use super::{Check, Limit, Readings, Settle, Verdict};
+use super::{Check, Limit, Readings, Seed, Settle, Verdict};
 
 /// How long a replica holds a concurrency slot without settling it: a
 /// replica that dies mid-request frees its slots after this.
 const LEASE: Duration = Duration::from_secs(15 * 60);
 /// How long after a failed connection attempt checks fail without trying.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+/// How long a lane waits after a failed call before sending what it must
+/// reconcile again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// The most releases and settles a lane keeps to send again; beyond them
+/// the oldest are dropped (their slots then free with their lease).
+const MAX_UNSETTLED: usize = 10_000;
 /// The most ops one script call carries; more wait for the next.
 const MAX_BATCH: usize = 256;
 /// An admission's reply: verdict, subject, wait and four readings.
@@ -93,13 +107,23 @@ impl Op {
     /// An admission of `check`, as `batch.lua` reads it.
     fn admission(check: &Check<'_>) -> Op {
         let mut op = Op::new(OpKind::Admit, check.member);
-        op.args.push(check.subjects.len().to_string());
+        let first = check.subjects.first().map_or("", |s| s.redis);
+        op.keys.push(record(first, check.member));
+        op.args.extend([
+            check.subjects.len().to_string(),
+            check.reserve_tokens.to_string(),
+        ]);
         for subject in &check.subjects {
             let keys = Keys::of(subject.redis, subject.budget.map_or(0, |b| b.period));
             let quota = subject.quota;
             let concurrent = quota.max_concurrent_requests.map_or(0, NonZero::get);
-            op.keys
-                .extend([keys.requests, keys.tokens, keys.in_flight, keys.budget]);
+            op.keys.extend([
+                keys.requests,
+                keys.tokens,
+                keys.in_flight,
+                keys.budget,
+                keys.held,
+            ]);
             op.args.extend([
                 quota
                     .requests_per_minute
@@ -108,35 +132,54 @@ impl Op {
                 quota.tokens_per_minute.map_or(0, NonZero::get).to_string(),
                 concurrent.to_string(),
                 subject.budget.map_or(0.0, |b| b.amount).to_string(),
+                subject.budget.map_or(0.0, |b| b.reserve).to_string(),
+                match subject.budget.map(|b| b.seed) {
+                    Some(Seed::Known(spent)) => spent.to_string(),
+                    Some(Seed::Ask) => "-2".to_owned(),
+                    Some(Seed::Zero) | None => "-1".to_owned(),
+                },
+                subject.budget.map_or(0, |b| b.ttl_secs).to_string(),
             ]);
         }
         op
     }
 
-    /// The settle that frees an admission's concurrency slots and charges
-    /// nothing, read from its own keys and arguments (`batch.lua`'s layout:
-    /// the subject count, then four keys and four arguments a subject).
+    /// The settle that undoes an admission (frees its concurrency slots,
+    /// gives its reservation back, charges nothing) if it ran, and keeps it
+    /// from taking anything if it runs later. Read from the admission's own
+    /// keys and arguments (`batch.lua`'s layout: the record, then five keys
+    /// a subject; the subject count and reserved tokens, then seven
+    /// arguments a subject).
     fn release(self) -> Op {
         let mut release = Op::new(OpKind::Settle, &self.member);
+        let subjects = self.keys.len() / 5;
         release
             .args
-            .extend(["0".to_owned(), (self.keys.len() / 4).to_string()]);
-        for (keys, args) in self
-            .keys
-            .chunks_exact(4)
-            .zip(self.args[1..].chunks_exact(4))
+            .extend(["0".to_owned(), self.args[1].clone(), subjects.to_string()]);
+        release.keys.push(self.keys[0].clone());
+        for (keys, args) in self.keys[1..]
+            .chunks_exact(5)
+            .zip(self.args[2..].chunks_exact(7))
         {
-            release.keys.extend_from_slice(&keys[1..4]);
+            release.keys.extend_from_slice(&keys[1..5]);
             let slot = u8::from(args[2] != "0");
             release.args.extend([
-                "0".to_owned(),
+                args[1].clone(),
                 slot.to_string(),
                 "0".to_owned(),
-                "0".to_owned(),
+                args[4].clone(),
+                args[6].clone(),
+                "1".to_owned(),
             ]);
         }
         release
     }
+}
+
+/// The key of the record of request `member`, beside its first subject's
+/// keys (`base`), under its tenant's hash tag.
+fn record(base: &str, member: &str) -> String {
+    format!("toolgate:{}:op:{member}", lane(base))
 }
 
 /// The lane of a subject's keys: its hash tag, `{tenant}`.
@@ -246,19 +289,23 @@ impl Counters {
             t_remaining,
             t_reset,
         ] = reply;
+        let index = usize::try_from(subject - 1).unwrap_or(usize::MAX);
+        let Some(refusing) = check.subjects.get(index) else {
+            return match verdict {
+                0 => Ok(Verdict::Admitted),
+                _ => Err(RedisFailure::Reply(reply.to_vec())),
+            };
+        };
         let limit = match verdict {
-            0 => return Ok(Verdict::Admitted),
             1 => Limit::Budget,
             2 => Limit::Concurrency,
             3 => Limit::Requests,
             4 => Limit::Tokens,
+            5 => return Ok(Verdict::Unknown { subject: index }),
+            7 => Limit::Reserved,
             _ => return Err(RedisFailure::Reply(reply.to_vec())),
         };
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
-        let index = usize::try_from(subject - 1).unwrap_or(usize::MAX);
-        let Some(refusing) = check.subjects.get(index) else {
-            return Err(RedisFailure::Reply(reply.to_vec()));
-        };
         let quota = refusing.quota;
         Ok(Verdict::Refused {
             subject: index,
@@ -283,21 +330,25 @@ impl Counters {
     /// tenant's next batch.
     pub(super) fn settle(self: &Arc<Self>, settle: &Settle) {
         let mut op = Op::new(OpKind::Settle, &settle.member);
-        op.args
-            .extend([settle.tokens.to_string(), settle.subjects.len().to_string()]);
+        let first = settle.subjects.first().map_or("", |s| &s.redis);
+        op.keys.push(record(first, &settle.member));
+        op.args.extend([
+            settle.tokens.to_string(),
+            settle.reserved_tokens.to_string(),
+            settle.subjects.len().to_string(),
+        ]);
         for subject in &settle.subjects {
             let keys = Keys::of(&subject.redis, subject.period.unwrap_or(0));
-            op.keys.extend([keys.tokens, keys.in_flight, keys.budget]);
+            op.keys
+                .extend([keys.tokens, keys.in_flight, keys.budget, keys.held]);
+            let budgeted = |v: f64| if subject.period.is_some() { v } else { 0.0 };
             op.args.extend([
                 subject.tokens_per_minute.unwrap_or(0).to_string(),
                 u8::from(subject.slot).to_string(),
-                if subject.period.is_some() {
-                    subject.spend
-                } else {
-                    0.0
-                }
-                .to_string(),
+                budgeted(subject.spend).to_string(),
+                budgeted(subject.reserved).to_string(),
                 subject.budget_ttl_secs.to_string(),
+                u8::from(subject.rebuild).to_string(),
             ]);
         }
         self.submit(lane(settle.subjects.first().map_or("", |s| &s.redis)), op);
@@ -318,10 +369,22 @@ impl Counters {
     }
 
     /// Runs `batch`, then whatever queued meanwhile, until the lane's
-    /// queue is empty (the lane is then removed: a later op starts it again).
+    /// queue is empty and nothing is left to reconcile (the lane is then
+    /// removed: a later op starts it again).
     async fn drain(self: Arc<Self>, lane: String, mut batch: Vec<Op>) {
+        // Releases and settles whose call failed: sent again, first, in
+        // the next call.
+        let mut unsettled: Vec<Op> = Vec::new();
         loop {
-            let result = self.run(&batch).await;
+            // An admission nobody waits for any more was never sent: it
+            // needs no release.
+            batch.retain(|op| op.reply.as_ref().is_none_or(|tx| !tx.is_closed()));
+            let result = if batch.is_empty() {
+                Ok(Vec::new())
+            } else {
+                self.run(&batch).await
+            };
+            let failed = result.is_err();
             match result {
                 Ok(replies) => {
                     self.note(None);
@@ -335,41 +398,62 @@ impl Counters {
                         if let Err(Ok([0, ..])) = tx.send(Ok(verdict)) {
                             // Admitted, and nobody waits for it any more:
                             // its slots would stay taken for the lease.
-                            self.lanes
-                                .lock()
-                                .unwrap_or_else(PoisonError::into_inner)
-                                .get_mut(&lane)
-                                .expect(RUNNING)
-                                .push(op.release());
+                            unsettled.push(op.release());
                         }
                     }
                 }
-                Err(failure) => {
+                Err((failure, sent)) => {
                     // An admission counts its own failure (`admit`).
                     let failure = Arc::new(failure);
-                    for op in batch {
+                    for mut op in batch {
                         let failed = RedisFailure::Batch(failure.clone());
-                        match op.reply {
-                            Some(tx) => drop(tx.send(Err(failed))),
-                            None => self.note(Some(&failed)),
+                        match op.reply.take() {
+                            Some(tx) => {
+                                drop(tx.send(Err(failed)));
+                                // It may run yet: undo it once Redis answers.
+                                if sent {
+                                    unsettled.push(op.release());
+                                }
+                            }
+                            None => {
+                                self.note(Some(&failed));
+                                unsettled.push(op);
+                            }
                         }
                     }
+                    if unsettled.len() > MAX_UNSETTLED {
+                        let dropped = unsettled.len() - MAX_UNSETTLED;
+                        unsettled.drain(..dropped);
+                        tracing::warn!(
+                            lane,
+                            dropped,
+                            "too many settles wait for Redis: the oldest are dropped, their slots free with their lease"
+                        );
+                    }
                 }
+            }
+            if failed && !unsettled.is_empty() {
+                tokio::time::sleep(RETRY_AFTER).await;
             }
             let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
             let queue = lanes.get_mut(&lane).expect(RUNNING);
-            if queue.is_empty() {
+            if queue.is_empty() && unsettled.is_empty() {
                 lanes.remove(&lane);
                 return;
             }
-            let take = queue.len().min(MAX_BATCH);
-            batch = queue.drain(..take).collect();
+            let take = queue.len().min(MAX_BATCH.saturating_sub(unsettled.len()));
+            batch = std::mem::take(&mut unsettled);
+            batch.extend(queue.drain(..take));
+            if batch.len() > MAX_BATCH {
+                unsettled = batch.split_off(MAX_BATCH);
+            }
         }
     }
 
-    /// One `batch.lua` call for `batch`: the admissions' replies, in order.
-    async fn run(&self, batch: &[Op]) -> Result<Vec<i64>, RedisFailure> {
-        let mut conn = self.connection().await?;
+    /// One `batch.lua` call for `batch`: the admissions' replies, in order,
+    /// or why not and whether the call may run yet (it was sent).
+    async fn run(&self, batch: &[Op]) -> Result<Vec<i64>, (RedisFailure, bool)> {
+        let mut conn = self.connection().await.map_err(|e| (e, false))?;
         let mut call = self.batch.prepare_invoke();
         call.arg(LEASE.as_micros() as u64);
         for op in batch {
@@ -381,10 +465,14 @@ impl Counters {
                 call.arg(arg);
             }
         }
-        let replies: Vec<i64> = tokio::time::timeout(self.timeout, call.invoke_async(&mut conn))
-            .await
-            .map_err(|_| RedisFailure::Timeout(self.timeout))??;
-        Ok(replies)
+        match tokio::time::timeout(self.timeout, call.invoke_async(&mut conn)).await {
+            Ok(Ok(replies)) => Ok(replies),
+            Ok(Err(e)) => {
+                let sent = !e.is_connection_refusal();
+                Err((e.into(), sent))
+            }
+            Err(_) => Err((RedisFailure::Timeout(self.timeout), true)),
+        }
     }
 
     /// Counts a failure, and logs when Redis starts or stops failing.
@@ -412,7 +500,10 @@ struct Keys {
     requests: String,
     tokens: String,
     in_flight: String,
+    /// The period's spend: a cache of the store's usage rows.
     budget: String,
+    /// What the period's requests in flight reserved.
+    held: String,
 }
 
 impl Keys {
@@ -422,6 +513,7 @@ impl Keys {
             tokens: format!("{base}:tokens"),
             in_flight: format!("{base}:in_flight"),
             budget: format!("{base}:spent:{period}"),
+            held: format!("{base}:held:{period}"),
         }
     }
 }
@@ -432,7 +524,7 @@ mod tests {
 
     use super::*;
     use crate::config::limits::Quota;
-    use crate::limiter::{Check, SubjectCheck};
+    use crate::limiter::{BudgetCheck, Check, SubjectCheck};
 
     fn quotas() -> [Quota; 2] {
         [
@@ -461,35 +553,56 @@ mod tests {
                     counter: "key:k",
                     redis: "toolgate:{t}:key:k",
                     quota: &quotas[1],
-                    budget: None,
+                    budget: Some(BudgetCheck {
+                        period: 7,
+                        amount: 100.0,
+                        reserve: 2.5,
+                        seed: Seed::Ask,
+                        ttl_secs: 900,
+                    }),
                 },
             ],
+            reserve_tokens: 60,
             member,
         }
     }
 
     #[test]
-    fn a_release_frees_exactly_the_slots_its_admission_took() {
+    fn a_release_frees_exactly_the_slots_and_the_reservation_its_admission_took() {
         let quotas = quotas();
-        let release = Op::admission(&check(&quotas, "m1")).release();
+        let admission = Op::admission(&check(&quotas, "m1"));
+        assert_eq!(
+            admission.args,
+            [
+                "2", "60", "60", "0", "4", "0", "0", "-1", "0", "0", "1000", "0", "100", "2.5",
+                "-2", "900"
+            ]
+        );
+        let release = admission.release();
         assert!(matches!(release.kind, OpKind::Settle));
         assert_eq!(release.member, "m1");
         assert_eq!(
             release.keys,
             [
+                "toolgate:{t}:op:m1",
                 "toolgate:{t}:tokens",
                 "toolgate:{t}:in_flight",
                 "toolgate:{t}:spent:0",
+                "toolgate:{t}:held:0",
                 "toolgate:{t}:key:k:tokens",
                 "toolgate:{t}:key:k:in_flight",
-                "toolgate:{t}:key:k:spent:0",
+                "toolgate:{t}:key:k:spent:7",
+                "toolgate:{t}:key:k:held:7",
             ]
         );
-        // No tokens; the tenant's slot freed, the key (no concurrency limit)
-        // has none; nothing spent.
+        // Nothing used, 60 tokens reserved; the tenant's slot freed, the key
+        // (no concurrency limit) has none, its 2.5 given back; a spend it
+        // did not find is left for the store.
         assert_eq!(
             release.args,
-            ["0", "2", "0", "1", "0", "0", "0", "0", "0", "0"]
+            [
+                "0", "60", "2", "0", "1", "0", "0", "0", "1", "1000", "0", "0", "2.5", "900", "1"
+            ]
         );
         assert_eq!(lane("toolgate:{t}:key:k"), "{t}");
     }

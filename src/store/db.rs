@@ -673,6 +673,26 @@ impl Db {
         Ok(spent)
     }
 
+    /// What tenant `tenant` spent since `since` (ms, an hour's start): USD
+    /// and tokens, from the usage rows.
+    pub async fn tenant_spend(&self, tenant: &str, since: i64) -> Result<(f64, i64), sqlx::Error> {
+        let spent = on_pool!(self, pool => {
+            let row = sqlx::query(
+                "SELECT SUM(cost_usd) AS usd, CAST(SUM(input_tokens + output_tokens) AS BIGINT) AS tokens \
+                 FROM usage WHERE tenant = $1 AND hour >= $2",
+            )
+            .bind(tenant)
+            .bind(since)
+            .fetch_one(pool)
+            .await?;
+            (
+                row.try_get::<Option<f64>, _>("usd")?.unwrap_or(0.0),
+                row.try_get::<Option<i64>, _>("tokens")?.unwrap_or(0),
+            )
+        });
+        Ok(spent)
+    }
+
     /// Tells every replica listening that the keys changed (PostgreSQL;
     /// SQLite has one replica).
     async fn notify_keys(&self, id: &str) -> Result<(), sqlx::Error> {

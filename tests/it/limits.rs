@@ -3,7 +3,9 @@
 //! and in a real Redis shared by two toolgate processes; each door's `429`
 //! with OpenAI's headers; tokens read from the upstream's usage (asked for
 //! on streams whose client did not ask); spend priced by `pricing` in the
-//! file's order; a Redis outage decided by `on_redis_error`.
+//! file's order; a Redis outage decided by `on_redis_error`. Bursts end
+//! within one reservation of a budget or a minute, a stalled Redis leaves
+//! no slot taken, and a budget's spend outlives an emptied Redis.
 
 use crate::common;
 
@@ -19,7 +21,7 @@ use http_body_util::Full;
 use serde_json::{Value, json};
 
 /// The tenants' keys, the same values every time they are set.
-const KEYS: [(&str, &str); 8] = [
+const KEYS: [(&str, &str); 11] = [
     ("LIMITS_TEST_ADMIN", "admin-key"),
     ("LIMITS_TEST_RPM", "rpm-key"),
     ("LIMITS_TEST_CONC", "conc-key"),
@@ -28,6 +30,9 @@ const KEYS: [(&str, &str); 8] = [
     ("LIMITS_TEST_FREE", "free-key"),
     ("LIMITS_TEST_TOKENS_BUDGET", "tokens-budget-key"),
     ("LIMITS_TEST_BURST", "burst-key"),
+    ("LIMITS_TEST_BURST_BUDGET", "burst-budget-key"),
+    ("LIMITS_TEST_BURST_TPM", "burst-tpm-key"),
+    ("LIMITS_TEST_CONC4", "conc4-key"),
 ];
 
 fn keys() {
@@ -52,7 +57,16 @@ const AUTH: &str = "[server.auth]\nadmin_keys_env = \"LIMITS_TEST_ADMIN\"\n\
     [server.auth.keys.budget]\ntokens = 50\nperiod = \"30d\"\n\
     [[server.auth.keys]]\nname = \"burst\"\nkey_env = \"LIMITS_TEST_BURST\"\n\
     [server.auth.keys.limits]\nrequests_per_minute = 7\nmax_concurrent_requests = 30\n\
+    [[server.auth.keys]]\nname = \"burst-budget\"\nkey_env = \"LIMITS_TEST_BURST_BUDGET\"\n\
+    [server.auth.keys.budget]\ntokens = 100\nperiod = \"1d\"\n\
+    [[server.auth.keys]]\nname = \"burst-tpm\"\nkey_env = \"LIMITS_TEST_BURST_TPM\"\n\
+    [server.auth.keys.limits]\ntokens_per_minute = 100\n\
+    [[server.auth.keys]]\nname = \"conc4\"\nkey_env = \"LIMITS_TEST_CONC4\"\n\
+    [server.auth.keys.limits]\nmax_concurrent_requests = 4\n\
     [[server.auth.keys]]\nname = \"free\"\nkey_env = \"LIMITS_TEST_FREE\"\n";
+
+/// A request without `max_tokens` reserves this many output tokens.
+const DEFAULT_MAX_TOKENS: &str = "default_max_tokens = 30\n";
 
 /// `cheap*` costs $0.50 for the mock's 10 input and 20 output tokens. The
 /// free `*` comes second in the file and first in sorted order: read in the
@@ -321,7 +335,7 @@ fn replica_config(mock: &Mock, url: &str, on_error: &str) -> String {
         .server(&format!(
             "{AUTH}[server.limits]\nredis_url = \"{url}\"\non_redis_error = \"{on_error}\"\nredis_timeout_ms = 1000\n"
         ))
-        .up(&mock.url(), PRICING)
+        .up(&mock.url(), &format!("{DEFAULT_MAX_TOKENS}{PRICING}"))
         .toml()
 }
 
@@ -445,6 +459,9 @@ async fn a_redis_outage_follows_on_redis_error_and_limits_resume_after_it() {
     let r = post(&url(&deny), "rpm-key", &chat("m")).await;
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "limiter_unavailable");
+    // When to try again: a replica tries Redis again a second after a
+    // failed connection.
+    assert_eq!(header(&r, "retry-after"), "1");
     // A tenant without limits never asks Redis.
     assert_eq!(post(&url(&deny), "free-key", &chat("m")).await.status, 200);
     let errors = metric(&allow.url(""), "toolgate_limiter_errors_total")
@@ -1051,4 +1068,238 @@ async fn a_stream_that_is_not_a_boolean_is_refused_at_every_door() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// An upstream that answers as [`answer`] does, each answer held while the
+/// gate is closed.
+async fn gated_upstream() -> (tokio::sync::watch::Sender<bool>, Mock) {
+    let (open, gate) = tokio::sync::watch::channel(true);
+    let mock = Mock::start(move |r| Reply::Gated(gate.clone(), Box::new(answer(r)))).await;
+    (open, mock)
+}
+
+/// Sends `n` copies of `body` of `key` at once, spread over `urls` in
+/// turn, while the upstream holds every answer: the worst burst, every
+/// admitted request in flight when the last one is checked. Once each was
+/// refused or reached the upstream, the answers go. How many were
+/// answered; every other request must be refused with a `429`.
+async fn burst(
+    urls: &[String],
+    key: &str,
+    body: &Value,
+    (open, mock): (&tokio::sync::watch::Sender<bool>, &Mock),
+    n: usize,
+) -> usize {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    open.send_replace(false);
+    let before = mock.count();
+    let refused = Arc::new(AtomicUsize::new(0));
+    let requests: Vec<_> = (0..n)
+        .map(|i| {
+            let (url, key, body) = (urls[i % urls.len()].clone(), key.to_owned(), body.clone());
+            let refused = refused.clone();
+            tokio::spawn(async move {
+                let r = post(&url, &key, &body).await;
+                if r.status == 429 {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                }
+                r
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while mock.count() - before + refused.load(Ordering::SeqCst) < n {
+        assert!(
+            Instant::now() < deadline,
+            "the burst was never decided: {} upstream, {} refused",
+            mock.count() - before,
+            refused.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    open.send_replace(true);
+    let mut answered = 0;
+    for request in requests {
+        let r = request.await.unwrap();
+        match r.status.as_u16() {
+            200 => answered += 1,
+            429 => {}
+            other => panic!("{other}: {}", r.text()),
+        }
+    }
+    answered
+}
+
+/// What one request of `body` reserves: its bytes / 4 of prompt and its
+/// output limit (`max_tokens`, else the provider's `default_max_tokens`).
+fn reservation(body: &Value) -> usize {
+    let out = body["max_tokens"].as_u64().unwrap_or(30) as usize;
+    body.to_string().len().div_ceil(4) + out
+}
+
+/// Each answer is 30 tokens; a burst of 20 at 100 tokens a minute (the
+/// client sets no `max_tokens`: the provider's `default_max_tokens`
+/// stands for it), and at a budget of 100 tokens (`max_tokens` set),
+/// spends at most one reservation past the limit. Afterwards the budget is
+/// still spent to its end, then refused.
+async fn bursts_end_within_one_reservation(
+    urls: &[String],
+    upstream: (&tokio::sync::watch::Sender<bool>, &Mock),
+) {
+    let uncapped = chat("m");
+    let mut capped = chat("m");
+    capped["max_tokens"] = json!(30);
+    let minute = burst(urls, "burst-tpm-key", &uncapped, upstream, 20).await;
+    let mut answered = burst(urls, "burst-budget-key", &capped, upstream, 20).await;
+    let (minute_bound, bound) = (100 + reservation(&uncapped), 100 + reservation(&capped));
+    assert!(
+        minute >= 1 && answered >= 1,
+        "a limit at rest admits a request"
+    );
+    assert!(
+        minute * 30 <= minute_bound && answered * 30 <= bound,
+        "answers of 30 tokens: {minute} in a burst at 100 tokens a minute (at most {minute_bound} \
+         allowed), {answered} at a budget of 100 tokens (at most {bound})"
+    );
+    // One after another until the budget refuses: what is left of it is
+    // still served (a settle may land a moment after its answer).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = post(&urls[answered % urls.len()], "burst-budget-key", &capped).await;
+        match r.status.as_u16() {
+            200 => answered += 1,
+            429 if r.json()["error"]["code"] == "insufficient_quota" => break,
+            429 => tokio::time::sleep(Duration::from_millis(20)).await,
+            other => panic!("{other}: {}", r.text()),
+        }
+        assert!(Instant::now() < deadline, "the budget never refused");
+    }
+    assert!(
+        (100..=bound).contains(&(answered * 30)),
+        "the budget of 100 tokens served {answered} answers of 30"
+    );
+}
+
+#[tokio::test]
+async fn a_burst_ends_within_one_reservation_of_a_limit_in_memory() {
+    keys();
+    let (open, mock) = gated_upstream().await;
+    let gw = TestConfig::new()
+        .server(AUTH)
+        .up(&mock.url(), DEFAULT_MAX_TOKENS)
+        .start()
+        .await;
+    bursts_end_within_one_reservation(&[gw.url("/v1/chat/completions")], (&open, &mock)).await;
+}
+
+#[tokio::test]
+async fn a_burst_ends_within_one_reservation_of_a_limit_across_two_replicas() {
+    let redis = Redis::start();
+    let (open, mock) = gated_upstream().await;
+    let [a, b] = replicas(&mock, &redis, ["allow", "allow"]);
+    let urls = [a.url("/v1/chat/completions"), b.url("/v1/chat/completions")];
+    bursts_end_within_one_reservation(&urls, (&open, &mock)).await;
+}
+
+/// A Redis stalled mid-traffic (SIGSTOP) runs what waited when it wakes
+/// (SIGCONT), admissions whose calls timed out on the replica's side
+/// included. None of them may keep a slot: once Redis answers again, the
+/// tenant's `max_concurrent_requests` are all admitted at once.
+#[tokio::test]
+async fn a_stalled_redis_leaves_no_concurrency_slot_taken() {
+    let redis = Redis::start();
+    let (open, mock) = gated_upstream().await;
+    let replica = Binary::start(&replica_config(&mock, &redis.url(), "allow"), &KEYS);
+    let url = replica.url("/v1/chat/completions");
+    assert_eq!(post(&url, "conc4-key", &chat("m")).await.status, 200);
+
+    redis.signal(libc::SIGSTOP);
+    let stalled: Vec<_> = (0..8)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { post(&url, "conc4-key", &chat("m")).await.status })
+        })
+        .collect();
+    for status in stalled {
+        // `allow`: served uncounted once the check timed out.
+        assert_eq!(status.await.unwrap(), 200);
+    }
+    redis.signal(libc::SIGCONT);
+
+    // Four held at the upstream at once, until all four are admitted.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let admitted = burst(
+            std::slice::from_ref(&url),
+            "conc4-key",
+            &chat("m"),
+            (&open, &mock),
+            4,
+        )
+        .await;
+        if admitted == 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slots taken during the stall are still held: {admitted} of 4 admitted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Redis holds a cache of the spend: emptied (a restart without
+/// persistence), the budget is read back from the store's usage rows and
+/// still refuses.
+#[tokio::test]
+async fn a_budget_outlives_an_emptied_redis_through_the_stores_usage_rows() {
+    keys();
+    let redis = Redis::start();
+    let mock = upstream().await;
+    let gw = TestConfig::new()
+        .server(&format!(
+            "{AUTH}[server.limits]\nredis_url = \"{}\"\nredis_timeout_ms = 1000\n",
+            redis.url()
+        ))
+        .up(&mock.url(), "")
+        .raw("[store]\nurl = \"sqlite::memory:\"\nrecord = \"none\"\n")
+        .start()
+        .await;
+    let url = gw.url("/v1/chat/completions");
+    // 50 tokens, 30 an answer.
+    for _ in 0..2 {
+        assert_eq!(
+            post(&url, "tokens-budget-key", &chat("m")).await.status,
+            200
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let usage = get(
+            &gw.url("/toolgate/api/usage?group_by=tenant&tenant=tokens-budget"),
+            "admin-key",
+        )
+        .await
+        .json();
+        if usage["data"][0]["requests"] == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "usage never landed: {usage}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let spent = post(&url, "tokens-budget-key", &chat("m")).await;
+    assert_eq!(spent.json()["error"]["code"], "insufficient_quota");
+
+    redis.flush_all().await;
+    let r = post(&url, "tokens-budget-key", &chat("m")).await;
+    assert_eq!(
+        r.status,
+        429,
+        "the emptied Redis forgot the spend: {}",
+        r.text()
+    );
+    assert_eq!(r.json()["error"]["code"], "insufficient_quota");
+    // Counted in Redis again from there: a tenant with spend left is served.
+    assert_eq!(post(&url, "budget-key", &chat("m")).await.status, 200);
 }

@@ -1,7 +1,8 @@
 //! A throwaway Redis for a test: the distribution's `redis-server` (`bash
 //! tests/run.sh` installs it when missing) on a free loopback port, with
 //! nothing saved to disk, killed when dropped. `stop` and `start` take it
-//! down and bring it back on the same port, as an outage would.
+//! down and bring it back on the same port, as an outage would; `signal`
+//! stalls it and `flush_all` empties it.
 
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -47,6 +48,27 @@ impl Redis {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Sends the server a signal: SIGSTOP stalls it (connections stay
+    /// open, nothing is answered), SIGCONT lets it run what waited.
+    #[allow(dead_code)]
+    pub fn signal(&self, signal: i32) {
+        let child = self.child.as_ref().expect("redis-server runs");
+        let pid = i32::try_from(child.id()).unwrap();
+        // SAFETY: a signal to our own child process.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    /// Empties the server, as a restart without persistence would.
+    #[allow(dead_code)]
+    pub async fn flush_all(&self) {
+        let client = ::redis::Client::open(self.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = ::redis::cmd("FLUSHALL")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
     }
 
     /// Kills the server, as a crash would.
