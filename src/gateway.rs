@@ -182,7 +182,7 @@ impl Gateway {
         if let Some(refused) = reload::refuse_reload(&old, &config) {
             metrics::counter!(crate::metrics::CONFIG_RELOADS, "outcome" => "refused").increment(1);
             tracing::error!(
-                key = refused.0,
+                setting = refused.0,
                 "config reload refused: {} changes need a restart; the previous config keeps serving",
                 refused.0
             );

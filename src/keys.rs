@@ -142,7 +142,7 @@ impl ManagedKeys {
                     }
                 }
                 Err(e) => {
-                    tracing::error!(key = %row.id, tenant = %row.tenant, error = %e, "a managed key's policy no longer fits the config; the key is refused");
+                    tracing::error!(id = %row.id, tenant = %row.tenant, error = %e, "a managed key's policy no longer fits the config; the key is refused");
                 }
             }
         }

@@ -249,17 +249,45 @@ impl Write for LineWriter {
     }
 }
 
-/// A log line with the credentials of every URL in it hidden: whatever
-/// wrote it (a library's own error, say) may quote one.
+/// A log line with every secret in it hidden by the config's one rule
+/// ([`crate::config::redact::in_text`]): whatever wrote it (a library's own
+/// error, say) may quote a URL, a command line or a `NAME=value`. On a
+/// terminal tracing colours each field's name apart from its `=`, which
+/// would hide `token=…` from the rule: such a line is read without its
+/// colours, and written without them when something in it was hidden.
 fn without_credentials(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     use std::borrow::Cow;
-    if memchr::memmem::find(bytes, b"://").is_none() {
-        return Cow::Borrowed(bytes);
-    }
-    match crate::config::redact::in_text(&String::from_utf8_lossy(bytes)) {
+    let text = String::from_utf8_lossy(bytes);
+    let plain = if bytes.contains(&0x1b) {
+        Cow::Owned(without_colours(&text))
+    } else {
+        text
+    };
+    match crate::config::redact::in_text(&plain) {
         Cow::Owned(hidden) => Cow::Owned(hidden.into_bytes()),
         Cow::Borrowed(_) => Cow::Borrowed(bytes),
     }
+}
+
+/// `text` without its ANSI escape sequences (`ESC [ … m`).
+fn without_colours(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            out.push(c);
+            continue;
+        }
+        if chars.next() == Some('[') {
+            // Parameters up to the final byte (`@` to `~`).
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        }
+    }
+    out
 }
 
 impl<'a> MakeWriter<'a> for ParkFlushed {
@@ -315,13 +343,25 @@ mod tests {
     }
 
     #[test]
-    fn credentials_in_urls_never_reach_the_output() {
-        let line = b"ERROR rmcp: url: \"http://u:pw@h/mcp?token=T9\"\n";
+    fn credentials_never_reach_the_output() {
+        let line = b"ERROR rmcp: url: \"http://u:pw@h/mcp?token=T9&jwt=J9\" command: npx srv -p P9 TOKEN=K9\n";
         let text = String::from_utf8(without_credentials(line).into_owned()).unwrap();
-        assert!(!text.contains("pw") && !text.contains("T9"), "{text}");
-        assert!(text.contains("token=<redacted>"), "{text}");
+        for secret in ["pw", "T9", "J9", "P9", "K9"] {
+            assert!(!text.contains(secret), "{secret}: {text}");
+        }
+        assert!(text.contains("token=<redacted>&jwt=<redacted>"), "{text}");
+        assert!(text.ends_with("-p <redacted> TOKEN=<redacted>\n"), "{text}");
         assert!(matches!(
-            without_credentials(b"plain line\n"),
+            without_credentials(b"plain line a=b\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // tracing's colours around a field's name and its `=`.
+        let coloured = b"\x1b[2m2026\x1b[0m \x1b[33m WARN\x1b[0m x: m \x1b[3mpassword\x1b[0m\x1b[2m=\x1b[0m\"S9\" \x1b[3mn\x1b[0m\x1b[2m=\x1b[0m1\n";
+        let text = String::from_utf8(without_credentials(coloured).into_owned()).unwrap();
+        assert_eq!(text, "2026  WARN x: m password=\"<redacted>\" n=1\n");
+        let uncoloured = b"\x1b[3mn\x1b[0m\x1b[2m=\x1b[0m1\n";
+        assert!(matches!(
+            without_credentials(uncoloured),
             std::borrow::Cow::Borrowed(_)
         ));
     }

@@ -131,7 +131,10 @@ fn backend(raw: &RawStore) -> Result<Backend, ConfigError> {
     else {
         return Err(ConfigError::new(
             "store.url",
-            format!("{url:?} is neither sqlite:… nor postgres://…"),
+            format!(
+                "{:?} is neither sqlite:… nor postgres://…",
+                super::redact::url(url)
+            ),
         ));
     };
     let Some(var) = &raw.password_env else {

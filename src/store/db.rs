@@ -15,6 +15,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{QueryBuilder, Row, SqlSafeStr};
 
+mod options;
+
 use crate::config::store::Backend;
 use crate::store::batch;
 use crate::store::record::{
@@ -96,12 +98,13 @@ impl Db {
                     .connect_lazy_with(options);
                 Ok(Db::Sqlite(pool, file))
             }
-            Backend::Postgres { url } => PgPoolOptions::new()
-                .max_connections(4)
-                .acquire_timeout(ACQUIRE_TIMEOUT)
-                .connect_lazy(url)
-                .map(Db::Postgres)
-                .map_err(|e| format!("invalid PostgreSQL URL: {e}")),
+            Backend::Postgres { url } => Ok(Db::Postgres(
+                PgPoolOptions::new()
+                    .max_connections(4)
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    // Read apart: sqlx's parser logs the values it ignores.
+                    .connect_lazy_with(options::postgres(url)?),
+            )),
         }
     }
 

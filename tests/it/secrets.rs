@@ -149,3 +149,100 @@ async fn no_secret_reaches_check_or_any_log_line() {
         }
     }
 }
+
+/// Issue 53, item 13: every form a credential takes on a stdio server's
+/// command line (`-p`, `-pVALUE`, `--bearer`, `--pat`, `--flag=value`,
+/// `TOKEN=…`) and in a URL's query (`jwt=`, `code=`, a store's
+/// `sslpassword=`): `check` prints none of the values, and no `<redacted>>`.
+#[test]
+fn check_hides_every_argument_and_query_form() {
+    let toml = r#"[[providers]]
+name = "up"
+base_url = "http://127.0.0.1:9/v1"
+models = ["m"]
+[[mcp_servers]]
+name = "local"
+command = ["db-mcp", "-p", "ARG-SECRET-01", "--bearer", "ARG-SECRET-02", "--pat", "ARG-SECRET-03",
+           "TOKEN=ARG-SECRET-04", "--api-key=ARG-SECRET-05", "-pARG-SECRET-06", "db", "--port", "3306",
+           "--token", "env:DB_TOKEN"]
+[[mcp_servers]]
+name = "remote"
+url = "http://127.0.0.1:9/mcp?jwt=ARG-SECRET-07"
+[[http_tools]]
+name = "lookup"
+url = "http://127.0.0.1:9/lookup?code=ARG-SECRET-08&state=ARG-SECRET-09"
+[store]
+url = "postgres://tg@127.0.0.1:9/db?sslpassword=ARG-SECRET-10&sslmode=disable"
+"#;
+    let dir = std::env::temp_dir().join(format!("toolgate-secrets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("forms.toml");
+    std::fs::write(&path, toml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{printed}");
+    for n in 1..=10 {
+        let secret = format!("ARG-SECRET-{n:02}");
+        assert!(
+            !printed.contains(&secret),
+            "check printed {secret}:\n{printed}"
+        );
+    }
+    for kept in [
+        "\"--port\"",
+        "\"3306\"",
+        "env:DB_TOKEN",
+        "sslpassword=<redacted>",
+    ] {
+        assert!(printed.contains(kept), "{kept} hidden:\n{printed}");
+    }
+    assert!(!printed.contains("<redacted>>"), "{printed}");
+}
+
+/// A store URL's `sslpassword=` is a parameter sqlx does not know: its
+/// parser logged it, value and all, at `WARN`. Served at every level, the
+/// log names the parameter and never shows its value, nor the arguments of
+/// a stdio server that cannot start.
+#[test]
+fn a_store_url_and_a_command_line_reach_no_log_line() {
+    let toml = format!(
+        r#"[[providers]]
+name = "up"
+base_url = "http://127.0.0.1:9/v1"
+models = ["m"]
+[[mcp_servers]]
+name = "local"
+command = ["/nonexistent/db-mcp", "-p", "RUN-SECRET-2", "TOKEN=RUN-SECRET-3", "--bearer", "RUN-SECRET-4"]
+[store]
+url = "postgres://tg@127.0.0.1:{}/db?sslpassword=RUN-SECRET-1&sslmode=disable"
+"#,
+        common::free_port()
+    );
+    let gw = Binary::start(&toml, &[("TOOLGATE_LOG", "trace")]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let log = loop {
+        let log = gw.log.lock().unwrap().clone();
+        let named = log.iter().any(|l| l.contains("sslpassword"));
+        let store_down = log.iter().any(|l| l.contains("cannot open the database"));
+        if (named && store_down) || Instant::now() > deadline {
+            assert!(named, "the ignored parameter is named: {log:#?}");
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for line in &log {
+        for n in 1..=4 {
+            let secret = format!("RUN-SECRET-{n}");
+            assert!(!line.contains(&secret), "a log line holds {secret}: {line}");
+        }
+        assert!(!line.contains("<redacted>>"), "{line}");
+    }
+}
