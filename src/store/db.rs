@@ -51,6 +51,13 @@ pub enum Db {
     Postgres(PgPool),
 }
 
+/// Whose spend [`Db::spend`] sums: a key's rows or a tenant's.
+#[derive(Clone, Copy)]
+enum Spender {
+    Key,
+    Tenant,
+}
+
 /// Runs `$body` with `$pool` bound to whichever pool `$db` holds.
 macro_rules! on_pool {
     ($db:expr, $pool:ident => $body:expr) => {
@@ -659,35 +666,28 @@ impl Db {
     /// What key `key_id` spent since `since` (ms, an hour's start): USD and
     /// tokens, from the usage rows.
     pub async fn key_spend(&self, key_id: &str, since: i64) -> Result<(f64, i64), sqlx::Error> {
-        let spent = on_pool!(self, pool => {
-            let row = sqlx::query(
-                "SELECT SUM(cost_usd) AS usd, CAST(SUM(input_tokens + output_tokens) AS BIGINT) AS tokens \
-                 FROM usage WHERE key_id = $1 AND hour >= $2",
-            )
-            .bind(key_id)
-            .bind(since)
-            .fetch_one(pool)
-            .await?;
-            (
-                row.try_get::<Option<f64>, _>("usd")?.unwrap_or(0.0),
-                row.try_get::<Option<i64>, _>("tokens")?.unwrap_or(0),
-            )
-        });
-        Ok(spent)
+        self.spend(Spender::Key, key_id, since).await
     }
 
     /// What tenant `tenant` spent since `since` (ms, an hour's start): USD
     /// and tokens, from the usage rows.
     pub async fn tenant_spend(&self, tenant: &str, since: i64) -> Result<(f64, i64), sqlx::Error> {
-        let spent = on_pool!(self, pool => {
-            let row = sqlx::query(
+        self.spend(Spender::Tenant, tenant, since).await
+    }
+
+    async fn spend(&self, who: Spender, name: &str, since: i64) -> Result<(f64, i64), sqlx::Error> {
+        let sql = match who {
+            Spender::Key => {
                 "SELECT SUM(cost_usd) AS usd, CAST(SUM(input_tokens + output_tokens) AS BIGINT) AS tokens \
-                 FROM usage WHERE tenant = $1 AND hour >= $2",
-            )
-            .bind(tenant)
-            .bind(since)
-            .fetch_one(pool)
-            .await?;
+                 FROM usage WHERE key_id = $1 AND hour >= $2"
+            }
+            Spender::Tenant => {
+                "SELECT SUM(cost_usd) AS usd, CAST(SUM(input_tokens + output_tokens) AS BIGINT) AS tokens \
+                 FROM usage WHERE tenant = $1 AND hour >= $2"
+            }
+        };
+        let spent = on_pool!(self, pool => {
+            let row = sqlx::query(sql).bind(name).bind(since).fetch_one(pool).await?;
             (
                 row.try_get::<Option<f64>, _>("usd")?.unwrap_or(0.0),
                 row.try_get::<Option<i64>, _>("tokens")?.unwrap_or(0),
