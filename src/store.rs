@@ -860,11 +860,6 @@ impl Store {
     /// is none. The copy is made by the store's one connection, so the
     /// writer waits while it is made (rows queue meanwhile).
     pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        match self.shared.db.get() {
-            Some(db) if db.is_shared() => return Ok(Snapshot::Postgres),
-            Some(db) if db.file().is_none() => return Ok(Snapshot::InMemory),
-            _ => {}
-        }
         let dir = self
             .shared
             .db
@@ -874,16 +869,24 @@ impl Store {
             .map_or_else(std::env::temp_dir, std::path::Path::to_path_buf);
         let path = dir.join(format!(".toolgate-backup-{}.db", next_id().0));
         let name = path.display().to_string();
+        // Decided once the database is open (a request right after start
+        // waits for it): `None` for a store in memory, which has no file.
         let made = self
             .read(move |shared| async move {
                 let db = shared.db.get().ok_or(StoreError::NotReady)?;
+                if !db.is_shared() && db.file().is_none() {
+                    return Ok(None);
+                }
                 db.snapshot(&name)
                     .await
+                    .map(Some)
                     .map_err(|e| StoreError::Database(e.to_string()))
             })
             .await;
-        if !made? {
-            return Ok(Snapshot::Postgres);
+        match made? {
+            None => return Ok(Snapshot::InMemory),
+            Some(false) => return Ok(Snapshot::Postgres),
+            Some(true) => {}
         }
         let opened = std::fs::File::open(&path);
         let _ = std::fs::remove_file(&path);
