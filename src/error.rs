@@ -29,12 +29,15 @@ pub enum GatewayError {
     #[error("The model `{0}` does not exist or is not served by this gateway")]
     UnknownModel(String),
     /// No such endpoint.
-    #[error("Unknown route: {method} {path}")]
+    #[error("Unknown route: {method} {path}{hint}")]
     UnknownRoute {
         /// The request's method.
         method: String,
         /// The request's path.
         path: String,
+        /// What would serve it, when the path is one toolgate serves with
+        /// other config (`""` otherwise).
+        hint: &'static str,
     },
     /// The body is over `max_body_bytes` (or a container limit).
     #[error("Request body exceeds the limit of {limit} bytes")]

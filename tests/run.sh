@@ -50,11 +50,16 @@ export CLIENT_TESTS_NODE_DIR="$PWD/$clients/node"
 # and drive the transcript page in headless Chromium, and the limit tests a
 # throwaway Redis (tests/it/common/redis.rs): all from the distribution's
 # packages, installed once when missing.
-echo "== system packages (PostgreSQL server, Redis, Chromium)"
+echo "== system packages (PostgreSQL server, Redis, Chromium, sqlite3; kubectl)"
+# kubectl renders deploy/'s Kubernetes overlays; distributions ship none
+# recent enough for kustomize components, so it is a prerequisite.
+command -v kubectl >/dev/null ||
+  { echo "kubectl 1.21 or later is required (deploy/check.sh renders the overlays with kubectl kustomize)" >&2; exit 1; }
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need+=(chromium)
+command -v sqlite3 >/dev/null || need+=(sqlite3)   # docs/transcripts.md's backup example
 if [ ${#need[@]} -gt 0 ]; then
   start=$SECONDS
   sudo=""

@@ -90,6 +90,7 @@ pub async fn handle(
         _ => Err(GatewayError::UnknownRoute {
             method: method.to_string(),
             path: path.to_owned(),
+            hint: "",
         }),
     }
 }

@@ -171,6 +171,7 @@ pub async fn stored(
             return Err(GatewayError::UnknownRoute {
                 method: method.to_string(),
                 path: format!("/v1/responses/{id}"),
+                hint: "",
             });
         }
     };

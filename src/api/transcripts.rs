@@ -110,6 +110,7 @@ pub async fn handle(
         return Err(GatewayError::UnknownRoute {
             method: method.to_string(),
             path: path.to_owned(),
+            hint: "",
         });
     }
     let transcripts = transcripts.ok_or_else(|| {
@@ -125,6 +126,7 @@ pub async fn handle(
         return Err(GatewayError::UnknownRoute {
             method: method.to_string(),
             path: path.to_owned(),
+            hint: "",
         });
     };
     let (store, viewer) = (&transcripts.store, &reader.viewer);
@@ -152,6 +154,7 @@ pub async fn handle(
         _ => Err(GatewayError::UnknownRoute {
             method: method.to_string(),
             path: path.to_owned(),
+            hint: "",
         }),
     }
 }

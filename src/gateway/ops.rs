@@ -37,6 +37,7 @@ impl Gateway {
                     GatewayError::UnknownRoute {
                         method: "GET".into(),
                         path: path.to_owned(),
+                        hint: "",
                     }
                     .into_response()
                 })
@@ -64,6 +65,12 @@ impl Gateway {
             (method, path) => GatewayError::UnknownRoute {
                 method: method.to_string(),
                 path: path.to_owned(),
+                // The MCP door's default path, on a config without the door.
+                hint: if path == "/mcp" && self.mcp.is_none() {
+                    "; MCP is served only with [mcp_gateway] in the config"
+                } else {
+                    ""
+                },
             }
             .into_response(),
         }

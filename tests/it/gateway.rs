@@ -211,7 +211,14 @@ async fn gateway_errors_are_openai_shaped() {
             .as_str()
             .unwrap()
             .contains("nope-1")
-    );
+    ); // The MCP door's path, on a config without the door, says what serves it.
+    let r = post(&gw.url("/mcp"), "{}").await;
+    assert_eq!(r.status, 404);
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("[mcp_gateway]"), "{message}");
+    let r = get(&gw.url("/v2/whatever")).await;
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(!message.contains("mcp"), "{message}");
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ mod bounds_props;
 mod chat_claims;
 mod cli;
 mod clients;
+mod docs;
 mod fallback;
 mod fidelity;
 mod gateway;

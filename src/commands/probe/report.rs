@@ -222,8 +222,9 @@ impl Report {
             "arguments its schema accepts; wrong tool: calls, none to the expected tool; no call: plain text.\n",
             "These four are shares of the prompts that expect a call, unwanted (calls) of those that expect\n",
             "none; invalid (call blocks the gateway refused) and errors are shares of all prompts.\n",
-            "loop closed: after the expected call, its result sent back, the answer called no tool again;\n",
-            "result used: ... and mentioned what the result said. Both are shares of the loops tried.\n",
+            "loop closed: after a call to the expected tool (whatever its values), its result sent back,\n",
+            "the answer called no tool again; result used: ... and mentioned what the result said. Both are\n",
+            "shares of the loops tried: every first answer that called the expected tool, so more than expected.\n",
         ));
         let _ = writeln!(out, "\nexpected calls per case:");
         let mut header = format!("{:<10}", "syntax");

@@ -21,6 +21,18 @@ impl Binary {
         Binary::start_as(config, env, None)
     }
 
+    /// [`Binary::start`] with `cwd` as its working directory (where a
+    /// relative path in the config points).
+    #[allow(dead_code)]
+    pub fn start_in(config: &str, env: &[(&str, &str)], cwd: &std::path::Path) -> Binary {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Binary::start_on_in(port, config, env, None, Some(cwd))
+    }
+
     /// [`Binary::start`], as user `uid` when given (the test runs as root).
     pub fn start_as(config: &str, env: &[(&str, &str)], uid: Option<u32>) -> Binary {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -59,6 +71,16 @@ impl Binary {
     }
 
     fn start_on(port: u16, config: &str, env: &[(&str, &str)], uid: Option<u32>) -> Binary {
+        Binary::start_on_in(port, config, env, uid, None)
+    }
+
+    fn start_on_in(
+        port: u16,
+        config: &str,
+        env: &[(&str, &str)],
+        uid: Option<u32>,
+        cwd: Option<&std::path::Path>,
+    ) -> Binary {
         let dir = std::env::temp_dir().join(format!("toolgate-bin-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("toolgate.toml");
@@ -78,6 +100,9 @@ impl Binary {
             .stderr(Stdio::piped());
         for (k, v) in env {
             command.env(k, v);
+        }
+        if let Some(cwd) = cwd {
+            command.current_dir(cwd);
         }
         if let Some(uid) = uid {
             std::os::unix::process::CommandExt::uid(&mut command, uid);
