@@ -9,6 +9,9 @@
 #                                 pip-installed into it if missing
 #   TOOLGATE_BIN                  toolgate binary (default debug/toolgate under $CARGO_TARGET_DIR or target/,
 #                                 built with `cargo build` when it is the default)
+#   TOOLGATE_DOCKER_BUILD_PROFILE the profile the Dockerfile's build runs in here
+#                                 (default release, as the image; tests/run.sh
+#                                 uses dev, sharing the test build's dependencies)
 #   TOOLGATE_SKIP_RELEASE_BUILD=1 don't run the Dockerfile's release build; only
 #                                 check its command, its COPY sources and that
 #                                 cargo can read the manifest from what it copies

@@ -37,6 +37,11 @@ ROOT = os.getcwd()
 DEPLOY = os.path.join(ROOT, "deploy")
 DOCKERFILE = os.path.join(DEPLOY, "Dockerfile")
 CARGO_CMD = "cargo build --release --locked --bin toolgate"
+# The profile the final build runs in here. Which files the build needs does
+# not depend on it; TOOLGATE_DOCKER_BUILD_PROFILE=dev (tests/run.sh) builds
+# in the dev profile's directory, whose dependencies the suite's own build
+# then reuses, instead of compiling every dependency a second time.
+BUILD_PROFILE = os.environ.get("TOOLGATE_DOCKER_BUILD_PROFILE", "release")
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 failures = 0
@@ -318,16 +323,19 @@ def check_dockerfile(bin_path: str, skip_release: bool) -> dict:
         ctx = stage_context(copies, stub)
         try:
             if is_last and not skip_release:
-                target = os.path.join(ROOT, "target")
-                proc = cargo(CARGO_CMD.split()[1:], ctx,
-                             env={**os.environ, "CARGO_TARGET_DIR": target})
+                target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
+                args = CARGO_CMD.split()[1:]
+                if BUILD_PROFILE != "release":
+                    args[args.index("--release")] = f"--profile={BUILD_PROFILE}"
+                proc = cargo(args, ctx, env={**os.environ, "CARGO_TARGET_DIR": target})
                 ok = proc.returncode == 0
-                built = os.path.join(target, "release", "toolgate")
+                out_dir = "debug" if BUILD_PROFILE in ("dev", "test") else BUILD_PROFILE
+                built = os.path.join(target, out_dir, "toolgate")
                 if ok:
                     run = subprocess.run([built, "check"], env={"PATH": BASE_PATH},
                                          capture_output=True, text=True)
                     ok = run.returncode == 0
-                    detail = "built target/release/toolgate; embedded config passes `check`" \
+                    detail = f"built {out_dir}/toolgate ({BUILD_PROFILE} profile); embedded config passes `check`" \
                         if ok else run.stderr.strip()
                 else:
                     detail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""

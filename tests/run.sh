@@ -17,7 +17,7 @@ rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup com
 # Python's from PyPI in a venv, Node's from npm. Installed once, then only
 # checked (a few milliseconds) until a pin changes.
 clients=tests/clients
-echo "== client SDKs ($clients)"
+echo "== [${SECONDS} s] client SDKs ($clients)"
 command -v python3 >/dev/null || { echo "python3 is required for the client tests" >&2; exit 1; }
 command -v node >/dev/null && command -v npm >/dev/null ||
   { echo "node and npm are required for the client tests" >&2; exit 1; }
@@ -50,7 +50,7 @@ export CLIENT_TESTS_NODE_DIR="$PWD/$clients/node"
 # and drive the transcript page in headless Chromium, and the limit tests a
 # throwaway Redis (tests/it/common/redis.rs): all from the distribution's
 # packages, installed once when missing.
-echo "== system packages (PostgreSQL server, Redis, Chromium, sqlite3; kubectl)"
+echo "== [${SECONDS} s] system packages (PostgreSQL server, Redis, Chromium, sqlite3; kubectl)"
 # kubectl renders deploy/'s Kubernetes overlays; distributions ship none
 # recent enough for kustomize components, so it is a prerequisite.
 command -v kubectl >/dev/null ||
@@ -70,21 +70,19 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 echo "   $(ls -d /usr/lib/postgresql/*/bin | tail -1), $(redis-server --version | cut -d' ' -f1-3), $(chromium --version 2>/dev/null || chromium-browser --version)"
 
-echo "== cargo fmt --check"
+echo "== [${SECONDS} s] cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+echo "== [${SECONDS} s] cargo clippy"
 cargo clippy --locked --all-targets -- -D warnings
-echo "== deploy/ checks (YAML/JSON, probes and ports, Dockerfile build)"
-# The Dockerfile's release build proves the image builds from exactly the
-# files it copies; the shipped profile's optimisation, fat LTO and one
-# codegen unit add minutes on 2 cores (the optimiser over every dependency,
-# a single-threaded link) and prove nothing more about which files the
-# build needs, so this build compiles unoptimised, in parallel units.
-CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_DEBUG=false \
-  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-  TOOLGATE_PYTHON="$CLIENT_TESTS_PYTHON" bash deploy/check.sh
-echo "== cargo test"
+echo "== [${SECONDS} s] deploy/ checks (YAML/JSON, probes and ports, Dockerfile build)"
+# The Dockerfile's build proves the image builds from exactly the files it
+# copies. Which files a build needs does not depend on its profile, so it
+# runs in the dev profile here: the shipped profile (the optimiser over every
+# dependency, fat LTO, one codegen unit) would add minutes on 2 cores, and
+# dev shares its dependencies with the test build below.
+TOOLGATE_DOCKER_BUILD_PROFILE=dev TOOLGATE_PYTHON="$CLIENT_TESTS_PYTHON" bash deploy/check.sh
+echo "== [${SECONDS} s] cargo test"
 cargo test --locked --all-targets
-echo "== fuzzing (fuzz/run.sh: every target for ${FUZZ_SECONDS:-15} s)"
+echo "== [${SECONDS} s] fuzzing (fuzz/run.sh: every target for ${FUZZ_SECONDS:-15} s)"
 bash fuzz/run.sh
-echo "== disk used by builds: $(du -sh target fuzz/target 2>/dev/null | awk '{printf "%s %s  ", $2, $1}')"
+echo "== [${SECONDS} s] disk used by builds: $(du -sh target fuzz/target 2>/dev/null | awk '{printf "%s %s  ", $2, $1}')"
