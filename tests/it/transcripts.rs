@@ -162,12 +162,13 @@ async fn turns_without_the_header_land_in_one_chat() {
     assert_eq!(results, 1, "{m:#?}");
 }
 
-/// Two conversations that start alike (the same question, the same reply)
-/// never continue in each other's transcript: on the chat door by their
-/// call ids when they have calls, as new chats when nothing tells them
-/// apart, and on the Responses door by `previous_response_id`.
+/// Two conversations that start alike (the same question, the same reply):
+/// on the chat door their call ids tell them apart when they have calls;
+/// when nothing does, a follow-up continues the chat its request names, or
+/// else the one that reached that state last, never a new chat; on the
+/// Responses door `previous_response_id` names the exchange.
 #[tokio::test]
-async fn conversations_alike_are_never_crossed() {
+async fn conversations_alike_continue_the_named_or_the_latest() {
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let upstream = Mock::start(|r| {
         let last = common::agent::messages(r).last().cloned().unwrap();
@@ -209,7 +210,7 @@ async fn conversations_alike_are_never_crossed() {
     assert_ne!(a, b);
     let a2 = chat_of(&ask(json!([hi, hello, {"role": "user", "content": "A again"}])).await);
     let b2 = chat_of(&ask(json!([hi, hello, {"role": "user", "content": "B again"}])).await);
-    assert!(a2 != b && b2 != a && a2 != b2, "{a} {b} {a2} {b2}");
+    assert!(a2 == b && b2 == b, "the latest, twice: {a} {b} {a2} {b2}");
     // Naming its chat, each continues its own.
     let named = {
         let body = json!({"model": "m", "stream": true, "messages": [hi, hello, {"role": "user", "content": "A named"}]});
@@ -228,6 +229,14 @@ async fn conversations_alike_are_never_crossed() {
         ["Hi", "Hello!", "A named", "Hello!"],
         "nothing recorded twice"
     );
+    let recorded = messages(&gw, &b, 6).await;
+    let texts: Vec<&str> = recorded.iter().filter_map(|m| m["text"].as_str()).collect();
+    assert_eq!(
+        texts,
+        ["Hi", "Hello!", "A again", "Hello!", "B again", "Hello!"],
+        "each follow-up once, in the latest chat"
+    );
+    assert_eq!(chats(&gw).await.len(), 2, "no third chat");
 
     // The same question answered with a call: the call ids tell them apart.
     let weather = json!({"role": "user", "content": "Weather in Paris?"});
