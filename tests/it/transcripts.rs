@@ -822,3 +822,73 @@ async fn sqlite_recovers_after_the_disk_was_full() {
     );
     drop(gw);
 }
+
+/// A model's invalid call with `on_invalid = "error"` is recorded the same
+/// way whether the answer streamed or not, on the direct natural path and
+/// on the gateway-tools path: the text the model wrote before the call,
+/// then an `error` row with the code and the block as the model wrote it.
+#[tokio::test]
+async fn an_invalid_call_is_recorded_alike_streamed_or_whole() {
+    const BEFORE: &str = "I'll use GetOrder for that.";
+    const BLOCK: &str = "<GetOrder>\n```json\n{\"order\": 42}\n```\n</GetOrder>";
+    let model = Mock::start(|r: &common::Recorded| {
+        let said = format!("{BEFORE}\n{BLOCK}");
+        if r.json()["stream"] == true {
+            sse(text_sse(&said))
+        } else {
+            Reply::json(&common::upstream_completion(&said))
+        }
+    })
+    .await;
+    let tools = "[providers.tools]\nmode = \"natural\"\non_invalid = \"error\"\n";
+    let gw = TestConfig::new()
+        .raw("[store]\nurl = \"sqlite::memory:\"\nrecord = \"all\"\n")
+        .provider("nat", &model.url(), "[\"nat\"]", tools)
+        .provider(
+            "agent",
+            &model.url(),
+            "[\"agent\"]",
+            &format!("{tools}gateway_tools = [\"builtin:calculator\"]\n"),
+        )
+        .start()
+        .await;
+    let order = json!({"type": "function", "function": {"name": "GetOrder", "description": "An order",
+        "parameters": {"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]}}});
+    for model in ["nat", "agent"] {
+        for stream in [true, false] {
+            let chat = format!("invalid-{model}-{stream}");
+            let body = json!({"model": model, "stream": stream, "tools": [order],
+                "messages": [{"role": "user", "content": "Where is order 42?"}]});
+            let request = http::Request::post(gw.url("/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .header("x-toolgate-chat-id", &chat)
+                .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+                .unwrap();
+            let r = common::send(request).await;
+            assert!(
+                r.text().contains("invalid_tool_call"),
+                "{chat}: {}",
+                r.text()
+            );
+            let m = messages(&gw, &chat, 3).await;
+            let said: Vec<&str> = m
+                .iter()
+                .filter(|m| m["role"] == "assistant" && m["kind"] == "text")
+                .filter_map(|m| m["text"].as_str())
+                .collect();
+            assert_eq!(
+                said.concat().trim(),
+                BEFORE,
+                "{chat}: the text before the call: {m:#?}"
+            );
+            let errors: Vec<&Value> = m.iter().filter(|m| m["kind"] == "error").collect();
+            assert_eq!(errors.len(), 1, "{chat}: {m:#?}");
+            assert_eq!(errors[0]["code"], "invalid_tool_call", "{chat}: {m:#?}");
+            assert_eq!(
+                errors[0]["raw"].as_str().map(str::trim),
+                Some(BLOCK),
+                "{chat}: the call as the model wrote it: {m:#?}"
+            );
+        }
+    }
+}
