@@ -264,7 +264,15 @@ impl Transcript {
             return;
         };
         match result {
-            Err(e) => recorder.refuse(&e.to_string(), e.code()),
+            Err(e) => {
+                // A whole answer that failed on an invalid call: the text
+                // before it, then the error with the call as written, as a
+                // streamed answer records them.
+                if let Some(text) = e.unsent_text() {
+                    recorder.event(&Event::Text(text.to_owned()));
+                }
+                recorder.fail(e);
+            }
             Ok(r) if !r.status().is_success() => recorder.refuse(
                 &format!("The upstream answered with HTTP {}", r.status().as_u16()),
                 "upstream_status",

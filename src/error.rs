@@ -77,6 +77,11 @@ pub enum GatewayError {
         /// What the model wrote, when a block of text was read: the client
         /// and the transcript see it (its first [`RAW_SHOWN`] bytes).
         raw: Option<String>,
+        /// The text the model wrote besides the block, in a whole answer:
+        /// its client gets the error instead, and the transcript records
+        /// the text before the error, as a streamed answer's shows it.
+        /// `None` when the text went out as content (a stream).
+        text: Option<String>,
     },
     /// No key, or a key `[server.auth]` does not know.
     #[error("Missing or invalid API key: send `Authorization: Bearer <key>`")]
@@ -257,6 +262,17 @@ impl GatewayError {
             error["raw"] = json!(raw);
         }
         json!({ "error": error })
+    }
+
+    /// The text of a whole answer that failed on an invalid call, which
+    /// its client did not get.
+    pub fn unsent_text(&self) -> Option<&str> {
+        match self {
+            GatewayError::InvalidToolCall {
+                text: Some(text), ..
+            } if !text.is_empty() => Some(text),
+            _ => None,
+        }
     }
 
     /// What the model wrote that made the error, cut at [`RAW_SHOWN`] bytes.

@@ -329,8 +329,13 @@ impl Gateway {
             } else {
                 GatewayError::into_response
             };
+        // An error answer's code goes on the request's log line.
+        let refuse = |e: GatewayError, log: &mut RequestLog| {
+            log.code = Some(e.code());
+            shape(e)
+        };
         let mut response = match auth::tenant(&runtime.config, self.keys.as_deref(), &req) {
-            Err(e) => shape(e),
+            Err(e) => refuse(e, &mut log),
             Ok(who) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
                 models::list_models(&runtime.config, &who.tenant)
             }
@@ -340,7 +345,7 @@ impl Gateway {
                 let store = self.store.as_ref();
                 match crate::api::responses::stored(store, &who.tenant, req.method(), id).await {
                     Ok(r) => r,
-                    Err(e) => e.into_response(),
+                    Err(e) => refuse(e, &mut log),
                 }
             }
             Ok(who) => {
@@ -369,7 +374,7 @@ impl Gateway {
                 log.attempted = attempted;
                 match result {
                     Ok(r) => r,
-                    Err(e) => shape(e),
+                    Err(e) => refuse(e, &mut log),
                 }
             }
         };

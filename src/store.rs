@@ -38,7 +38,7 @@ use crate::config::{Record, StoreConfig};
 use crate::metrics as m;
 use db::Db;
 use generations::Generations;
-use link::Choice;
+use link::{Choice, Reached};
 use live::Live;
 pub use record::{
     ChatFilter, ChatSummary, Kept, KeyRow, Message, StoredMessage, UsageColumn, UsageRow, Used,
@@ -260,8 +260,9 @@ impl Shared {
 /// (hashes start from the tenant, so a lookup is the tenant's own), and the
 /// tenant of each chat this replica recorded, each in bounded memory.
 struct Heads {
-    /// Hash → the chats that reached it, with the messages each covers.
-    states: Generations<String, Vec<(Arc<str>, i64)>>,
+    /// Hash → the chats that reached it, with the messages each covers
+    /// and when, the latest last.
+    states: Generations<String, Vec<Reached<Arc<str>>>>,
     /// Chat → its tenant.
     owners: Generations<Arc<str>, Arc<str>>,
     /// Last answers a request waited `link_wait_ms` for in vain (an edited
@@ -279,13 +280,14 @@ impl Heads {
         }
     }
 
-    /// Keeps a state `chat` reached (two chats at most per state: a
-    /// second makes it ambiguous for a request that names no chat).
-    fn remember(&self, hash: String, chat: Arc<str>, len: i64) {
+    /// Keeps a state `chat` reached at `at` (the two latest chats per
+    /// state: a request that names no chat continues the latest, and one
+    /// that names an older one finds it in the database).
+    fn remember(&self, hash: String, reached: Reached<Arc<str>>) {
         self.states.update(hash, |chats| {
             let mut chats = chats.unwrap_or_default();
-            chats.retain(|(c, _)| *c != chat);
-            chats.push((chat, len));
+            chats.retain(|r| r.chat != reached.chat);
+            chats.push(reached);
             if chats.len() > 2 {
                 chats.remove(0);
             }
@@ -294,7 +296,7 @@ impl Heads {
     }
 
     /// The chats that reached state `hash`.
-    fn find(&self, hash: &str) -> Vec<(Arc<str>, i64)> {
+    fn find(&self, hash: &str) -> Vec<Reached<Arc<str>>> {
         self.states.get(hash).unwrap_or_default()
     }
 
@@ -511,13 +513,15 @@ impl Store {
             None => (Arc::from(next_id().0), 0),
         };
         // This replica's memory first; the database when the memory does
-        // not hold the history's last answer.
-        let here: Vec<Vec<(Arc<str>, i64)>> = tries
+        // not hold the history's last answer, and always when it is shared:
+        // another replica's chat may have reached the same state later.
+        let here: Vec<Vec<Reached<Arc<str>>>> = tries
             .iter()
             .map(|(hash, _)| self.shared.heads.find(hash))
             .collect();
         let mut best = link::choose(here.clone(), header);
-        if best.open() && !tries.is_empty() && self.open().await {
+        let replicas = self.shared.db.get().is_some_and(Db::is_shared);
+        if (best.open() || replicas) && !tries.is_empty() && self.open().await {
             // While the last answer may still be landing (another replica
             // wrote it), the lookup is repeated within `link_wait_ms`; a
             // database of one replica's is asked once, and so is a last
@@ -540,9 +544,13 @@ impl Store {
                 if let Ok(Ok(Some(rows))) = tokio::time::timeout_at(deadline, lookup).await {
                     let found = hashes.iter().zip(&here).map(|(hash, known)| {
                         let mut chats = known.clone();
-                        for (_, chat, len) in rows.iter().filter(|(h, _, _)| h == hash) {
-                            if !chats.iter().any(|(c, _)| **c == **chat) {
-                                chats.push((Arc::from(chat.as_str()), *len));
+                        for (_, chat, len, at) in rows.iter().filter(|(h, ..)| h == hash) {
+                            if !chats.iter().any(|r| *r.chat == **chat) {
+                                chats.push(Reached {
+                                    chat: Arc::from(chat.as_str()),
+                                    len: *len,
+                                    at: *at,
+                                });
                             }
                         }
                         chats
@@ -559,7 +567,9 @@ impl Store {
                 let now = tokio::time::Instant::now();
                 let next = (now + (now - started) / 4).max(now + LINK_RETRY);
                 let next = next.min(deadline.checked_sub(LINK_RETRY).unwrap_or(started));
-                if !others {
+                // A decision the memory made stands when the database does
+                // not answer.
+                if !others || !best.open() {
                     break;
                 }
                 if next <= now {
@@ -574,7 +584,7 @@ impl Store {
         }
         match best.choice {
             Choice::Continue(chat, len) => (chat, len),
-            Choice::Ambiguous | Choice::Unknown => fresh(),
+            Choice::Unknown => fresh(),
         }
     }
 

@@ -178,6 +178,7 @@ impl Sink for ChatEvents {
         if self.ended {
             return;
         }
+        crate::body::observed::told(error.code());
         emit::write_error(&mut self.out, &error.to_json());
         self.ended = true;
     }

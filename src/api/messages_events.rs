@@ -332,6 +332,7 @@ impl Sink for MessagesEvents {
             return;
         }
         if self.stream {
+            crate::body::observed::told(error.code());
             let body = error_body(&error);
             self.write("error", json!({"error": body["error"]}));
             self.ended = true;

@@ -466,6 +466,7 @@ impl Sink for ResponsesEvents {
             return;
         }
         if self.stream {
+            crate::body::observed::told(error.code());
             let body = error.to_json();
             self.response["status"] = json!("failed");
             self.response["error"] =

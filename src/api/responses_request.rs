@@ -203,6 +203,9 @@ fn input(value: Value, messages: &mut Vec<Message>) -> Result<(), GatewayError> 
         Value::Array(items) => items,
         _ => return Err(bad("`input` must be a string or an array", "input")),
     };
+    // Whether a gateway item came since the last message: the answer the
+    // gateway gave goes on, and its next text belongs to the same turn.
+    let mut in_answer = false;
     for (i, item) in items.into_iter().enumerate() {
         let at = format!("input[{i}]");
         let Value::Object(item) = item else {
@@ -216,8 +219,27 @@ fn input(value: Value, messages: &mut Vec<Message>) -> Result<(), GatewayError> 
                 } else {
                     ""
                 });
+        let gateway = matches!(kind, "mcp_call" | "mcp_list_tools");
+        let went_on = std::mem::replace(&mut in_answer, gateway);
         match kind {
-            "message" => messages.push(message(&item, &at)?),
+            "message" => {
+                let message = message(&item, &at)?;
+                match messages.last_mut() {
+                    // One answer of the gateway's, its text split around
+                    // the gateway's calls: one assistant turn, as the
+                    // chat door answers it and the transcript recorded it.
+                    Some(last)
+                        if went_on
+                            && message.role == Role::Assistant
+                            && last.role == Role::Assistant
+                            && last.tool_calls.is_empty() =>
+                    {
+                        let text = last.text_content() + &message.text_content();
+                        last.content = Some(Content::Text(text));
+                    }
+                    _ => messages.push(message),
+                }
+            }
             "function_call" => {
                 let call = Call {
                     id: text_field(&item, "call_id", &at)?,
@@ -247,7 +269,9 @@ fn input(value: Value, messages: &mut Vec<Message>) -> Result<(), GatewayError> 
             // other doors do, so the history links to the chat it continues.
             // A listing the gateway wrote, and reasoning the model wrote: a
             // chat upstream has no place for either, and neither is the user's.
-            "mcp_call" | "mcp_list_tools" | "reasoning" => {}
+            "mcp_call" | "mcp_list_tools" => {}
+            // Reasoning between the gateway's calls and the text after them.
+            "reasoning" => in_answer = went_on,
             "" => return Err(bad("an input item needs a `type`", &at)),
             other => {
                 return Err(bad(
@@ -599,6 +623,34 @@ mod tests {
         assert_eq!(
             out["tool_choice"],
             json!({"type": "function", "function": {"name": "GetWeather"}})
+        );
+    }
+
+    /// An answer of the gateway's sent back as it came: its text around
+    /// the gateway's calls is one assistant turn, as the chat door gives
+    /// it (and the transcript linked it); two turns of the client's stay two.
+    #[test]
+    fn a_gateway_answer_sent_back_is_one_assistant_turn() {
+        let out = chat(json!({"model": "m", "input": [
+            {"role": "user", "content": "6 * 7?"},
+            {"type": "mcp_list_tools", "id": "l1", "server_label": "builtin", "tools": []},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "I'll use calculator.\n\n"}]},
+            {"type": "mcp_call", "id": "g1", "name": "calculator", "arguments": "{}", "server_label": "builtin", "output": "42"},
+            {"type": "reasoning", "summary": []},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is 42."}]},
+            {"role": "user", "content": "Thanks"},
+            {"role": "assistant", "content": "You're welcome."},
+            {"role": "assistant", "content": "Anything else?"},
+        ]}));
+        assert_eq!(
+            out["messages"],
+            json!([
+                {"role": "user", "content": "6 * 7?"},
+                {"role": "assistant", "content": "I'll use calculator.\n\nIt is 42."},
+                {"role": "user", "content": "Thanks"},
+                {"role": "assistant", "content": "You're welcome."},
+                {"role": "assistant", "content": "Anything else?"},
+            ])
         );
     }
 

@@ -2,6 +2,7 @@
 //! the response body is finished or dropped (client gone), so durations and
 //! byte counts cover the whole stream, not just the response head.
 
+use std::cell::Cell;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -34,6 +35,9 @@ pub struct RequestLog {
     pub bytes_out: u64,
     /// Set when the body ended in an error (upstream reset, idle timeout).
     pub failed: Option<String>,
+    /// The code of the error the client was told, as an error answer or
+    /// as an error event in its stream (the first one).
+    pub code: Option<&'static str>,
     /// The request's place under `max_concurrent_requests`, held until the body ends.
     pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
     /// The request body's bytes counted under `max_buffered_request_bytes`
@@ -104,6 +108,7 @@ impl RequestLog {
             bytes_in: 0,
             bytes_out: 0,
             failed: None,
+            code: None,
             permit: None,
             held: None,
             busy: None,
@@ -175,11 +180,36 @@ impl Drop for RequestLog {
             duration: elapsed,
             bytes_out: self.bytes_out,
             complete: self.finished && self.failed.is_none() && !drained,
+            code: self.code,
             error,
             trace_id,
             request_id: self.request_id.take(),
         });
     }
+}
+
+thread_local! {
+    /// The code of the error event written during the body poll under way
+    /// on this thread (see [`told`]).
+    static TOLD: Cell<Option<&'static str>> = const { Cell::new(None) };
+}
+
+/// Notes that the answer being written tells its client error `code` in
+/// its body (an in-stream error event). Every such event is written while
+/// the request's [`Observed`] body polls the answer (the rewriters and the
+/// doors' encoders run inside that poll), which puts the code on the
+/// request's log line; written anywhere else (a whole answer's round, read
+/// in the handler, whose error reaches the client as an error answer), it
+/// is not taken.
+pub fn told(code: &'static str) {
+    TOLD.set(Some(code));
+}
+
+/// Runs `poll`, returning what it [`told`].
+fn noting<T>(poll: impl FnOnce() -> T) -> (T, Option<&'static str>) {
+    let outer = TOLD.replace(None);
+    let polled = poll();
+    (polled, TOLD.replace(outer))
 }
 
 /// Whether a frame of an event stream carries the answer's first token: a
@@ -228,7 +258,10 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
-        let polled = this.inner.as_mut().poll_frame(cx);
+        let (polled, told) = noting(|| this.inner.as_mut().poll_frame(cx));
+        if let Some(code) = told {
+            this.log.code.get_or_insert(code);
+        }
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {

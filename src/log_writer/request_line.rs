@@ -35,6 +35,9 @@ pub struct RequestLine {
     pub duration: Duration,
     pub bytes_out: u64,
     pub complete: bool,
+    /// The code of the error the client was told (an error answer, or an
+    /// error event in its stream): `invalid_tool_call`, `upstream_timeout`…
+    pub code: Option<&'static str>,
     /// Why the body ended early; escaped like the model.
     pub error: Option<String>,
     /// The request's trace (32 hex digits), when traces are on.
@@ -92,6 +95,10 @@ impl RequestLine {
         } else {
             b" complete=false"
         });
+        if let Some(code) = self.code {
+            out.extend_from_slice(b" code=");
+            debug_str(code, out);
+        }
         if let Some(error) = &self.error {
             out.extend_from_slice(b" error=");
             debug_str(error, out);
@@ -143,6 +150,10 @@ impl RequestLine {
         } else {
             b",\"complete\":false"
         });
+        if let Some(code) = self.code {
+            out.extend_from_slice(b",\"code\":");
+            json_str(code, out);
+        }
         if let Some(error) = &self.error {
             out.extend_from_slice(b",\"error\":");
             json_str(error, out);
@@ -389,6 +400,7 @@ mod tests {
             duration: Duration::from_micros(1537),
             bytes_out: 410,
             complete: true,
+            code: None,
             error: None,
             trace_id: None,
             request_id: None,
@@ -428,6 +440,13 @@ mod tests {
                 ..base.clone()
             },
             RequestLine {
+                status: 502,
+                code: Some("invalid_tool_call"),
+                ..base.clone()
+            },
+            RequestLine {
+                stream: true,
+                code: Some("upstream_stream_cut"),
                 error: Some("cut".into()),
                 trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
                 request_id: Some(http::HeaderValue::from_static("req-7f3a")),

@@ -62,11 +62,15 @@ async fn rewrite_choices(
             };
             let mut reply = ReplyParser::new(settings.clone());
             let mut text = String::with_capacity(content.len());
-            reply.feed(content, &mut text).map_err(invalid)?;
+            if let Err(failed) = reply.feed(content, &mut text) {
+                return Err(failed.error_in_whole(&text));
+            }
             if choice.get("finish_reason").and_then(Value::as_str) == Some("length") {
                 reply.cut_short();
             }
-            reply.finish_text(&mut text).map_err(invalid)?;
+            if let Err(failed) = reply.finish_text(&mut text) {
+                return Err(failed.error_in_whole(&text));
+            }
             repairs.extend(reply.take_repairs().into_iter().map(|r| (parsed.len(), r)));
             parsed.push(Parsed { at, reply, text });
         }
@@ -77,16 +81,14 @@ async fn rewrite_choices(
             text,
         } in parsed
         {
-            let calls = reply.take_calls().map_err(invalid)?;
+            let calls = reply
+                .take_calls()
+                .map_err(|failed| failed.error_in_whole(&text))?;
             written += calls.len();
             apply(&mut choices[at], text, calls, settings.legacy_functions);
         }
     }
     Ok(written)
-}
-
-fn invalid(i: InvalidCall) -> GatewayError {
-    i.error()
 }
 
 /// Runs the repairs of every choice at once and fills their slots. A failed
@@ -132,12 +134,15 @@ async fn run_repairs(
     loop {
         match tokio::time::timeout_at(ends, running.join_next()).await {
             Ok(None) | Err(_) => break,
-            Ok(Some(Ok((_, _, Err(failed))))) => return Err(invalid(failed)),
+            Ok(Some(Ok((slot, _, Err(failed))))) => {
+                return Err(failed.error_in_whole(&parsed[slot].text));
+            }
             Ok(Some(Ok((slot, id, ok)))) => parsed[slot].reply.resolve(id, ok),
             Ok(Some(Err(e))) => {
                 return Err(GatewayError::InvalidToolCall {
                     message: format!("A tool-call repair failed: {e}"),
                     raw: None,
+                    text: None,
                 });
             }
         }

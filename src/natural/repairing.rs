@@ -87,6 +87,7 @@ impl Transform for Repairing {
                     &GatewayError::InvalidToolCall {
                         message: format!("A tool-call repair failed: {e}"),
                         raw: None,
+                        text: None,
                     },
                 ),
             }

@@ -122,6 +122,17 @@ impl InvalidCall {
         crate::error::GatewayError::InvalidToolCall {
             message: self.message(),
             raw: self.raw.clone(),
+            text: None,
+        }
+    }
+
+    /// The error of a whole answer, whose `text` (what the model wrote
+    /// besides the block) its client does not get: the transcript keeps it.
+    pub fn error_in_whole(&self, text: &str) -> crate::error::GatewayError {
+        crate::error::GatewayError::InvalidToolCall {
+            message: self.message(),
+            raw: self.raw.clone(),
+            text: Some(text.to_owned()),
         }
     }
 

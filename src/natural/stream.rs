@@ -254,10 +254,7 @@ impl StreamRewriter {
         self.collect_repairs(pos);
         let state = &mut self.choices[pos];
         match fed {
-            Err(invalid) => {
-                let err = invalid.error();
-                self.fail(out, &err);
-            }
+            Err(invalid) => self.fail_invalid(pos, &invalid, out),
             Ok(()) if self.text == content => {
                 // An empty delta after the first says nothing; the general
                 // path drops it as well.
@@ -316,11 +313,11 @@ impl StreamRewriter {
             _ => Ok(()),
         };
         self.collect_repairs(pos);
-        let state = &mut self.choices[pos];
         if let Err(invalid) = fed {
-            self.fail(out, &invalid.error());
+            self.fail_invalid(pos, &invalid, out);
             return;
         }
+        let state = &mut self.choices[pos];
         // Rule 4: the role once, in the first delta of the choice.
         if state.started {
             delta.remove("role");
@@ -348,6 +345,20 @@ impl StreamRewriter {
         if let Some(reason) = finish_reason {
             self.finish_choice(pos, Some(reason), out);
         }
+    }
+
+    /// A block that could not become a call while `on_invalid` says to
+    /// fail: the text the model wrote before it (what this delta made of
+    /// it so far, in `self.text`) goes out first, then the error.
+    fn fail_invalid(&mut self, pos: usize, invalid: &InvalidCall, out: &mut BytesMut) {
+        if !self.text.is_empty() {
+            let header = self.header.clone().unwrap_or_else(ChunkHeader::fallback);
+            let state = &mut self.choices[pos];
+            header.write_text(out, state.index, &self.text, !state.started);
+            state.started = true;
+            self.text.clear();
+        }
+        self.fail(out, &invalid.error());
     }
 
     /// The position of choice `index`'s state; past [`MAX_CHOICES`] distinct
@@ -389,7 +400,7 @@ impl StreamRewriter {
             state.reply.cut_short();
         }
         if let Err(invalid) = state.reply.finish_text(&mut self.text) {
-            self.fail(out, &invalid.error());
+            self.fail_invalid(pos, &invalid, out);
             return;
         }
         if !self.text.is_empty() {
@@ -486,9 +497,9 @@ impl StreamRewriter {
         if self.ended {
             return;
         }
-        // The code only: the message can quote the model's arguments (a
-        // schema error shows the value), which stay out of the logs.
-        tracing::warn!(code = error.code(), "natural-mode stream failed");
+        // The code goes on the request's log line (the message can quote
+        // the model's arguments, which stay out of the logs).
+        crate::body::observed::told(error.code());
         emit::write_error(out, &error.to_json());
         self.ended = true;
     }
@@ -664,6 +675,42 @@ mod tests {
             }
             assert_eq!(fast, general, "{chunks:#?}");
             assert!(fast.len() >= 3, "{fast:#?}");
+        }
+    }
+
+    /// An invalid block in the delta that also carries the text before it
+    /// (`on_invalid = "error"`): the text goes out, then the error; on the
+    /// fast path and the general one alike, in the delta and at the end.
+    #[test]
+    fn the_text_before_an_invalid_call_goes_out_before_the_error() {
+        let content = |text: &str| chunk(&format!(r#"{{"content":{}}}"#, json!(text)), "null");
+        let role = chunk(r#"{"role":"assistant","content":""}"#, "null");
+        let streams = [
+            vec![
+                role.clone(),
+                content("Checking.\n<GetWeather>{oops</GetWeather>"),
+            ],
+            // Read at the end: a block never closed, with its text before.
+            vec![role.clone(), content("Checking.\n<GetWeather>{oops")],
+        ];
+        for stream in streams {
+            let mut chunks: Vec<&str> = stream.iter().map(String::as_str).collect();
+            chunks.push("[DONE]");
+            let (fast, general) = crate::sse::transform::twin::fast_and_general(rewriter, &chunks);
+            assert_eq!(fast, general, "{chunks:#?}");
+            let said: String = fast
+                .iter()
+                .filter_map(|e| e.pointer("/choices/0/delta/content")?.as_str())
+                .collect();
+            assert_eq!(said, "Checking.\n", "{fast:#?}");
+            let error = fast.iter().position(|e| e.get("error").is_some());
+            let text = fast.iter().rposition(|e| {
+                e.pointer("/choices/0/delta/content")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| !t.is_empty())
+            });
+            assert!(text < error && error.is_some(), "{fast:#?}");
+            assert_eq!(fast[error.unwrap()]["error"]["code"], "invalid_tool_call");
         }
     }
 

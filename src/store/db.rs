@@ -408,18 +408,19 @@ impl Db {
     }
 
     /// Every chat of `tenant`'s that reached one of the states `hashes`,
-    /// with how many messages it covers: (hash, chat, len), in one query.
+    /// with how many messages it covers and when it reached it: (hash,
+    /// chat, len, at), in one query.
     pub async fn find_heads(
         &self,
         tenant: &str,
         hashes: &[String],
-    ) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
+    ) -> Result<Vec<(String, String, i64, i64)>, sqlx::Error> {
         if hashes.is_empty() {
             return Ok(Vec::new());
         }
         let placeholders: Vec<String> = (2..=hashes.len() + 1).map(|i| format!("${i}")).collect();
         let sql = format!(
-            "SELECT hash, chat_id, len FROM heads WHERE tenant = $1 AND hash IN ({})",
+            "SELECT hash, chat_id, len, created_at FROM heads WHERE tenant = $1 AND hash IN ({})",
             placeholders.join(", ")
         );
         on_pool!(self, pool => {
@@ -432,7 +433,14 @@ impl Db {
                 .fetch_all(pool)
                 .await?
                 .iter()
-                .map(|row| Ok((row.try_get("hash")?, row.try_get("chat_id")?, row.try_get("len")?)))
+                .map(|row| {
+                    Ok((
+                        row.try_get("hash")?,
+                        row.try_get("chat_id")?,
+                        row.try_get("len")?,
+                        row.try_get("created_at")?,
+                    ))
+                })
                 .collect()
         })
     }

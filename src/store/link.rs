@@ -4,8 +4,10 @@
 //! and arguments, results by call id). A request whose history starts with
 //! such a state continues that chat. Call ids are unique to an answer, so a
 //! state with calls names one chat; two chats may reach the same state by
-//! text alone (the same question, the same reply), and a request that does
-//! not name its chat then continues neither ([`choose`]). Pure.
+//! text alone (the same question, the same reply: two users asking a
+//! deterministic model alike, or one user retrying). A request that names
+//! one of them continues it; one that does not continues the chat that
+//! reached the state last, never a new one ([`choose`]). Pure.
 //!
 //! The chain starts from the tenant's name, so one tenant's history never
 //! matches another's state, however alike the two conversations are (the
@@ -14,14 +16,21 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+/// A chat that reached a conversation state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reached<C> {
+    pub chat: C,
+    /// How many of the history's messages the chat recorded there.
+    pub len: i64,
+    /// When the chat reached it (ms since the epoch: the answer's end).
+    pub at: i64,
+}
+
 /// What the states a history starts with say of the chat it continues.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Choice<C> {
     /// This chat, which recorded that many of the history's messages.
     Continue(C, i64),
-    /// More than one chat reached the longest state: a new chat, rather
-    /// than a guess that records one conversation in another's transcript.
-    Ambiguous,
     /// No chat reached any of them (here).
     Unknown,
 }
@@ -49,27 +58,22 @@ impl<C> Decision<C> {
 
 /// Picks the chat from the chats that reached each state (longest state
 /// first). A named chat (`header`) continues from the longest state it
-/// reached; otherwise the longest state any chat reached decides, if one
-/// chat alone reached it.
+/// reached; otherwise the longest state any chat reached decides, and of
+/// the chats that reached it, the one that reached it last (the same
+/// moment: the greater chat id). A history several chats share never
+/// starts a new one.
 pub fn choose<C: AsRef<str>>(
-    found: impl IntoIterator<Item = Vec<(C, i64)>>,
+    found: impl IntoIterator<Item = Vec<Reached<C>>>,
     header: Option<&str>,
 ) -> Decision<C> {
-    for (depth, mut chats) in found.into_iter().enumerate() {
+    for (depth, chats) in found.into_iter().enumerate() {
         let choice = match header {
-            Some(h) => chats
-                .iter()
-                .position(|(c, _)| c.as_ref() == h)
-                .map(|i| chats.swap_remove(i)),
-            None if chats.len() > 1 => {
-                return Decision {
-                    choice: Choice::Ambiguous,
-                    depth: Some(depth),
-                };
-            }
-            None => chats.pop(),
+            Some(h) => chats.into_iter().find(|r| r.chat.as_ref() == h),
+            None => chats
+                .into_iter()
+                .max_by(|a, b| (a.at, a.chat.as_ref()).cmp(&(b.at, b.chat.as_ref()))),
         };
-        if let Some((chat, len)) = choice {
+        if let Some(Reached { chat, len, .. }) = choice {
             return Decision {
                 choice: Choice::Continue(chat, len),
                 depth: Some(depth),
@@ -231,16 +235,31 @@ mod tests {
         assert!(chain.hex().starts_with(&format!("{:02x}", expected[0])));
     }
 
+    fn at(chat: &str, len: i64, at: i64) -> Reached<&str> {
+        Reached { chat, len, at }
+    }
+
     #[test]
-    fn a_state_two_chats_reached_continues_the_named_one_or_neither() {
-        let found = || vec![vec![("a", 4), ("b", 4)], vec![("c", 2)]];
+    fn a_state_several_chats_reached_continues_the_named_one_or_the_latest() {
+        let found = || {
+            vec![
+                vec![at("a", 4, 30), at("b", 4, 20), at("z", 4, 10)],
+                vec![at("c", 2, 5)],
+            ]
+        };
         let chose = |found, header| choose(found, header).choice;
-        assert_eq!(chose(found(), None), Choice::Ambiguous);
+        assert_eq!(chose(found(), None), Choice::Continue("a", 4), "the latest");
         assert_eq!(chose(found(), Some("b")), Choice::Continue("b", 4));
         assert_eq!(chose(found(), Some("c")), Choice::Continue("c", 2));
         assert_eq!(chose(found(), Some("d")), Choice::Unknown);
+        // Reached at the same moment: the greater id, whatever the order.
+        let tie = vec![vec![at("x", 2, 7), at("y", 2, 7)]];
+        assert_eq!(chose(tie.clone(), None), Choice::Continue("y", 2));
+        let mut tie = tie;
+        tie[0].reverse();
+        assert_eq!(chose(tie, None), Choice::Continue("y", 2));
         assert_eq!(
-            chose(vec![vec![], vec![("c", 2)]], None),
+            chose(vec![vec![], vec![at("c", 2, 1)]], None),
             Choice::Continue("c", 2)
         );
         assert_eq!(chose(Vec::new(), None), Choice::Unknown);
@@ -250,24 +269,27 @@ mod tests {
     /// nothing found, or only the state just before that answer.
     #[test]
     fn only_a_history_missing_its_last_answer_is_looked_up_again() {
-        let at = |depth: usize| {
+        let at_depth = |depth: usize| {
             let mut found = vec![vec![]; 4];
-            found[depth].push(("c", 2));
+            found[depth].push(at("c", 2, 1));
             choose(found, None)
         };
-        assert_eq!(at(0).depth, Some(0));
-        assert!(!at(0).open(), "the last answer found");
-        assert!(at(1).open(), "the answer before it found");
-        assert_eq!(at(1).choice, Choice::Continue("c", 2));
-        assert!(!at(2).open() && !at(3).open(), "edited further back");
-        let none = choose(vec![Vec::<(&str, i64)>::new(); 3], None);
+        assert_eq!(at_depth(0).depth, Some(0));
+        assert!(!at_depth(0).open(), "the last answer found");
+        assert!(at_depth(1).open(), "the answer before it found");
+        assert_eq!(at_depth(1).choice, Choice::Continue("c", 2));
+        assert!(
+            !at_depth(2).open() && !at_depth(3).open(),
+            "edited further back"
+        );
+        let none = choose(vec![Vec::<Reached<&str>>::new(); 3], None);
         assert!(none.open() && none.depth.is_none());
-        let twice = choose(vec![vec![], vec![("a", 2), ("b", 2)]], None);
+        let twice = choose(vec![vec![], vec![at("a", 2, 1), at("b", 2, 2)]], None);
         assert_eq!(
             (twice.choice.clone(), twice.open()),
-            (Choice::Ambiguous, true)
+            (Choice::Continue("b", 2), true)
         );
-        let named = choose(vec![vec![("a", 4)], vec![("b", 2)]], Some("b"));
+        let named = choose(vec![vec![at("a", 4, 9)], vec![at("b", 2, 1)]], Some("b"));
         assert_eq!(
             (named.choice, named.depth),
             (Choice::Continue("b", 2), Some(1))

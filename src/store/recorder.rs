@@ -371,9 +371,14 @@ impl Recorder {
             len: self.index as i64 + 1,
             at,
         };
-        self.shared
-            .heads
-            .remember(head.hash.clone(), self.chat_id.clone(), head.len);
+        self.shared.heads.remember(
+            head.hash.clone(),
+            crate::store::link::Reached {
+                chat: self.chat_id.clone(),
+                len: head.len,
+                at,
+            },
+        );
         self.pending.push(Write::Head(head));
         self.queue(at);
         self.shared.live.finish(&self.chat_id);

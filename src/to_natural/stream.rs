@@ -425,6 +425,7 @@ impl StreamRenderer {
         if self.ended {
             return;
         }
+        crate::body::observed::told(error.code());
         emit::write_error(out, &error.to_json());
         self.ended = true;
     }

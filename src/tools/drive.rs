@@ -174,13 +174,9 @@ fn successful(response: Response<Body>) -> Result<Response<Body>, GatewayError> 
     }
 }
 
+/// The answer ends with `error`: the door's encoder tells the client (and
+/// the request's log line takes its code).
 async fn fail<O: Output>(rounds: Rounds, out: &mut O, error: GatewayError) -> Rounds {
-    // The code only: messages can quote the model's arguments.
-    tracing::warn!(
-        code = error.code(),
-        round = rounds.round(),
-        "gateway tool answer failed"
-    );
     out.fail(error);
     out.end();
     out.flush().await;
@@ -234,6 +230,9 @@ struct RoundReply {
     scratch: Vec<sse::Event>,
     decoded: Vec<Event>,
     done: bool,
+    /// The error the round's stream ended with, given once the events
+    /// decoded before it (the text before an invalid call) are out.
+    failed: Option<GatewayError>,
 }
 
 impl RoundReply {
@@ -249,11 +248,12 @@ impl RoundReply {
             scratch: Vec::new(),
             decoded: Vec::new(),
             done: false,
+            failed: None,
         })
     }
 
     fn is_done(&self) -> bool {
-        self.done && self.events.is_empty()
+        self.done && self.events.is_empty() && self.failed.is_none()
     }
 
     /// An event already decoded, without reading the upstream.
@@ -265,6 +265,9 @@ impl RoundReply {
     async fn next(&mut self) -> Result<Option<Event>, GatewayError> {
         if let Some(event) = self.events.pop_front() {
             return Ok(Some(event));
+        }
+        if let Some(error) = self.failed.take() {
+            return Err(error);
         }
         if self.done {
             return Ok(None);
@@ -279,7 +282,9 @@ impl RoundReply {
         match self.body.frame().await {
             None => {
                 self.done = true;
-                self.chat.finish(&mut self.decoded)?;
+                if let Err(error) = self.chat.finish(&mut self.decoded) {
+                    self.failed = Some(error);
+                }
             }
             Some(Err(e)) => {
                 return Err(GatewayError::UpstreamInvalid {
@@ -296,7 +301,11 @@ impl RoundReply {
                         }
                     })?;
                     for event in self.scratch.drain(..) {
-                        self.chat.feed(&event.data, &mut self.decoded)?;
+                        if let Err(error) = self.chat.feed(&event.data, &mut self.decoded) {
+                            self.failed = Some(error);
+                            self.done = true;
+                            break;
+                        }
                     }
                     if self.chat.is_done() {
                         self.done = true;

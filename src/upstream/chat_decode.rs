@@ -446,6 +446,7 @@ fn upstream_error(error: &Value) -> GatewayError {
         return GatewayError::InvalidToolCall {
             message: message.to_owned(),
             raw: error.get("raw").and_then(Value::as_str).map(str::to_owned),
+            text: None,
         };
     }
     if let Some(own) = OWN.iter().find(|c| **c == code) {

@@ -181,6 +181,7 @@ impl Transform for FromResponses {
         if self.ended {
             return;
         }
+        crate::body::observed::told(error.code());
         encoder::write_error(out, &error.to_json());
         self.ended = true;
     }

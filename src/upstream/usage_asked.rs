@@ -117,6 +117,7 @@ impl Transform for DropUsage {
         if self.ended {
             return;
         }
+        crate::body::observed::told(error.code());
         encoder::write_error(out, &error.to_json());
         self.ended = true;
     }

@@ -11,6 +11,7 @@ mod common;
 mod conformance;
 
 mod adversarial;
+mod alike_chats;
 mod bounds_props;
 mod chat_claims;
 mod cli;

@@ -158,8 +158,8 @@ impl Agent {
             mode,
             stream,
             // Each run asks in its own words: two conversations alike to
-            // the last character cannot be told apart, and toolgate then
-            // starts a new chat rather than guess (see transcripts.rs).
+            // the last character cannot be told apart, and a follow-up
+            // then continues the latest of them (see alike_chats.rs).
             history: vec![
                 json!({"role": "user", "content": format!("Weather in Paris? ({door:?} {mode}, stream: {stream})")}),
             ],

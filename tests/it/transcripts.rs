@@ -162,12 +162,13 @@ async fn turns_without_the_header_land_in_one_chat() {
     assert_eq!(results, 1, "{m:#?}");
 }
 
-/// Two conversations that start alike (the same question, the same reply)
-/// never continue in each other's transcript: on the chat door by their
-/// call ids when they have calls, as new chats when nothing tells them
-/// apart, and on the Responses door by `previous_response_id`.
+/// Two conversations that start alike (the same question, the same reply):
+/// on the chat door their call ids tell them apart when they have calls;
+/// when nothing does, a follow-up continues the chat its request names, or
+/// else the one that reached that state last, never a new chat; on the
+/// Responses door `previous_response_id` names the exchange.
 #[tokio::test]
-async fn conversations_alike_are_never_crossed() {
+async fn conversations_alike_continue_the_named_or_the_latest() {
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let upstream = Mock::start(|r| {
         let last = common::agent::messages(r).last().cloned().unwrap();
@@ -209,7 +210,7 @@ async fn conversations_alike_are_never_crossed() {
     assert_ne!(a, b);
     let a2 = chat_of(&ask(json!([hi, hello, {"role": "user", "content": "A again"}])).await);
     let b2 = chat_of(&ask(json!([hi, hello, {"role": "user", "content": "B again"}])).await);
-    assert!(a2 != b && b2 != a && a2 != b2, "{a} {b} {a2} {b2}");
+    assert!(a2 == b && b2 == b, "the latest, twice: {a} {b} {a2} {b2}");
     // Naming its chat, each continues its own.
     let named = {
         let body = json!({"model": "m", "stream": true, "messages": [hi, hello, {"role": "user", "content": "A named"}]});
@@ -228,6 +229,14 @@ async fn conversations_alike_are_never_crossed() {
         ["Hi", "Hello!", "A named", "Hello!"],
         "nothing recorded twice"
     );
+    let recorded = messages(&gw, &b, 6).await;
+    let texts: Vec<&str> = recorded.iter().filter_map(|m| m["text"].as_str()).collect();
+    assert_eq!(
+        texts,
+        ["Hi", "Hello!", "A again", "Hello!", "B again", "Hello!"],
+        "each follow-up once, in the latest chat"
+    );
+    assert_eq!(chats(&gw).await.len(), 2, "no third chat");
 
     // The same question answered with a call: the call ids tell them apart.
     let weather = json!({"role": "user", "content": "Weather in Paris?"});
@@ -812,4 +821,74 @@ async fn sqlite_recovers_after_the_disk_was_full() {
         "the store is up again"
     );
     drop(gw);
+}
+
+/// A model's invalid call with `on_invalid = "error"` is recorded the same
+/// way whether the answer streamed or not, on the direct natural path and
+/// on the gateway-tools path: the text the model wrote before the call,
+/// then an `error` row with the code and the block as the model wrote it.
+#[tokio::test]
+async fn an_invalid_call_is_recorded_alike_streamed_or_whole() {
+    const BEFORE: &str = "I'll use GetOrder for that.";
+    const BLOCK: &str = "<GetOrder>\n```json\n{\"order\": 42}\n```\n</GetOrder>";
+    let model = Mock::start(|r: &common::Recorded| {
+        let said = format!("{BEFORE}\n{BLOCK}");
+        if r.json()["stream"] == true {
+            sse(text_sse(&said))
+        } else {
+            Reply::json(&common::upstream_completion(&said))
+        }
+    })
+    .await;
+    let tools = "[providers.tools]\nmode = \"natural\"\non_invalid = \"error\"\n";
+    let gw = TestConfig::new()
+        .raw("[store]\nurl = \"sqlite::memory:\"\nrecord = \"all\"\n")
+        .provider("nat", &model.url(), "[\"nat\"]", tools)
+        .provider(
+            "agent",
+            &model.url(),
+            "[\"agent\"]",
+            &format!("{tools}gateway_tools = [\"builtin:calculator\"]\n"),
+        )
+        .start()
+        .await;
+    let order = json!({"type": "function", "function": {"name": "GetOrder", "description": "An order",
+        "parameters": {"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]}}});
+    for model in ["nat", "agent"] {
+        for stream in [true, false] {
+            let chat = format!("invalid-{model}-{stream}");
+            let body = json!({"model": model, "stream": stream, "tools": [order],
+                "messages": [{"role": "user", "content": "Where is order 42?"}]});
+            let request = http::Request::post(gw.url("/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .header("x-toolgate-chat-id", &chat)
+                .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+                .unwrap();
+            let r = common::send(request).await;
+            assert!(
+                r.text().contains("invalid_tool_call"),
+                "{chat}: {}",
+                r.text()
+            );
+            let m = messages(&gw, &chat, 3).await;
+            let said: Vec<&str> = m
+                .iter()
+                .filter(|m| m["role"] == "assistant" && m["kind"] == "text")
+                .filter_map(|m| m["text"].as_str())
+                .collect();
+            assert_eq!(
+                said.concat().trim(),
+                BEFORE,
+                "{chat}: the text before the call: {m:#?}"
+            );
+            let errors: Vec<&Value> = m.iter().filter(|m| m["kind"] == "error").collect();
+            assert_eq!(errors.len(), 1, "{chat}: {m:#?}");
+            assert_eq!(errors[0]["code"], "invalid_tool_call", "{chat}: {m:#?}");
+            assert_eq!(
+                errors[0]["raw"].as_str().map(str::trim),
+                Some(BLOCK),
+                "{chat}: the call as the model wrote it: {m:#?}"
+            );
+        }
+    }
 }

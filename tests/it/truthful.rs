@@ -304,6 +304,83 @@ async fn an_invalid_model_call_is_reported_as_one() {
     }
 }
 
+/// An invalid model call is named on the request's one log line, streamed
+/// or whole, on the direct natural path and the gateway-tools path: the
+/// line carries `code="invalid_tool_call"` and the request id, and no other
+/// line speaks of it.
+#[tokio::test]
+async fn the_log_line_names_an_invalid_call() {
+    let model = Mock::start(|r: &Recorded| {
+        let said = "I'll use GetWeather for that.\n<GetWeather>\n```json\n{\"location\": 42}\n```\n</GetWeather>";
+        if r.json()["stream"] == true {
+            sse(text_sse(said))
+        } else {
+            Reply::json(&common::upstream_completion(said))
+        }
+    })
+    .await;
+    let tools = "[providers.tools]\nmode = \"natural\"\non_invalid = \"error\"\n";
+    let config = TestConfig::new()
+        .provider("nat", &model.url(), "[\"nat\"]", tools)
+        .provider(
+            "agent",
+            &model.url(),
+            "[\"agent\"]",
+            &format!("{tools}gateway_tools = [\"builtin:calculator\"]\n"),
+        )
+        .toml();
+    let gw = common::binary::Binary::start(&config, &[("TOOLGATE_LOG", "info")]);
+    let mut asked = Vec::new();
+    for model in ["nat", "agent"] {
+        for stream in [false, true] {
+            let id = format!("req-{model}-{stream}");
+            let body = json!({"model": model, "stream": stream, "tools": [weather_tool()],
+                "messages": [{"role": "user", "content": "Weather in Paris?"}]});
+            let request = http::Request::post(gw.url("/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .header("x-request-id", &id)
+                .body(http_body_util::Full::new(bytes::Bytes::from(
+                    body.to_string(),
+                )))
+                .unwrap();
+            let r = common::send(request).await;
+            assert!(r.text().contains("invalid_tool_call"), "{id}: {}", r.text());
+            asked.push((id, if stream { 200 } else { 502 }));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let log = gw.log.lock().unwrap().clone();
+        let lines = |id: &str| -> Vec<String> {
+            log.iter()
+                .filter(|l| l.contains(&format!("request_id=\"{id}\"")))
+                .cloned()
+                .collect()
+        };
+        if asked.iter().all(|(id, _)| !lines(id).is_empty()) {
+            for (id, status) in &asked {
+                let lines = lines(id);
+                assert_eq!(lines.len(), 1, "one line per request: {lines:#?}");
+                let line = &lines[0];
+                assert!(line.contains("toolgate::request"), "{line}");
+                assert!(line.contains(&format!(" status={status} ")), "{line}");
+                assert!(line.contains(" code=\"invalid_tool_call\""), "{line}");
+            }
+            let others: Vec<&String> = log
+                .iter()
+                .filter(|l| l.contains("invalid_tool_call") && !l.contains("request_id="))
+                .collect();
+            assert!(
+                others.is_empty(),
+                "a line without the request id: {others:#?}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{log:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The request line's `attempts` counts the attempts of the request's
 /// upstream call, not the rounds of a gateway-tools answer: a whole
 /// (non-streamed) answer on the Responses and Messages doors, whose rounds
