@@ -332,10 +332,11 @@ impl Gateway {
         let mut response = match auth::tenant(&runtime.config, self.keys.as_deref(), &req) {
             Err(e) => shape(e),
             Ok(who) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
+                log.tenant = Some(who.tenant.clone());
                 models::list_models(&runtime.config, &who.tenant)
             }
             Ok(who) if path.starts_with("/v1/responses/") && req.method() != Method::POST => {
-                log.tenant = Some(who.tenant.name.clone());
+                log.tenant = Some(who.tenant.clone());
                 let id = &path["/v1/responses/".len()..];
                 let store = self.store.as_ref();
                 match crate::api::responses::stored(store, &who.tenant, req.method(), id).await {
@@ -345,9 +346,9 @@ impl Gateway {
             }
             Ok(who) => {
                 let tenant = who.tenant.clone();
-                log.tenant = Some(tenant.name.clone());
+                log.tenant = Some(tenant.clone());
                 let scope = crate::telemetry::scope::Scope {
-                    tenant: tenant.name.clone(),
+                    tenant: tenant.clone(),
                     trace: log.trace.clone(),
                     meter: None,
                 };

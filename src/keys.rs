@@ -133,9 +133,10 @@ impl ManagedKeys {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let labels = labels(&config, &rows);
         let mut map = HashMap::with_capacity(rows.len());
         for row in &rows {
-            match build(&config, row) {
+            match build(&config, row, labels.get(row.tenant.as_str()).cloned()) {
                 Ok(key) => {
                     if let Some(hash) = decode_hash(&row.sha256) {
                         map.insert(hash, Arc::new(key));
@@ -209,7 +210,7 @@ impl ManagedKeys {
             expires_at,
             last_used_at: None,
         };
-        build(&self.config.load(), &row).map_err(|e| GatewayError::bad_request(e, None))?;
+        build(&self.config.load(), &row, None).map_err(|e| GatewayError::bad_request(e, None))?;
         self.store
             .create_key(row.clone())
             .await
@@ -261,7 +262,7 @@ impl ManagedKeys {
         let mut policy = Policy::from_json(&row.policy).map_err(GatewayError::StoreUnavailable)?;
         policy.apply(change)?;
         row.policy = policy.to_json();
-        build(&self.config.load(), &row).map_err(|e| GatewayError::bad_request(e, None))?;
+        build(&self.config.load(), &row, None).map_err(|e| GatewayError::bad_request(e, None))?;
         if !self
             .store
             .update_key(row.clone())
@@ -342,8 +343,27 @@ async fn expire(keys: Weak<ManagedKeys>, rebuilt: Arc<Notify>) {
     }
 }
 
-/// A key row as a key in force under `config`.
-fn build(config: &Config, row: &KeyRow) -> Result<ManagedKey, String> {
+/// The metrics label of each tenant of `rows` the config does not name
+/// (`metrics::tenant`'s rule, by their first key's creation: `rows` come
+/// oldest first).
+fn labels(config: &Config, rows: &[KeyRow]) -> HashMap<String, Arc<str>> {
+    let auth = config.server.auth.as_ref();
+    let mut labels = HashMap::new();
+    for row in rows {
+        if auth.is_some_and(|a| a.tenant_named(&row.tenant).is_some())
+            || labels.contains_key(&row.tenant)
+        {
+            continue;
+        }
+        let label = crate::metrics::tenant::managed(&row.tenant, labels.len());
+        labels.insert(row.tenant.clone(), label);
+    }
+    labels
+}
+
+/// A key row as a key in force under `config`; `label` names its tenant
+/// in metrics when the config does not.
+fn build(config: &Config, row: &KeyRow, label: Option<Arc<str>>) -> Result<ManagedKey, String> {
     let auth = config
         .server
         .auth
@@ -351,15 +371,23 @@ fn build(config: &Config, row: &KeyRow) -> Result<ManagedKey, String> {
         .ok_or("managed keys need [server.auth]")?;
     let policy = Policy::from_json(&row.policy)?;
     let tenant = match auth.tenant_named(&row.tenant) {
-        Some(configured) => configured.clone(),
-        None => Arc::new(
-            auth.managed_tenant(
-                &row.tenant,
-                policy.models.as_deref(),
-                policy.gateway_tools.as_deref(),
-            )
-            .map_err(|e| e.to_string())?,
-        ),
+        // The config's tenant as it is, when the key does not narrow it.
+        Some(configured) if policy.models.is_none() && policy.gateway_tools.is_none() => {
+            configured.clone()
+        }
+        _ => {
+            let tenant = auth
+                .managed_tenant(
+                    &row.tenant,
+                    policy.models.as_deref(),
+                    policy.gateway_tools.as_deref(),
+                )
+                .map_err(|e| e.to_string())?;
+            Arc::new(match label {
+                Some(label) => tenant.labelled(label),
+                None => tenant,
+            })
+        }
     };
     let quota = crate::config::limits::quota("", policy.limits.as_ref(), policy.budget.as_ref())
         .map_err(|e| e.to_string())?;

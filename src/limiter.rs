@@ -254,7 +254,7 @@ impl Limiter {
             readings,
         }) = verdict
         {
-            metrics::counter!(crate::metrics::RATE_LIMITED, "tenant" => tenant.name.clone(), "limit" => limit.name())
+            metrics::counter!(crate::metrics::RATE_LIMITED, "tenant" => crate::metrics::tenant::label_arc(Some(tenant)), "limit" => limit.name())
                 .increment(1);
             return Err(refusal(&subjects[subject], limit, wait_us, &readings, now));
         }
@@ -365,7 +365,7 @@ impl Meter for Admission {
     fn used(&self, provider: &str, price: Option<Price>, tokens: Tokens) {
         let cost = price.map_or(0.0, |p| p.cost(tokens.input, tokens.output));
         if cost > 0.0 {
-            metrics::gauge!(crate::metrics::COST_USD, "provider" => provider.to_owned(), "tenant" => self.tenant.name.clone())
+            metrics::gauge!(crate::metrics::COST_USD, "provider" => provider.to_owned(), "tenant" => crate::metrics::tenant::label_arc(Some(&self.tenant)))
                 .increment(cost);
         }
         let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);

@@ -441,3 +441,93 @@ async fn keys_in_a_key_file_are_read_again_on_reload() {
     assert_eq!(chat(&base, "file-key-3", "m").await, 200);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A gateway with [`AUTH`] in front of `mock`, whose answers cost $0.50
+/// (10 input and 20 output tokens), keys kept in SQLite.
+async fn priced_gateway(mock: &Mock) -> common::TestGateway {
+    TestConfig::new()
+        .server(AUTH)
+        .up(
+            &mock.url(),
+            "[providers.pricing]\n\"*\" = { input = 10000, output = 20000 }\n",
+        )
+        .raw("[store]\nurl = \"sqlite::memory:\"\n")
+        .start()
+        .await
+}
+
+/// The lines of `/metrics` naming `tenant`.
+async fn series_of(base: &str, tenant: &str) -> Vec<String> {
+    let label = format!("tenant=\"{tenant}\"");
+    common::get(&format!("{base}/metrics"))
+        .await
+        .text()
+        .lines()
+        .filter(|l| l.starts_with("toolgate_") && l.contains(&label))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A managed key's tenant reads the same in every series with a `tenant`
+/// label: its requests, tokens, cost and refusals, whether the config
+/// names the tenant or not (a dashboard's tenant variable comes from
+/// `toolgate_requests_total`).
+#[tokio::test]
+async fn a_managed_keys_tenant_has_one_label_in_every_series() {
+    keys();
+    let mock = upstream().await;
+    let gw = priced_gateway(&mock).await;
+    let (base, api) = (gw.url(""), gw.url("/toolgate/api/keys"));
+    let made = call(
+        Method::POST,
+        &api,
+        "admin-key",
+        Some(json!({"tenant": "labels-x", "name": "one", "limits": {"requests_per_minute": 1}})),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let secret = made.json()["key"].as_str().unwrap().to_owned();
+    assert_eq!(chat(&base, &secret, "m").await, 200);
+    assert_eq!(chat(&base, &secret, "m").await, 429);
+
+    let series = series_of(&base, "labels-x").await;
+    let has = |prefix: &str, value: &str| {
+        assert!(
+            series
+                .iter()
+                .any(|l| l.starts_with(prefix) && l.ends_with(&format!(" {value}"))),
+            "no {prefix} … {value} in {series:#?}"
+        );
+    };
+    has(
+        r#"toolgate_requests_total{provider="up",route="chat_completions",status="200",tenant="labels-x"}"#,
+        "1",
+    );
+    has(
+        r#"toolgate_requests_total{provider="none",route="chat_completions",status="429",tenant="labels-x"}"#,
+        "1",
+    );
+    has(
+        r#"toolgate_tokens_total{provider="up",tenant="labels-x",kind="input"}"#,
+        "10",
+    );
+    has(
+        r#"toolgate_cost_usd_total{provider="up",tenant="labels-x"}"#,
+        "0.5",
+    );
+    has(
+        r#"toolgate_rate_limited_total{tenant="labels-x",limit="requests"}"#,
+        "1",
+    );
+    // Nothing of it went to `other`.
+    let metrics = common::get(&format!("{base}/metrics")).await.text();
+    assert!(
+        !metrics.contains(r#"tenant="other""#),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("other"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
