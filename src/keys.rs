@@ -4,11 +4,15 @@
 //! in case an announcement was missed, and checked beside the config's
 //! static keys.
 //!
-//! A managed key names its tenant. When the config names that tenant too
+//! A managed key names its tenant. Every field of a key applies, on top of
+//! its tenant's: when the config names the tenant too
 //! (`[[server.auth.keys]]`), the config's policy (models, gateway tools) and
-//! limits apply to it, all the tenant's keys together; otherwise the key's
-//! own `models` and `gateway_tools` are its tenant's policy. A key's own
-//! `limits` and `budget` are its share, enforced on top of its tenant's.
+//! limits apply to all the tenant's keys together, and a key's own `models`
+//! and `gateway_tools` narrow that policy (a request needs both; an entry
+//! outside the tenant's is refused when the key is made or changed);
+//! otherwise the key's own `models` and `gateway_tools` are its tenant's
+//! policy. A key's own `limits` and `budget` are its share, enforced on top
+//! of its tenant's.
 //!
 //! Whoever is told of changes (`on_change`) is told again when a key in
 //! force expires, by a timer at its `expires_at` (not at the next read of
@@ -210,7 +214,9 @@ impl ManagedKeys {
             expires_at,
             last_used_at: None,
         };
-        build(&self.config.load(), &row, None).map_err(|e| GatewayError::bad_request(e, None))?;
+        let config = self.config.load();
+        within_tenant(&config, &row.tenant, &policy)?;
+        build(&config, &row, None).map_err(|e| GatewayError::bad_request(e, None))?;
         self.store
             .create_key(row.clone())
             .await
@@ -262,7 +268,9 @@ impl ManagedKeys {
         let mut policy = Policy::from_json(&row.policy).map_err(GatewayError::StoreUnavailable)?;
         policy.apply(change)?;
         row.policy = policy.to_json();
-        build(&self.config.load(), &row, None).map_err(|e| GatewayError::bad_request(e, None))?;
+        let config = self.config.load();
+        within_tenant(&config, &row.tenant, &policy)?;
+        build(&config, &row, None).map_err(|e| GatewayError::bad_request(e, None))?;
         if !self
             .store
             .update_key(row.clone())
@@ -341,6 +349,45 @@ async fn expire(keys: Weak<ManagedKeys>, rebuilt: Arc<Notify>) {
             }
         }
     }
+}
+
+/// A key's own `models` and `gateway_tools` narrow those of a tenant the
+/// config names (both apply): an entry that could never apply is refused,
+/// naming it, rather than kept and silently ignored. (A glob may still
+/// meet the tenant's globs, so only a literal model is checked.)
+fn within_tenant(config: &Config, tenant: &str, policy: &Policy) -> Result<(), GatewayError> {
+    let Some(configured) = config
+        .server
+        .auth
+        .as_ref()
+        .and_then(|a| a.tenant_named(tenant))
+    else {
+        return Ok(());
+    };
+    for (j, model) in policy.models.iter().flatten().enumerate() {
+        let literal = !model.contains(['*', '?', '[', '{']);
+        if literal && !configured.allows_model(model) {
+            return Err(GatewayError::bad_request(
+                format!(
+                    "`models[{j}]`: tenant `{tenant}`'s models in the config ({}) do not allow {model:?}, and a key's models only narrow its tenant's",
+                    configured.model_patterns().unwrap_or_default().join(", ")
+                ),
+                Some("models"),
+            ));
+        }
+    }
+    for (j, entry) in policy.gateway_tools.iter().flatten().enumerate() {
+        if !configured.allows_tools(entry) {
+            return Err(GatewayError::bad_request(
+                format!(
+                    "`gateway_tools[{j}]`: tenant `{tenant}`'s gateway_tools in the config ({}) do not include {entry:?}, and a key's gateway_tools only narrow its tenant's",
+                    configured.tool_entries().unwrap_or_default().join(", ")
+                ),
+                Some("gateway_tools"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The metrics label of each tenant of `rows` the config does not name
