@@ -48,10 +48,12 @@ type OnChange = Box<dyn Fn(&ManagedKeys) + Send + Sync>;
 pub struct ManagedKeys {
     store: Arc<Store>,
     config: ArcSwap<Config>,
-    /// The keys as last read.
+    /// The keys as last read, the revoked ones too.
     rows: Mutex<Vec<KeyRow>>,
-    /// By the SHA-256 of the key.
+    /// The keys in force by the SHA-256 of the key.
     by_hash: ArcSwap<HashMap<[u8; 32], Arc<ManagedKey>>>,
+    /// When each revoked key was revoked, by the SHA-256 of the key.
+    revoked: ArcSwap<HashMap<[u8; 32], i64>>,
     /// When each key was last noted as used.
     touched: Mutex<HashMap<Arc<str>, i64>>,
     /// Told after every change of the keys in force, and when one expires.
@@ -73,6 +75,19 @@ pub struct ManagedKey {
     pub expires_at: Option<i64>,
 }
 
+/// What a presented key is among the managed keys.
+#[derive(Debug)]
+pub enum Lookup {
+    /// A key in force, not expired.
+    InForce(Arc<ManagedKey>),
+    /// It expired at this time (ms since the epoch).
+    Expired(i64),
+    /// It was revoked at this time (ms since the epoch).
+    Revoked(i64),
+    /// No managed key.
+    Unknown,
+}
+
 /// A key just made: the only time its secret is seen.
 pub struct Made {
     /// The key as kept.
@@ -89,6 +104,7 @@ impl ManagedKeys {
             config: ArcSwap::new(config),
             rows: Mutex::default(),
             by_hash: ArcSwap::default(),
+            revoked: ArcSwap::default(),
             touched: Mutex::default(),
             on_change: OnceLock::new(),
             rebuilt: Arc::default(),
@@ -137,6 +153,8 @@ impl ManagedKeys {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let (rows, revoked): (Vec<KeyRow>, Vec<KeyRow>) =
+            rows.into_iter().partition(|r| r.revoked_at.is_none());
         let labels = labels(&config, &rows);
         let mut map = HashMap::with_capacity(rows.len());
         for row in &rows {
@@ -152,6 +170,12 @@ impl ManagedKeys {
             }
         }
         self.by_hash.store(Arc::new(map));
+        self.revoked.store(Arc::new(
+            revoked
+                .iter()
+                .filter_map(|r| Some((decode_hash(&r.sha256)?, r.revoked_at?)))
+                .collect(),
+        ));
         self.rebuilt.notify_one();
         self.tell();
     }
@@ -175,11 +199,25 @@ impl ManagedKeys {
     /// The managed key `presented` is, when it is one in force and not
     /// expired.
     pub fn identify(&self, presented: &[u8]) -> Option<Arc<ManagedKey>> {
+        match self.look_up(presented) {
+            Lookup::InForce(key) => Some(key),
+            _ => None,
+        }
+    }
+
+    /// What managed key `presented` is: one in force (its use noted), or
+    /// one that expired or was revoked, and when (ms), or none.
+    pub fn look_up(&self, presented: &[u8]) -> Lookup {
         let hash: [u8; 32] = Sha256::digest(presented).into();
-        let key = self.by_hash.load().get(&hash)?.clone();
+        let Some(key) = self.by_hash.load().get(&hash).cloned() else {
+            return match self.revoked.load().get(&hash) {
+                Some(&at) => Lookup::Revoked(at),
+                None => Lookup::Unknown,
+            };
+        };
         let now = now_ms();
-        if key.expires_at.is_some_and(|at| now >= at) {
-            return None;
+        if let Some(at) = key.expires_at.filter(|&at| now >= at) {
+            return Lookup::Expired(at);
         }
         let mut touched = self.touched.lock().unwrap_or_else(PoisonError::into_inner);
         let last = touched.entry(key.id.clone()).or_insert(0);
@@ -188,7 +226,7 @@ impl ManagedKeys {
             drop(touched);
             self.store.touch_keys(vec![(key.id.to_string(), now)]);
         }
-        Some(key)
+        Lookup::InForce(key)
     }
 
     /// Makes a key as `request` says (`tenant`, `name`, and optionally
@@ -213,6 +251,7 @@ impl ManagedKeys {
             created_at: now_ms(),
             expires_at,
             last_used_at: None,
+            revoked_at: None,
         };
         let config = self.config.load();
         within_tenant(&config, &row.tenant, &policy)?;
@@ -232,7 +271,7 @@ impl ManagedKeys {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .filter(|r| tenant.is_none_or(|t| r.tenant == t))
+            .filter(|r| r.revoked_at.is_none() && tenant.is_none_or(|t| r.tenant == t))
             .map(|r| {
                 let mut r = r.clone();
                 if let Some(&at) = touched.get(r.id.as_str()) {
