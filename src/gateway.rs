@@ -352,6 +352,7 @@ impl Gateway {
                     trace: log.trace.clone(),
                     meter: None,
                 };
+                let mut rate_headers = Vec::new();
                 // Boxed once: the wrappers below then move a pointer, not
                 // the whole request future (kilobytes, copied per layer).
                 let proxied = Box::pin(proxy::proxy(
@@ -362,16 +363,21 @@ impl Gateway {
                     req,
                     &who,
                     &mut log,
+                    &mut rate_headers,
                 ));
                 let (result, attempted) = crate::upstream::noting_attempts(
                     crate::telemetry::scope::within(scope, proxied),
                 )
                 .await;
                 log.attempted = attempted;
-                match result {
+                let mut response = match result {
                     Ok(r) => r,
                     Err(e) => shape(e),
+                };
+                for (name, value) in rate_headers {
+                    response.headers_mut().insert(name, value);
                 }
+                response
             }
         };
         request_id::tag(&mut response, id);
