@@ -83,9 +83,9 @@ pub enum GatewayError {
         /// `None` when the text went out as content (a stream).
         text: Option<String>,
     },
-    /// No key, or a key `[server.auth]` does not know.
-    #[error("Missing or invalid API key: send `Authorization: Bearer <key>`")]
-    Unauthorized,
+    /// No key accepted, and why as far as its holder may be told.
+    #[error("{0}")]
+    Unauthorized(KeyRefused),
     /// The key's policy (`[[server.auth.keys]] models`) does not allow the model.
     #[error("This API key may not use the model `{0}`")]
     ModelNotAllowed(String),
@@ -132,6 +132,42 @@ pub enum GatewayError {
         /// Where it stands (`is down: …`, `is starting`).
         reason: String,
     },
+}
+
+/// Why a presented key is not accepted. Only a caller who holds a key
+/// toolgate made or was given learns more than [`KeyRefused::Unknown`]
+/// says: nothing confirms anything to one who holds no valid key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyRefused {
+    /// No key, or one the gateway does not know.
+    Unknown,
+    /// An admin key (`admin_keys_env`) where a client key is needed.
+    AdminKey,
+    /// A managed key revoked at this time (RFC 3339).
+    Revoked(String),
+    /// A managed key that expired at this time (RFC 3339).
+    Expired(String),
+}
+
+impl std::fmt::Display for KeyRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyRefused::Unknown => {
+                f.write_str("Missing or invalid API key: send `Authorization: Bearer <key>`")
+            }
+            KeyRefused::AdminKey => f.write_str(
+                "This is an admin key, not a client key: it makes keys and reads every tenant's transcripts and usage, but does not call models or tools; send a client key",
+            ),
+            KeyRefused::Revoked(at) => write!(
+                f,
+                "This API key was revoked at {at}; ask an admin for a new one"
+            ),
+            KeyRefused::Expired(at) => write!(
+                f,
+                "This API key expired at {at}; ask an admin for a new one"
+            ),
+        }
+    }
 }
 
 /// What a tenant's limits said when they refused a request.
@@ -185,7 +221,7 @@ impl GatewayError {
             | GatewayError::BufferFull
             | GatewayError::StoreUnavailable(_)
             | GatewayError::ToolServerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
+            GatewayError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             GatewayError::ModelNotAllowed(_) | GatewayError::Forbidden(_) => StatusCode::FORBIDDEN,
             GatewayError::TooManyRequests { .. } | GatewayError::Limited(_) => {
                 StatusCode::TOO_MANY_REQUESTS
@@ -203,7 +239,7 @@ impl GatewayError {
             | GatewayError::NotFound(_)
             | GatewayError::PayloadTooLarge { .. }
             | GatewayError::BodyTimeout { .. } => "invalid_request_error",
-            GatewayError::Unauthorized => "authentication_error",
+            GatewayError::Unauthorized(_) => "authentication_error",
             GatewayError::ModelNotAllowed(_) | GatewayError::Forbidden(_) => "permission_error",
             GatewayError::Overloaded
             | GatewayError::BufferFull
@@ -228,7 +264,7 @@ impl GatewayError {
             GatewayError::UpstreamInvalid { code, .. }
             | GatewayError::TooManyRequests { code, .. } => code,
             GatewayError::InvalidToolCall { .. } => "invalid_tool_call",
-            GatewayError::Unauthorized => "invalid_api_key",
+            GatewayError::Unauthorized(_) => "invalid_api_key",
             GatewayError::ModelNotAllowed(_) => "model_not_allowed",
             GatewayError::Forbidden(_) => "forbidden",
             GatewayError::Overloaded => "overloaded",
@@ -324,7 +360,7 @@ impl GatewayError {
                 headers.insert(name.clone(), value.clone());
             }
         }
-        if matches!(self, GatewayError::Unauthorized) {
+        if matches!(self, GatewayError::Unauthorized(_)) {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static("Bearer"),
@@ -337,6 +373,36 @@ impl GatewayError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every refusal of a key keeps OpenAI's shape, status and code; only
+    /// the message says which.
+    #[test]
+    fn refused_keys_say_why_in_one_shape() {
+        for (why, says) in [
+            (KeyRefused::Unknown, "Missing or invalid API key"),
+            (KeyRefused::AdminKey, "admin key, not a client key"),
+            (
+                KeyRefused::Revoked("2026-11-29T07:00:00Z".into()),
+                "revoked at 2026-11-29T07:00:00Z",
+            ),
+            (
+                KeyRefused::Expired("2026-11-29T07:00:00Z".into()),
+                "expired at 2026-11-29T07:00:00Z",
+            ),
+        ] {
+            let e = GatewayError::Unauthorized(why);
+            assert_eq!(e.status(), StatusCode::UNAUTHORIZED);
+            let v = e.to_json();
+            assert!(
+                v["error"]["message"].as_str().unwrap().contains(says),
+                "{v}"
+            );
+            assert_eq!(v["error"]["type"], "authentication_error");
+            assert_eq!(v["error"]["code"], "invalid_api_key");
+            let r = e.into_response();
+            assert_eq!(r.headers()[header::WWW_AUTHENTICATE], "Bearer");
+        }
+    }
 
     #[test]
     fn unknown_model_is_404_and_names_the_model() {

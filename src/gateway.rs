@@ -337,10 +337,11 @@ impl Gateway {
         let mut response = match auth::tenant(&runtime.config, self.keys.as_deref(), &req) {
             Err(e) => refuse(e, &mut log),
             Ok(who) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
+                log.tenant = Some(who.tenant.clone());
                 models::list_models(&runtime.config, &who.tenant)
             }
             Ok(who) if path.starts_with("/v1/responses/") && req.method() != Method::POST => {
-                log.tenant = Some(who.tenant.name.clone());
+                log.tenant = Some(who.tenant.clone());
                 let id = &path["/v1/responses/".len()..];
                 let store = self.store.as_ref();
                 match crate::api::responses::stored(store, &who.tenant, req.method(), id).await {
@@ -350,12 +351,13 @@ impl Gateway {
             }
             Ok(who) => {
                 let tenant = who.tenant.clone();
-                log.tenant = Some(tenant.name.clone());
+                log.tenant = Some(tenant.clone());
                 let scope = crate::telemetry::scope::Scope {
-                    tenant: tenant.name.clone(),
+                    tenant: tenant.clone(),
                     trace: log.trace.clone(),
                     meter: None,
                 };
+                let mut rate_headers = Vec::new();
                 // Boxed once: the wrappers below then move a pointer, not
                 // the whole request future (kilobytes, copied per layer).
                 let proxied = Box::pin(proxy::proxy(
@@ -366,16 +368,21 @@ impl Gateway {
                     req,
                     &who,
                     &mut log,
+                    &mut rate_headers,
                 ));
                 let (result, attempted) = crate::upstream::noting_attempts(
                     crate::telemetry::scope::within(scope, proxied),
                 )
                 .await;
                 log.attempted = attempted;
-                match result {
+                let mut response = match result {
                     Ok(r) => r,
                     Err(e) => refuse(e, &mut log),
+                };
+                for (name, value) in rate_headers {
+                    response.headers_mut().insert(name, value);
                 }
+                response
             }
         };
         request_id::tag(&mut response, id);

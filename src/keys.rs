@@ -4,11 +4,15 @@
 //! in case an announcement was missed, and checked beside the config's
 //! static keys.
 //!
-//! A managed key names its tenant. When the config names that tenant too
+//! A managed key names its tenant. Every field of a key applies, on top of
+//! its tenant's: when the config names the tenant too
 //! (`[[server.auth.keys]]`), the config's policy (models, gateway tools) and
-//! limits apply to it, all the tenant's keys together; otherwise the key's
-//! own `models` and `gateway_tools` are its tenant's policy. A key's own
-//! `limits` and `budget` are its share, enforced on top of its tenant's.
+//! limits apply to all the tenant's keys together, and a key's own `models`
+//! and `gateway_tools` narrow that policy (a request needs both; an entry
+//! outside the tenant's is refused when the key is made or changed);
+//! otherwise the key's own `models` and `gateway_tools` are its tenant's
+//! policy. A key's own `limits` and `budget` are its share, enforced on top
+//! of its tenant's.
 //!
 //! Whoever is told of changes (`on_change`) is told again when a key in
 //! force expires, by a timer at its `expires_at` (not at the next read of
@@ -44,10 +48,12 @@ type OnChange = Box<dyn Fn(&ManagedKeys) + Send + Sync>;
 pub struct ManagedKeys {
     store: Arc<Store>,
     config: ArcSwap<Config>,
-    /// The keys as last read.
+    /// The keys as last read, the revoked ones too.
     rows: Mutex<Vec<KeyRow>>,
-    /// By the SHA-256 of the key.
+    /// The keys in force by the SHA-256 of the key.
     by_hash: ArcSwap<HashMap<[u8; 32], Arc<ManagedKey>>>,
+    /// When each revoked key was revoked, by the SHA-256 of the key.
+    revoked: ArcSwap<HashMap<[u8; 32], i64>>,
     /// When each key was last noted as used.
     touched: Mutex<HashMap<Arc<str>, i64>>,
     /// Told after every change of the keys in force, and when one expires.
@@ -69,6 +75,19 @@ pub struct ManagedKey {
     pub expires_at: Option<i64>,
 }
 
+/// What a presented key is among the managed keys.
+#[derive(Debug)]
+pub enum Lookup {
+    /// A key in force, not expired.
+    InForce(Arc<ManagedKey>),
+    /// It expired at this time (ms since the epoch).
+    Expired(i64),
+    /// It was revoked at this time (ms since the epoch).
+    Revoked(i64),
+    /// No managed key.
+    Unknown,
+}
+
 /// A key just made: the only time its secret is seen.
 pub struct Made {
     /// The key as kept.
@@ -85,6 +104,7 @@ impl ManagedKeys {
             config: ArcSwap::new(config),
             rows: Mutex::default(),
             by_hash: ArcSwap::default(),
+            revoked: ArcSwap::default(),
             touched: Mutex::default(),
             on_change: OnceLock::new(),
             rebuilt: Arc::default(),
@@ -133,9 +153,12 @@ impl ManagedKeys {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let (rows, revoked): (Vec<KeyRow>, Vec<KeyRow>) =
+            rows.into_iter().partition(|r| r.revoked_at.is_none());
+        let labels = labels(&config, &rows);
         let mut map = HashMap::with_capacity(rows.len());
         for row in &rows {
-            match build(&config, row) {
+            match build(&config, row, labels.get(row.tenant.as_str()).cloned()) {
                 Ok(key) => {
                     if let Some(hash) = decode_hash(&row.sha256) {
                         map.insert(hash, Arc::new(key));
@@ -147,6 +170,12 @@ impl ManagedKeys {
             }
         }
         self.by_hash.store(Arc::new(map));
+        self.revoked.store(Arc::new(
+            revoked
+                .iter()
+                .filter_map(|r| Some((decode_hash(&r.sha256)?, r.revoked_at?)))
+                .collect(),
+        ));
         self.rebuilt.notify_one();
         self.tell();
     }
@@ -170,11 +199,25 @@ impl ManagedKeys {
     /// The managed key `presented` is, when it is one in force and not
     /// expired.
     pub fn identify(&self, presented: &[u8]) -> Option<Arc<ManagedKey>> {
+        match self.look_up(presented) {
+            Lookup::InForce(key) => Some(key),
+            _ => None,
+        }
+    }
+
+    /// What managed key `presented` is: one in force (its use noted), or
+    /// one that expired or was revoked, and when (ms), or none.
+    pub fn look_up(&self, presented: &[u8]) -> Lookup {
         let hash: [u8; 32] = Sha256::digest(presented).into();
-        let key = self.by_hash.load().get(&hash)?.clone();
+        let Some(key) = self.by_hash.load().get(&hash).cloned() else {
+            return match self.revoked.load().get(&hash) {
+                Some(&at) => Lookup::Revoked(at),
+                None => Lookup::Unknown,
+            };
+        };
         let now = now_ms();
-        if key.expires_at.is_some_and(|at| now >= at) {
-            return None;
+        if let Some(at) = key.expires_at.filter(|&at| now >= at) {
+            return Lookup::Expired(at);
         }
         let mut touched = self.touched.lock().unwrap_or_else(PoisonError::into_inner);
         let last = touched.entry(key.id.clone()).or_insert(0);
@@ -183,7 +226,7 @@ impl ManagedKeys {
             drop(touched);
             self.store.touch_keys(vec![(key.id.to_string(), now)]);
         }
-        Some(key)
+        Lookup::InForce(key)
     }
 
     /// Makes a key as `request` says (`tenant`, `name`, and optionally
@@ -208,8 +251,11 @@ impl ManagedKeys {
             created_at: now_ms(),
             expires_at,
             last_used_at: None,
+            revoked_at: None,
         };
-        build(&self.config.load(), &row).map_err(|e| GatewayError::bad_request(e, None))?;
+        let config = self.config.load();
+        within_tenant(&config, &row.tenant, &policy)?;
+        build(&config, &row, None).map_err(|e| GatewayError::bad_request(e, None))?;
         self.store
             .create_key(row.clone())
             .await
@@ -225,7 +271,7 @@ impl ManagedKeys {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .filter(|r| tenant.is_none_or(|t| r.tenant == t))
+            .filter(|r| r.revoked_at.is_none() && tenant.is_none_or(|t| r.tenant == t))
             .map(|r| {
                 let mut r = r.clone();
                 if let Some(&at) = touched.get(r.id.as_str()) {
@@ -261,7 +307,9 @@ impl ManagedKeys {
         let mut policy = Policy::from_json(&row.policy).map_err(GatewayError::StoreUnavailable)?;
         policy.apply(change)?;
         row.policy = policy.to_json();
-        build(&self.config.load(), &row).map_err(|e| GatewayError::bad_request(e, None))?;
+        let config = self.config.load();
+        within_tenant(&config, &row.tenant, &policy)?;
+        build(&config, &row, None).map_err(|e| GatewayError::bad_request(e, None))?;
         if !self
             .store
             .update_key(row.clone())
@@ -342,8 +390,66 @@ async fn expire(keys: Weak<ManagedKeys>, rebuilt: Arc<Notify>) {
     }
 }
 
-/// A key row as a key in force under `config`.
-fn build(config: &Config, row: &KeyRow) -> Result<ManagedKey, String> {
+/// A key's own `models` and `gateway_tools` narrow those of a tenant the
+/// config names (both apply): an entry that could never apply is refused,
+/// naming it, rather than kept and silently ignored. (A glob may still
+/// meet the tenant's globs, so only a literal model is checked.)
+fn within_tenant(config: &Config, tenant: &str, policy: &Policy) -> Result<(), GatewayError> {
+    let Some(configured) = config
+        .server
+        .auth
+        .as_ref()
+        .and_then(|a| a.tenant_named(tenant))
+    else {
+        return Ok(());
+    };
+    for (j, model) in policy.models.iter().flatten().enumerate() {
+        let literal = !model.contains(['*', '?', '[', '{']);
+        if literal && !configured.allows_model(model) {
+            return Err(GatewayError::bad_request(
+                format!(
+                    "`models[{j}]`: tenant `{tenant}`'s models in the config ({}) do not allow {model:?}, and a key's models only narrow its tenant's",
+                    configured.model_patterns().unwrap_or_default().join(", ")
+                ),
+                Some("models"),
+            ));
+        }
+    }
+    for (j, entry) in policy.gateway_tools.iter().flatten().enumerate() {
+        if !configured.allows_tools(entry) {
+            return Err(GatewayError::bad_request(
+                format!(
+                    "`gateway_tools[{j}]`: tenant `{tenant}`'s gateway_tools in the config ({}) do not include {entry:?}, and a key's gateway_tools only narrow its tenant's",
+                    configured.tool_entries().unwrap_or_default().join(", ")
+                ),
+                Some("gateway_tools"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The metrics label of each tenant of `rows` the config does not name
+/// (`metrics::tenant`'s rule, by their first key's creation: `rows` come
+/// oldest first).
+fn labels(config: &Config, rows: &[KeyRow]) -> HashMap<String, Arc<str>> {
+    let auth = config.server.auth.as_ref();
+    let mut labels = HashMap::new();
+    for row in rows {
+        if auth.is_some_and(|a| a.tenant_named(&row.tenant).is_some())
+            || labels.contains_key(&row.tenant)
+        {
+            continue;
+        }
+        let label = crate::metrics::tenant::managed(&row.tenant, labels.len());
+        labels.insert(row.tenant.clone(), label);
+    }
+    labels
+}
+
+/// A key row as a key in force under `config`; `label` names its tenant
+/// in metrics when the config does not.
+fn build(config: &Config, row: &KeyRow, label: Option<Arc<str>>) -> Result<ManagedKey, String> {
     let auth = config
         .server
         .auth
@@ -351,15 +457,23 @@ fn build(config: &Config, row: &KeyRow) -> Result<ManagedKey, String> {
         .ok_or("managed keys need [server.auth]")?;
     let policy = Policy::from_json(&row.policy)?;
     let tenant = match auth.tenant_named(&row.tenant) {
-        Some(configured) => configured.clone(),
-        None => Arc::new(
-            auth.managed_tenant(
-                &row.tenant,
-                policy.models.as_deref(),
-                policy.gateway_tools.as_deref(),
-            )
-            .map_err(|e| e.to_string())?,
-        ),
+        // The config's tenant as it is, when the key does not narrow it.
+        Some(configured) if policy.models.is_none() && policy.gateway_tools.is_none() => {
+            configured.clone()
+        }
+        _ => {
+            let tenant = auth
+                .managed_tenant(
+                    &row.tenant,
+                    policy.models.as_deref(),
+                    policy.gateway_tools.as_deref(),
+                )
+                .map_err(|e| e.to_string())?;
+            Arc::new(match label {
+                Some(label) => tenant.labelled(label),
+                None => tenant,
+            })
+        }
     };
     let quota = crate::config::limits::quota("", policy.limits.as_ref(), policy.budget.as_ref())
         .map_err(|e| e.to_string())?;

@@ -9,7 +9,8 @@
 //!   requests and tokens per minute, every subject checked before any is
 //!   charged (in one Redis script call; none for a request without limits). A
 //!   refusal is a `429` [`GatewayError::Limited`] with `Retry-After` and
-//!   `x-ratelimit-*`.
+//!   `x-ratelimit-*`; an admission's answer carries `x-ratelimit-*` too,
+//!   what its per-minute limits have left after it (read by the same call).
 //! - An admitted request *reserves* what it may use ([`reserve`]: its prompt
 //!   estimate and its output limit, priced): the tokens go into the minute
 //!   at once, the amount is held against the budget, and a request is
@@ -165,6 +166,7 @@ impl Limiter {
             model: model.to_owned(),
             wants_usage,
             held: None,
+            readings: Readings::default(),
             usage,
             used: Mutex::default(),
         };
@@ -254,9 +256,12 @@ impl Limiter {
             readings,
         }) = verdict
         {
-            metrics::counter!(crate::metrics::RATE_LIMITED, "tenant" => tenant.name.clone(), "limit" => limit.name())
+            metrics::counter!(crate::metrics::RATE_LIMITED, "tenant" => crate::metrics::tenant::label_arc(Some(tenant)), "limit" => limit.name())
                 .increment(1);
             return Err(refusal(&subjects[subject], limit, wait_us, &readings, now));
+        }
+        if let Some(Verdict::Admitted { readings }) = verdict {
+            admission.readings = readings;
         }
         let counted = verdict.is_some();
         let budgets = check.subjects.iter().map(|s| s.budget).collect();
@@ -310,6 +315,9 @@ pub struct Admission {
     wants_usage: bool,
     /// `None` for a request without limits.
     held: Option<Held>,
+    /// What its per-minute limits had left once it was admitted (none
+    /// for a request without them, or one Redis did not count).
+    readings: Readings,
     /// Where its usage is recorded, and the key it presented.
     usage: Option<(Arc<Store>, String)>,
     /// What its answers used, per provider.
@@ -347,6 +355,15 @@ enum Counters {
     Redis(Arc<redis::Counters>),
 }
 
+impl Admission {
+    /// The `x-ratelimit-*` headers of its answer (as OpenAI sends them on
+    /// every answer): what its requests and tokens per minute had left once
+    /// it was admitted; none for limits it does not have.
+    pub fn rate_headers(&self) -> Vec<(HeaderName, HeaderValue)> {
+        self.readings.headers()
+    }
+}
+
 impl fmt::Debug for Admission {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Admission({})", self.tenant.name)
@@ -365,7 +382,7 @@ impl Meter for Admission {
     fn used(&self, provider: &str, price: Option<Price>, tokens: Tokens) {
         let cost = price.map_or(0.0, |p| p.cost(tokens.input, tokens.output));
         if cost > 0.0 {
-            metrics::gauge!(crate::metrics::COST_USD, "provider" => provider.to_owned(), "tenant" => self.tenant.name.clone())
+            metrics::gauge!(crate::metrics::COST_USD, "provider" => provider.to_owned(), "tenant" => crate::metrics::tenant::label_arc(Some(&self.tenant)))
                 .increment(cost);
         }
         let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
@@ -535,19 +552,67 @@ struct SubjectSettle {
 }
 
 /// The limits' readings, for the headers.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Readings {
     requests: Option<Reading>,
     tokens: Option<Reading>,
 }
 
+impl Readings {
+    /// Per limit, the reading with less remaining (on a tie, the later
+    /// reset): what the headers show of a request several subjects limit.
+    /// `batch.lua` picks the same way.
+    fn tighter(self, other: Readings) -> Readings {
+        fn pick(a: Option<Reading>, b: Option<Reading>) -> Option<Reading> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(
+                    if b.remaining < a.remaining
+                        || (b.remaining == a.remaining && b.reset_us > a.reset_us)
+                    {
+                        b
+                    } else {
+                        a
+                    },
+                ),
+                (a, b) => a.or(b),
+            }
+        }
+        Readings {
+            requests: pick(self.requests, other.requests),
+            tokens: pick(self.tokens, other.tokens),
+        }
+    }
+
+    /// OpenAI's `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`:
+    /// the reset as a duration (`1s`, `6m0s`); none for a limit the
+    /// request does not have.
+    fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
+        let mut headers = Vec::new();
+        for (suffix, reading) in [("requests", self.requests), ("tokens", self.tokens)] {
+            let Some(reading) = reading else { continue };
+            for (what, value) in [
+                ("limit", reading.limit.to_string()),
+                ("remaining", reading.remaining.to_string()),
+                ("reset", go_duration(reading.reset_us)),
+            ] {
+                if let (Ok(name), Ok(value)) = (
+                    HeaderName::try_from(format!("x-ratelimit-{what}-{suffix}")),
+                    HeaderValue::try_from(value),
+                ) {
+                    headers.push((name, value));
+                }
+            }
+        }
+        headers
+    }
+}
+
 enum Verdict {
-    Admitted,
+    /// Taken; what its limits have left after it.
+    Admitted { readings: Readings },
     /// The counters hold no spend for a subject's budget period: ask the
     /// store, then check again. Nothing was taken.
-    Unknown {
-        subject: usize,
-    },
+    Unknown { subject: usize },
     Refused {
         /// Which of the check's subjects refused.
         subject: usize,
@@ -649,27 +714,11 @@ fn refusal(
             )
         }
     };
-    let mut headers = Vec::new();
-    for (suffix, reading) in [("requests", readings.requests), ("tokens", readings.tokens)] {
-        let Some(reading) = reading else { continue };
-        for (what, value) in [
-            ("limit", reading.limit.to_string()),
-            ("remaining", reading.remaining.to_string()),
-            ("reset", go_duration(reading.reset_us)),
-        ] {
-            if let (Ok(name), Ok(value)) = (
-                HeaderName::try_from(format!("x-ratelimit-{what}-{suffix}")),
-                HeaderValue::try_from(value),
-            ) {
-                headers.push((name, value));
-            }
-        }
-    }
     GatewayError::Limited(Box::new(Limited {
         message,
         budget: limit == Limit::Budget,
         retry_after: Duration::from_micros(wait),
-        headers,
+        headers: readings.headers(),
     }))
 }
 
@@ -704,6 +753,52 @@ fn now_us() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Of several subjects' readings, each limit shows the one with the
+    /// least left (on a tie, the later reset); a limit only one subject
+    /// has is shown as it is.
+    #[test]
+    fn headers_show_the_tightest_subject_per_limit() {
+        let r = |limit, remaining, reset_us| Reading {
+            limit,
+            remaining,
+            reset_us,
+        };
+        let tenant = Readings {
+            requests: Some(r(100, 40, 5_000_000)),
+            tokens: None,
+        };
+        let key = Readings {
+            requests: Some(r(10, 9, 6_000_000)),
+            tokens: Some(r(1000, 955, 2_700_000)),
+        };
+        let shown = Readings::default().tighter(tenant).tighter(key);
+        assert_eq!(shown.requests, Some(r(10, 9, 6_000_000)));
+        assert_eq!(shown.tokens, Some(r(1000, 955, 2_700_000)));
+        let tie = Readings {
+            requests: Some(r(20, 9, 9_000_000)),
+            tokens: None,
+        };
+        assert_eq!(shown.tighter(tie).requests, Some(r(20, 9, 9_000_000)));
+        let headers: Vec<(String, String)> = shown
+            .headers()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                ("x-ratelimit-limit-requests", "10"),
+                ("x-ratelimit-remaining-requests", "9"),
+                ("x-ratelimit-reset-requests", "6s"),
+                ("x-ratelimit-limit-tokens", "1000"),
+                ("x-ratelimit-remaining-tokens", "955"),
+                ("x-ratelimit-reset-tokens", "2.7s"),
+            ]
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+        );
+        assert!(Readings::default().headers().is_empty());
+    }
 
     #[test]
     fn durations_read_like_openais_headers() {

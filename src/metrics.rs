@@ -6,6 +6,7 @@
 //! process share it.
 
 pub mod request;
+pub mod tenant;
 
 use std::collections::HashSet;
 use std::sync::{OnceLock, RwLock};
@@ -124,7 +125,7 @@ pub fn install() -> PrometheusHandle {
 fn describe() {
     describe_counter!(
         REQUESTS,
-        "Requests answered, by provider, route, status and tenant (the config's tenants; none: no key accepted; other)."
+        "Requests answered, by provider, route, status and tenant (each tenant by name; none: no key accepted; other: managed keys' tenants past the first 1,000)."
     );
     describe_histogram!(
         REQUEST_DURATION,

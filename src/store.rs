@@ -703,7 +703,7 @@ impl Store {
         .await
     }
 
-    /// Every managed key not revoked.
+    /// Every managed key, the revoked ones too, oldest first.
     pub async fn keys(&self) -> Result<Vec<KeyRow>, StoreError> {
         self.read(|shared| async move {
             let db = shared.db.get().ok_or(StoreError::NotReady)?;
@@ -778,7 +778,7 @@ impl Store {
         });
     }
 
-    /// Calls `on_rows` with every managed key not revoked: when the database
+    /// Calls `on_rows` with every managed key (the revoked ones too): when the database
     /// opens, whenever a replica announces a change (PostgreSQL `NOTIFY`),
     /// and every [`KEYS_REREAD`] in case an announcement was missed.
     pub fn watch_keys(&self, on_rows: Arc<dyn Fn(Vec<KeyRow>) + Send + Sync>) {

@@ -42,6 +42,7 @@ use crate::config::{Config, HttpTarget, Provider, ServerConfig, Target, Upstream
 use crate::error::GatewayError;
 use crate::headers::strip_hop_by_hop;
 use crate::metrics as m;
+use crate::metrics::tenant::ByTenant;
 use balance::{Balancer, Change, Clock, Health};
 use retry::Outcome;
 
@@ -68,8 +69,8 @@ pub struct Routed {
     ttfb: metrics::Histogram,
     balancer: Balancer,
     targets: Box<[TargetState]>,
-    /// `toolgate_tokens_total` (input, output) by tenant name.
-    tokens: HashMap<Arc<str>, [metrics::Counter; 2]>,
+    /// `toolgate_tokens_total` (input, output) by `tenant` label.
+    tokens: ByTenant<[metrics::Counter; 2]>,
 }
 
 /// One target's health and metric handles.
@@ -88,10 +89,7 @@ impl AsRef<Health> for TargetState {
 impl Routed {
     fn new(provider: &Provider, book: &HealthBook, workers: usize, tenants: &[Arc<str>]) -> Self {
         let name = provider.name.clone();
-        let tokens = tenants
-            .iter()
-            .map(|t| (t.clone(), token_counters(&name, t)))
-            .collect();
+        let tokens = ByTenant::new(tenants, |t| token_counters(&name, t));
         let targets = provider
             .targets
             .iter()
@@ -434,9 +432,11 @@ impl Upstreams {
             })
         });
         let (outcome, result) = self.reach(provider, routed, i, req).await;
-        let tokens = scope.map(|s| match routed.tokens.get(&s.tenant) {
-            Some(counters) => counters.clone(),
-            None => token_counters(&provider.name, &s.tenant),
+        let tokens = scope.map(|s| {
+            let label = crate::metrics::tenant::label(Some(&s.tenant));
+            routed
+                .tokens
+                .get(label, |t| token_counters(&provider.name, t))
         });
         match result {
             Ok(response) => (

@@ -6,6 +6,8 @@
 //!   key itself, shown this once.
 //! - `GET /toolgate/api/keys` and `GET /toolgate/api/keys/{id}`: an admin
 //!   key sees every key, a client key its own tenant's; never a secret.
+//!   A key of a tenant the config names shows that tenant's policy
+//!   (`tenant_policy`) and how it combines with the key's: both apply.
 //! - `PATCH /toolgate/api/keys/{id}` (admin): the members given replace the
 //!   key's (`null` removes one); `DELETE /toolgate/api/keys/{id}` (admin)
 //!   revokes it.
@@ -114,6 +116,22 @@ async fn view(keys: &ManagedKeys, row: &KeyRow) -> Result<Value, GatewayError> {
             json!({"since": time(Some(since)), "usd": usd, "tokens": tokens})
         }
     };
+    let config = keys.config();
+    let configured = config
+        .server
+        .auth
+        .as_ref()
+        .and_then(|a| a.tenant_named(&row.tenant));
+    let tenant_policy = configured.map_or(Value::Null, |t| {
+        json!({
+            "models": t.model_patterns(),
+            "gateway_tools": t.tool_entries(),
+            "applies": format!(
+                "both: the config names tenant `{}`, so a request of this key needs a model that the tenant's models and the key's allow, is offered only the gateway tools that both name, and is held to the tenant's limits and budget as well as the key's own",
+                t.name
+            ),
+        })
+    });
     Ok(json!({
         "id": row.id,
         "tenant": row.tenant,
@@ -127,6 +145,7 @@ async fn view(keys: &ManagedKeys, row: &KeyRow) -> Result<Value, GatewayError> {
         "limits": policy.limits,
         "budget": policy.budget,
         "spent_this_period": spent,
+        "tenant_policy": tenant_policy,
     }))
 }
 

@@ -209,7 +209,7 @@ impl ServerHandler for McpDoor {
         };
         let mut recorder = record(&runtime, &caller, &report, &cx).await;
         let scope = crate::telemetry::scope::Scope {
-            tenant: caller.tenant.name.clone(),
+            tenant: caller.tenant.clone(),
             trace: caller.trace.clone(),
             meter: None,
         };

@@ -426,7 +426,9 @@ mod tests {
             json!({"type": "error", "error": {"type": "invalid_request_error", "message": "tools.0.type: nope"}})
         );
         assert_eq!(
-            error_type(&GatewayError::Unauthorized),
+            error_type(&GatewayError::Unauthorized(
+                crate::error::KeyRefused::Unknown
+            )),
             "authentication_error"
         );
         assert_eq!(

@@ -21,8 +21,8 @@ use crate::metrics::request::{self as m, ProviderMetrics, ROUTES};
 pub struct RequestLog {
     /// The routed provider's handles; `None` until routing succeeds.
     pub provider: Option<Arc<ProviderMetrics>>,
-    /// The key's identity, once the key was checked.
-    pub tenant: Option<Arc<str>>,
+    /// The key's tenant, once the key was checked.
+    pub tenant: Option<Arc<crate::config::Tenant>>,
     pub model: String,
     /// The upstream target and attempts.
     pub attempted: Attempted,
@@ -159,7 +159,7 @@ impl Drop for RequestLog {
                 crate::telemetry::server_span::Ended {
                     status: self.status,
                     provider: &provider.name,
-                    tenant: self.tenant.as_deref(),
+                    tenant: self.tenant.as_ref().map(|t| &*t.name),
                     model: &self.model,
                     error: error.as_deref(),
                 },
@@ -170,7 +170,7 @@ impl Drop for RequestLog {
         crate::log_writer::request(RequestLine {
             at: std::time::SystemTime::now(),
             provider: provider.name.clone(),
-            tenant: self.tenant.take(),
+            tenant: self.tenant.take().map(|t| t.name.clone()),
             model: std::mem::take(&mut self.model),
             target: self.attempted.target.take(),
             attempts: self.attempted.attempts,

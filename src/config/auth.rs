@@ -27,9 +27,13 @@ pub const ANONYMOUS: &str = "anonymous";
 pub struct Tenant {
     /// Names it in logs, in the transcript API and in stored rows.
     pub name: Arc<str>,
-    /// `models`: globs over the requested `model`, compiled and as
-    /// written; `None` allows any.
-    models: Option<(GlobSet, Vec<String>)>,
+    /// Its `tenant` label in metrics: its name, unless whoever made it
+    /// (a managed key past `metrics::tenant`'s bound) said otherwise.
+    label: Arc<str>,
+    /// `models`: lists of globs over the requested `model`, compiled and
+    /// as written, each of which must allow a model (the config's, then a
+    /// managed key's own); none allows any.
+    models: Vec<(GlobSet, Vec<String>)>,
     /// `gateway_tools`: the entries (as a provider's `gateway_tools` names
     /// them) this tenant may be offered; `None` allows all.
     gateway_tools: Option<HashSet<String>>,
@@ -44,7 +48,8 @@ impl Tenant {
         ANON.get_or_init(|| {
             Arc::new(Tenant {
                 name: ANONYMOUS.into(),
-                models: None,
+                label: ANONYMOUS.into(),
+                models: Vec::new(),
                 gateway_tools: None,
                 quota: Quota::default(),
             })
@@ -52,14 +57,68 @@ impl Tenant {
         .clone()
     }
 
-    /// Whether the tenant may ask for `model` (as the client wrote it).
+    /// Whether the tenant may ask for `model` (as the client wrote it):
+    /// every `models` list allows it.
     pub fn allows_model(&self, model: &str) -> bool {
-        self.models.as_ref().is_none_or(|(m, _)| m.is_match(model))
+        self.models.iter().all(|(m, _)| m.is_match(model))
     }
 
-    /// The `models` globs as written, when the tenant is limited to some.
-    pub fn model_patterns(&self) -> Option<&[String]> {
-        self.models.as_ref().map(|(_, written)| written.as_slice())
+    /// The narrowest `models` globs as written (a managed key's own when
+    /// it has some), those the lists before it allow too; `None` when the
+    /// tenant is limited to none.
+    pub fn model_patterns(&self) -> Option<Vec<&str>> {
+        let ((_, last), before) = self.models.split_last()?;
+        Some(
+            last.iter()
+                .filter(|p| before.iter().all(|(m, _)| m.is_match(p.as_str())))
+                .map(String::as_str)
+                .collect(),
+        )
+    }
+
+    /// The `gateway_tools` entries it may be offered, sorted; `None`: all.
+    pub fn tool_entries(&self) -> Option<Vec<&str>> {
+        let mut entries: Vec<&str> = self
+            .gateway_tools
+            .as_ref()?
+            .iter()
+            .map(String::as_str)
+            .collect();
+        entries.sort_unstable();
+        Some(entries)
+    }
+
+    /// Its `tenant` label in metrics (read through `metrics::tenant`).
+    pub fn label(&self) -> &Arc<str> {
+        &self.label
+    }
+
+    /// The same tenant labelled `label` in metrics.
+    #[must_use]
+    pub fn labelled(mut self, label: Arc<str>) -> Tenant {
+        self.label = label;
+        self
+    }
+
+    /// This tenant as one of its managed keys narrows it: its name, label
+    /// and limits, with the models it allows also allowed by `models`, and
+    /// only those of its tool entries `gateway_tools` names too.
+    pub fn narrowed(
+        &self,
+        models: Option<(GlobSet, Vec<String>)>,
+        gateway_tools: Option<&HashSet<String>>,
+    ) -> Tenant {
+        let gateway_tools = match (&self.gateway_tools, gateway_tools) {
+            (Some(own), Some(key)) => Some(own.intersection(key).cloned().collect()),
+            (own, key) => own.clone().or_else(|| key.cloned()),
+        };
+        Tenant {
+            name: self.name.clone(),
+            label: self.label.clone(),
+            models: self.models.iter().cloned().chain(models).collect(),
+            gateway_tools,
+            quota: self.quota.clone(),
+        }
     }
 
     /// Whether the tenant may be offered the tools of this `gateway_tools`
@@ -131,27 +190,36 @@ impl Auth {
         self.keys.iter().map(|(_, t)| t).find(|t| &*t.name == name)
     }
 
-    /// A tenant the config does not name, for managed keys: `models` and
-    /// `gateway_tools` as the key says.
+    /// The tenant of a managed key of tenant `name` with its own `models`
+    /// and `gateway_tools`: the configured tenant of that name narrowed by
+    /// them (its limits stay the tenant's, all its keys together), or,
+    /// when the config does not name it, a tenant of the key's own policy.
     pub fn managed_tenant(
         &self,
         name: &str,
         models: Option<&[String]>,
         gateway_tools: Option<&[String]>,
     ) -> Result<Tenant, ConfigError> {
-        check_name("tenant", name)?;
+        let configured = self.tenant_named(name);
+        if configured.is_none() {
+            check_name("tenant", name)?;
+        }
         let models = models
             .map(|globs| model_globs("models", globs).map(|set| (set, globs.to_vec())))
             .transpose()?;
         let gateway_tools = gateway_tools
             .map(|list| self.tool_entries("gateway_tools", list))
             .transpose()?;
-        Ok(Tenant {
+        let unconfigured = Tenant {
             name: name.into(),
-            models,
-            gateway_tools,
+            label: name.into(),
+            models: Vec::new(),
+            gateway_tools: None,
             quota: Quota::default(),
-        })
+        };
+        Ok(configured
+            .map_or(&unconfigured, |t| &**t)
+            .narrowed(models, gateway_tools.as_ref()))
     }
 
     /// `list`, each entry checked against the config's gateway tools.
@@ -233,7 +301,8 @@ fn auth_from(
         for key in env_keys("server.auth.api_keys_env", var)? {
             let tenant = Arc::new(Tenant {
                 name: key_tenant_name(&key).into(),
-                models: None,
+                label: key_tenant_name(&key).into(),
+                models: Vec::new(),
                 gateway_tools: None,
                 quota: Quota::default(),
             });
@@ -266,7 +335,8 @@ fn auth_from(
         let quota = super::limits::quota(&path, entry.limits.as_ref(), entry.budget.as_ref())?;
         let tenant = Arc::new(Tenant {
             name: name.into(),
-            models,
+            label: name.into(),
+            models: models.into_iter().collect(),
             gateway_tools,
             quota,
         });

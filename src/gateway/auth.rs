@@ -8,8 +8,8 @@ use http::{Request, header};
 
 use crate::api::transcripts::{Reader, Viewer};
 use crate::config::{Caller, Config, Tenant};
-use crate::error::GatewayError;
-use crate::keys::ManagedKeys;
+use crate::error::{GatewayError, KeyRefused};
+use crate::keys::{Lookup, ManagedKeys};
 use crate::limiter::Share;
 
 /// Who a `/v1` request comes from.
@@ -23,7 +23,8 @@ pub struct Identity {
 
 /// The tenant of a `/v1` request: a static key's (`[server.auth]`), else a
 /// managed key's. Admin keys read transcripts and make keys; they do not
-/// call models.
+/// call models, and are told so. A revoked or expired managed key is told
+/// which; any other key gets the one message a missing key gets.
 pub fn tenant<B>(
     config: &Config,
     keys: Option<&ManagedKeys>,
@@ -36,24 +37,37 @@ pub fn tenant<B>(
             managed_id: None,
         });
     };
-    let key = presented(req).ok_or(GatewayError::Unauthorized)?;
+    let key = presented(req).ok_or(GatewayError::Unauthorized(KeyRefused::Unknown))?;
     match auth.identify(key) {
         Some(Caller::Client(tenant)) => Ok(Identity {
             tenant,
             share: None,
             managed_id: None,
         }),
-        Some(Caller::Admin) => Err(GatewayError::Unauthorized),
-        None => {
-            let managed = keys
-                .and_then(|k| k.identify(key))
-                .ok_or(GatewayError::Unauthorized)?;
-            Ok(Identity {
+        Some(Caller::Admin) => Err(GatewayError::Unauthorized(KeyRefused::AdminKey)),
+        None => match keys.map_or(Lookup::Unknown, |k| k.look_up(key)) {
+            Lookup::InForce(managed) => Ok(Identity {
                 tenant: managed.tenant.clone(),
                 share: Some(managed.share.clone()),
                 managed_id: Some(managed.id.clone()),
-            })
-        }
+            }),
+            gone => Err(GatewayError::Unauthorized(refused(&gone))),
+        },
+    }
+}
+
+/// What a managed key that is not in force is told (times as the keys
+/// API writes them).
+fn refused(lookup: &Lookup) -> KeyRefused {
+    let time = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+            .unwrap_or_default()
+    };
+    match lookup {
+        Lookup::Revoked(at) => KeyRefused::Revoked(time(*at)),
+        Lookup::Expired(at) => KeyRefused::Expired(time(*at)),
+        Lookup::InForce(_) | Lookup::Unknown => KeyRefused::Unknown,
     }
 }
 
@@ -66,7 +80,13 @@ pub fn reader<B>(
     req: &Request<B>,
 ) -> Result<Reader, GatewayError> {
     let key = presented(req).unwrap_or_default();
-    let viewer = viewer_of(config, keys, key).ok_or(GatewayError::Unauthorized)?;
+    let viewer = viewer_of(config, keys, key).ok_or_else(|| {
+        let lookup = match (&config.server.auth, keys) {
+            (Some(_), Some(keys)) if !key.is_empty() => keys.look_up(key),
+            _ => Lookup::Unknown,
+        };
+        GatewayError::Unauthorized(refused(&lookup))
+    })?;
     Ok(Reader {
         viewer,
         key: stream_key(config, req),

@@ -28,7 +28,7 @@ pub(super) fn list_models(config: &Config, tenant: &Tenant) -> Response<Body> {
         }
     }
     for pattern in tenant.model_patterns().unwrap_or_default() {
-        let listed = data.iter().any(|d| d["id"] == pattern.as_str());
+        let listed = data.iter().any(|d| d["id"] == pattern);
         if !listed && let Some(route) = router::route(&config.providers, pattern) {
             data.push(entry(pattern, &route.provider.name));
         }

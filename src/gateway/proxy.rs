@@ -21,6 +21,10 @@ use crate::limiter::Limiter;
 use crate::router;
 use crate::runtime::Runtime;
 
+/// A `/v1` request of `who`, routed and sent; `rate_headers` gets what its
+/// admission says of its limits, for its answer whatever it is (an error
+/// too: the caller shapes it).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn proxy<B>(
     runtime: &Arc<Runtime>,
     limits: &Limits,
@@ -29,6 +33,7 @@ pub(super) async fn proxy<B>(
     req: Request<B>,
     who: &super::auth::Identity,
     log: &mut RequestLog,
+    rate_headers: &mut Vec<(header::HeaderName, header::HeaderValue)>,
 ) -> Result<Response<Body>, GatewayError>
 where
     B: HttpBody<Data = Bytes>,
@@ -110,6 +115,8 @@ where
         }
     };
     log.admission = Some(Guard::new(admission.clone()));
+    // Its answer, whatever it is, says what its limits have left.
+    *rate_headers = admission.rate_headers();
     Box::pin(crate::telemetry::scope::with_meter(
         admission,
         attempt_in_turn(

@@ -1,6 +1,7 @@
 //! What a managed key is made with besides its name: `models` and
 //! `gateway_tools` (its tenant's policy when the config does not name the
-//! tenant), `limits` and `budget` (its own share), as the API took them.
+//! tenant, a narrowing of the config's when it does), `limits` and `budget`
+//! (its own share), as the API took them.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -12,7 +13,7 @@ use crate::error::GatewayError;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
-    /// Globs over the requested model (when the config does not name the tenant).
+    /// Globs over the requested model (within the config's, when it names the tenant).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub models: Option<Vec<String>>,
     /// Gateway tools it may be offered (likewise).

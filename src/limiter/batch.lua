@@ -26,10 +26,14 @@
 --     KEYS: record, then per subject: tokens TAT, in-flight set, budget
 --     spent, budget held
 -- Returns, per admission in order, {verdict, subject (1-based), wait µs,
---   requests remaining, requests reset µs, tokens remaining, tokens reset
---   µs}; verdict 0 admitted, 1 budget, 2 concurrency, 3 requests, 4 tokens,
---   5 the period's spend is unknown (nothing taken), 6 released already
---   (nothing taken), 7 budget held by requests in flight.
+--   requests limit, requests remaining, requests reset µs, tokens limit,
+--   tokens remaining, tokens reset µs}; verdict 0 admitted, 1 budget, 2
+--   concurrency, 3 requests, 4 tokens, 5 the period's spend is unknown
+--   (nothing taken), 6 released already (nothing taken), 7 budget held by
+--   requests in flight. A limit of 0: none. A refusal reads the refusing
+--   subject's limits before the request; an admission, after it was taken,
+--   the tightest of its subjects' (least remaining, then latest reset): the
+--   client's `x-ratelimit-*` headers, with no call of their own.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local MINUTE = 60000000
@@ -67,7 +71,7 @@ local function admit(member, n, reserved)
     subjects[i] = s
   end
   if redis.call('GET', record) == 'x' then
-    return {6, 0, 0, 0, 0, 0, 0}
+    return {6, 0, 0, 0, 0, 0, 0, 0, 0}
   end
   for _, s in ipairs(subjects) do
     s.r_tat = math.max(tonumber(redis.call('GET', s.keys[1]) or '0'), now)
@@ -86,7 +90,7 @@ local function admit(member, n, reserved)
 
   for i, s in ipairs(subjects) do
     local function refuse(verdict, wait)
-      return {verdict, i, wait, s.r_remaining, s.r_reset, s.t_remaining, s.t_reset}
+      return {verdict, i, wait, s.rpm, s.r_remaining, s.r_reset, s.tpm, s.t_remaining, s.t_reset}
     end
     if s.budget > 0 then
       local spent = redis.call('GET', s.keys[4])
@@ -125,17 +129,35 @@ local function admit(member, n, reserved)
   end
 
   local settled = false -- whether the request's end has anything to settle
+  local rl, rr, rs, tl, tr, ts = 0, 0, 0, 0, 0, 0 -- the tightest readings
+  local function tighter(remaining, reset, was_limit, was_remaining, was_reset)
+    return was_limit == 0 or remaining < was_remaining
+      or (remaining == was_remaining and reset > was_reset)
+  end
   for _, s in ipairs(subjects) do
     settled = settled or s.conc > 0 or s.tpm > 0 or s.budget > 0
     if s.rpm > 0 then
-      set_tat(s.keys[1], s.r_tat + s.interval)
+      local tat = s.r_tat + s.interval
+      set_tat(s.keys[1], tat)
+      local remaining = math.floor(math.max(now + s.rpm * s.interval - tat, 0) / s.interval)
+      if tighter(remaining, tat - now, rl, rr, rs) then
+        rl, rr, rs = s.rpm, remaining, tat - now
+      end
     end
     if s.conc > 0 then
       redis.call('ZADD', s.keys[3], now + lease, member)
       redis.call('PEXPIRE', s.keys[3], lease_ms)
     end
-    if s.tpm > 0 and reserved > 0 then
-      set_tat(s.keys[2], now + s.t_used + cost(reserved, s.tpm))
+    if s.tpm > 0 then
+      local used = s.t_used
+      if reserved > 0 then
+        used = used + cost(reserved, s.tpm)
+        set_tat(s.keys[2], now + used)
+      end
+      local remaining = math.floor(math.max(MINUTE - used, 0) * s.tpm / MINUTE)
+      if tighter(remaining, used, tl, tr, ts) then
+        tl, tr, ts = s.tpm, remaining, used
+      end
     end
     if s.budget > 0 and tonumber(s.rspend) > 0 then
       redis.call('INCRBYFLOAT', s.keys[5], s.rspend)
@@ -145,7 +167,7 @@ local function admit(member, n, reserved)
   if settled then
     redis.call('SET', record, 'h', 'PX', lease_ms)
   end
-  return {0, 0, 0, 0, 0, 0, 0}
+  return {0, 0, 0, rl, rr, rs, tl, tr, ts}
 end
 
 -- A request's end, for each of its subjects: its concurrency slot freed,

@@ -109,7 +109,24 @@ impl Counters {
                 state.held += budget.reserve;
             }
         }
-        Verdict::Admitted
+        // What is left once the request was taken, as the headers show it.
+        let readings = check
+            .subjects
+            .iter()
+            .map(|subject| {
+                let state = &subjects[subject.counter];
+                let quota = subject.quota;
+                Readings {
+                    requests: quota
+                        .requests_per_minute
+                        .map(|n| gcra::peek_requests(state.requests_tat, now, u64::from(n.get()))),
+                    tokens: quota
+                        .tokens_per_minute
+                        .map(|n| token_reading(state.tokens_tat, now, n.get())),
+                }
+            })
+            .fold(Readings::default(), Readings::tighter);
+        Verdict::Admitted { readings }
     }
 
     /// Frees the request's slots and replaces its reservation by what it
@@ -219,7 +236,7 @@ mod tests {
                 .filter(|_| {
                     matches!(
                         counters.admit(&check(&quota, b, "m"), NOW),
-                        Verdict::Admitted
+                        Verdict::Admitted { .. }
                     )
                 })
                 .count()
@@ -233,7 +250,7 @@ mod tests {
         assert_eq!(
             burst
                 .iter()
-                .filter(|v| matches!(v, Verdict::Admitted))
+                .filter(|v| matches!(v, Verdict::Admitted { .. }))
                 .count(),
             3,
             "budget"
@@ -250,7 +267,7 @@ mod tests {
             counters.settle(&settle(&unlimited, 40.0, 29), NOW);
         }
         let next = || counters.admit(&check(&unlimited, Some(budget), "m"), NOW);
-        assert!(matches!(next(), Verdict::Admitted));
+        assert!(matches!(next(), Verdict::Admitted { .. }));
         counters.settle(&settle(&unlimited, 40.0, 29), NOW);
         assert!(matches!(
             next(),

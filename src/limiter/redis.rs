@@ -45,8 +45,9 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 const MAX_UNSETTLED: usize = 10_000;
 /// The most ops one script call carries; more wait for the next.
 const MAX_BATCH: usize = 256;
-/// An admission's reply: verdict, subject, wait and four readings.
-const REPLY_LEN: usize = 7;
+/// An admission's reply: verdict, subject, wait and two readings of
+/// three numbers (limit, remaining, reset).
+const REPLY_LEN: usize = 9;
 const RUNNING: &str = "a running lane stays in the map";
 
 pub(super) struct Counters {
@@ -284,18 +285,32 @@ impl Counters {
             verdict,
             subject,
             wait,
+            r_limit,
             r_remaining,
             r_reset,
+            t_limit,
             t_remaining,
             t_reset,
         ] = reply;
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        let reading = |limit: i64, remaining: i64, reset: i64| {
+            (limit > 0).then(|| Reading {
+                limit: n(limit),
+                remaining: n(remaining),
+                reset_us: n(reset),
+            })
+        };
+        let readings = Readings {
+            requests: reading(r_limit, r_remaining, r_reset),
+            tokens: reading(t_limit, t_remaining, t_reset),
+        };
         let index = usize::try_from(subject - 1).unwrap_or(usize::MAX);
-        let Some(refusing) = check.subjects.get(index) else {
+        if index >= check.subjects.len() {
             return match verdict {
-                0 => Ok(Verdict::Admitted),
+                0 => Ok(Verdict::Admitted { readings }),
                 _ => Err(RedisFailure::Reply(reply.to_vec())),
             };
-        };
+        }
         let limit = match verdict {
             1 => Limit::Budget,
             2 => Limit::Concurrency,
@@ -305,24 +320,11 @@ impl Counters {
             7 => Limit::Reserved,
             _ => return Err(RedisFailure::Reply(reply.to_vec())),
         };
-        let n = |v: i64| u64::try_from(v).unwrap_or(0);
-        let quota = refusing.quota;
         Ok(Verdict::Refused {
             subject: index,
             limit,
             wait_us: (wait >= 0).then(|| n(wait)),
-            readings: Readings {
-                requests: quota.requests_per_minute.map(|limit| Reading {
-                    limit: u64::from(limit.get()),
-                    remaining: n(r_remaining),
-                    reset_us: n(r_reset),
-                }),
-                tokens: quota.tokens_per_minute.map(|limit| Reading {
-                    limit: limit.get(),
-                    remaining: n(t_remaining),
-                    reset_us: n(t_reset),
-                }),
-            },
+            readings,
         })
     }
 

@@ -5,10 +5,12 @@
 //! dozen metrics, so each config registers its providers' handles up front
 //! ([`ProviderMetrics`]), and a request only increments them.
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use metrics::{Counter, Gauge, Histogram};
+
+use super::tenant::ByTenant;
+use crate::config::Tenant;
 
 use super::{
     ACTIVE_REQUESTS, ACTIVE_STREAMS, BYTES_IN, BYTES_OUT, REQUEST_DURATION, REQUESTS,
@@ -49,18 +51,15 @@ pub fn route_of(path: &str) -> usize {
 
 /// One provider's handles. Requests that never reached a provider (bad
 /// input, unknown model) are counted under `provider="none"`. Requests are
-/// labelled with their tenant: one of the config's (a bounded set, known
-/// when the config is read), `none` before a key was accepted, `other`
-/// for any other name.
+/// labelled with their tenant by [`super::tenant`]'s rule, the one every
+/// series with a `tenant` label follows.
 pub struct ProviderMetrics {
     pub name: Arc<str>,
     bytes_in: Counter,
     bytes_out: Counter,
     /// Time to the first token of a streamed answer.
     ttft: Histogram,
-    tenants: HashMap<Arc<str>, TenantRoutes>,
-    other: TenantRoutes,
-    unknown: TenantRoutes,
+    tenants: ByTenant<Arc<TenantRoutes>>,
 }
 
 /// A tenant's routes, each registered on its first request.
@@ -81,62 +80,34 @@ struct RouteMetrics {
     ok: Counter,
 }
 
-/// The `tenant` label of requests no key was accepted for.
-const NO_TENANT: &str = "none";
-/// The `tenant` label of a name the config does not list.
-const OTHER_TENANT: &str = "other";
-
 impl ProviderMetrics {
-    /// The handles of provider `name`, for the config's `tenants`.
-    pub fn new(name: &str, tenants: &[Arc<str>]) -> Self {
+    /// The handles of provider `name`, for the config's tenants' `labels`.
+    pub fn new(name: &str, labels: &[Arc<str>]) -> Self {
         let label = name.to_owned();
         ProviderMetrics {
             name: Arc::from(name),
             bytes_in: metrics::counter!(BYTES_IN, "provider" => label.clone()),
             bytes_out: metrics::counter!(BYTES_OUT, "provider" => label.clone()),
             ttft: metrics::histogram!(TIME_TO_FIRST_TOKEN, "provider" => label),
-            tenants: tenants
-                .iter()
-                .map(|t| (t.clone(), TenantRoutes::default()))
-                .collect(),
-            other: TenantRoutes::default(),
-            unknown: TenantRoutes::default(),
+            tenants: ByTenant::new(labels, |_| Arc::default()),
         }
     }
 
-    fn route(&self, route: usize, tenant: Option<&str>) -> &RouteMetrics {
-        let (routes, label) = match tenant {
-            None => (&self.unknown, NO_TENANT),
-            Some(name) => match self.tenants.get_key_value(name) {
-                Some((known, routes)) => (routes, &**known),
-                None => (&self.other, OTHER_TENANT),
-            },
-        };
-        routes.0[route].get_or_init(|| {
-            let (provider, route, tenant) = (self.name.to_string(), ROUTES[route], label.to_owned());
+    /// Records one finished request.
+    pub fn record(&self, done: &Finished<'_>) {
+        let label = super::tenant::label(done.tenant);
+        let routes = self.tenants.get(label, |_| Arc::default());
+        let handles = routes.0[done.route].get_or_init(|| {
+            let (provider, route, tenant) = (self.name.to_string(), ROUTES[done.route], label.to_owned());
             RouteMetrics {
                 duration: metrics::histogram!(REQUEST_DURATION, "provider" => provider.clone(), "route" => route, "tenant" => tenant.clone()),
                 ok: metrics::counter!(REQUESTS, "provider" => provider, "route" => route, "status" => "200", "tenant" => tenant),
             }
-        })
-    }
-
-    /// The `tenant` label `tenant` is counted under.
-    fn tenant_label(&self, tenant: Option<&str>) -> String {
-        match tenant {
-            None => NO_TENANT.to_owned(),
-            Some(name) if self.tenants.contains_key(name) => name.to_owned(),
-            Some(_) => OTHER_TENANT.to_owned(),
-        }
-    }
-
-    /// Records one finished request of `tenant` (`None`: no key accepted).
-    pub fn record(&self, done: &Finished<'_>) {
-        let handles = self.route(done.route, done.tenant);
+        });
         if done.status == 200 {
             handles.ok.increment(1);
         } else {
-            metrics::counter!(REQUESTS, "provider" => self.name.to_string(), "route" => ROUTES[done.route], "status" => done.status.to_string(), "tenant" => self.tenant_label(done.tenant))
+            metrics::counter!(REQUESTS, "provider" => self.name.to_string(), "route" => ROUTES[done.route], "status" => done.status.to_string(), "tenant" => label.to_owned())
                 .increment(1);
         }
         handles.duration.record(done.seconds);
@@ -155,7 +126,8 @@ impl ProviderMetrics {
 /// A finished request, as its metrics record it.
 pub struct Finished<'a> {
     pub route: usize,
-    pub tenant: Option<&'a str>,
+    /// `None`: no key was accepted.
+    pub tenant: Option<&'a Tenant>,
     pub status: u16,
     pub seconds: f64,
     pub bytes_in: u64,

@@ -591,12 +591,13 @@ impl Db {
         self.notify_keys(&key.id).await
     }
 
-    /// Every managed key not revoked.
+    /// Every managed key, the revoked ones too (a revoked key's refusal
+    /// says so), oldest first.
     pub async fn keys(&self) -> Result<Vec<KeyRow>, sqlx::Error> {
         let rows = on_pool!(self, pool => {
             sqlx::query(
-                "SELECT id, tenant, name, prefix, key_sha256, policy_json, created_at, expires_at, last_used_at \
-                 FROM api_keys WHERE revoked_at IS NULL ORDER BY created_at, id",
+                "SELECT id, tenant, name, prefix, key_sha256, policy_json, created_at, expires_at, last_used_at, revoked_at \
+                 FROM api_keys ORDER BY created_at, id",
             )
             .fetch_all(pool)
             .await?
@@ -612,6 +613,7 @@ impl Db {
                     created_at: row.try_get("created_at")?,
                     expires_at: row.try_get("expires_at")?,
                     last_used_at: row.try_get("last_used_at")?,
+                    revoked_at: row.try_get("revoked_at")?,
                 })
             })
             .collect::<Result<Vec<_>, _>>()?

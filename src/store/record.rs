@@ -274,6 +274,8 @@ pub struct KeyRow {
     pub created_at: i64,
     pub expires_at: Option<i64>,
     pub last_used_at: Option<i64>,
+    /// When it was revoked; `None` while it is in force.
+    pub revoked_at: Option<i64>,
 }
 
 /// What usage can be grouped by.

@@ -13,7 +13,8 @@ use crate::config::limits::Price;
 
 #[derive(Clone, Debug)]
 pub struct Scope {
-    pub tenant: Arc<str>,
+    /// Whose request it is (its token counters' `tenant` label).
+    pub tenant: Arc<crate::config::Tenant>,
     /// `None` without `[telemetry]`.
     pub trace: Option<Context>,
     /// `None` until the request is admitted by its tenant's limits.

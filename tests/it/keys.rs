@@ -441,3 +441,209 @@ async fn keys_in_a_key_file_are_read_again_on_reload() {
     assert_eq!(chat(&base, "file-key-3", "m").await, 200);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A gateway with [`AUTH`] in front of `mock`, whose answers cost $0.50
+/// (10 input and 20 output tokens), keys kept in SQLite.
+async fn priced_gateway(mock: &Mock) -> common::TestGateway {
+    TestConfig::new()
+        .server(AUTH)
+        .up(
+            &mock.url(),
+            "[providers.pricing]\n\"*\" = { input = 10000, output = 20000 }\n",
+        )
+        .raw("[store]\nurl = \"sqlite::memory:\"\n")
+        .start()
+        .await
+}
+
+/// The lines of `/metrics` naming `tenant`.
+async fn series_of(base: &str, tenant: &str) -> Vec<String> {
+    let label = format!("tenant=\"{tenant}\"");
+    common::get(&format!("{base}/metrics"))
+        .await
+        .text()
+        .lines()
+        .filter(|l| l.starts_with("toolgate_") && l.contains(&label))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A managed key's tenant reads the same in every series with a `tenant`
+/// label: its requests, tokens, cost and refusals, whether the config
+/// names the tenant or not (a dashboard's tenant variable comes from
+/// `toolgate_requests_total`).
+#[tokio::test]
+async fn a_managed_keys_tenant_has_one_label_in_every_series() {
+    keys();
+    let mock = upstream().await;
+    let gw = priced_gateway(&mock).await;
+    let (base, api) = (gw.url(""), gw.url("/toolgate/api/keys"));
+    let made = call(
+        Method::POST,
+        &api,
+        "admin-key",
+        Some(json!({"tenant": "labels-x", "name": "one", "limits": {"requests_per_minute": 1}})),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let secret = made.json()["key"].as_str().unwrap().to_owned();
+    assert_eq!(chat(&base, &secret, "m").await, 200);
+    assert_eq!(chat(&base, &secret, "m").await, 429);
+
+    let series = series_of(&base, "labels-x").await;
+    let has = |prefix: &str, value: &str| {
+        assert!(
+            series
+                .iter()
+                .any(|l| l.starts_with(prefix) && l.ends_with(&format!(" {value}"))),
+            "no {prefix} … {value} in {series:#?}"
+        );
+    };
+    has(
+        r#"toolgate_requests_total{provider="up",route="chat_completions",status="200",tenant="labels-x"}"#,
+        "1",
+    );
+    has(
+        r#"toolgate_requests_total{provider="none",route="chat_completions",status="429",tenant="labels-x"}"#,
+        "1",
+    );
+    has(
+        r#"toolgate_tokens_total{provider="up",tenant="labels-x",kind="input"}"#,
+        "10",
+    );
+    has(
+        r#"toolgate_cost_usd_total{provider="up",tenant="labels-x"}"#,
+        "0.5",
+    );
+    has(
+        r#"toolgate_rate_limited_total{tenant="labels-x",limit="requests"}"#,
+        "1",
+    );
+    // Nothing of it went to `other`.
+    let metrics = common::get(&format!("{base}/metrics")).await.text();
+    assert!(
+        !metrics.contains(r#"tenant="other""#),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("other"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// A key's refusal says why to whoever holds the key: an admin key is not
+/// a client key (on `/v1` and on the MCP door), a revoked key was revoked,
+/// an expired one expired at its `expires_at`; a key toolgate never made,
+/// or none, is told nothing more than "missing or invalid". Every one is a
+/// `401` in OpenAI's shape (`authentication_error`, `invalid_api_key`), or
+/// Anthropic's on `/v1/messages`.
+#[tokio::test]
+async fn a_refused_key_is_told_why_and_an_unknown_one_nothing() {
+    keys();
+    let mock = upstream().await;
+    let gw = TestConfig::new()
+        .server(AUTH)
+        .up(&mock.url(), "")
+        .raw(
+            "[store]\nurl = \"sqlite::memory:\"\n[[http_tools]]\nname = \"Echo\"\ndescription = \"Echoes\"\n\
+             url = \"http://127.0.0.1:9/echo\"\nparameters = { type = \"object\" }\n[mcp_gateway]\n",
+        )
+        .start()
+        .await;
+    let (base, api) = (gw.url(""), gw.url("/toolgate/api/keys"));
+    let chat_url = format!("{base}/v1/chat/completions");
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let refused = async |url: &str, key: &str, body: Value| {
+        let r = call(Method::POST, url, key, Some(body)).await;
+        assert_eq!(r.status, 401, "{url} {key}: {}", r.text());
+        assert_eq!(r.headers["www-authenticate"], "Bearer");
+        r.json()
+    };
+    let openai = |v: &Value| -> String {
+        assert_eq!(v["error"]["type"], "authentication_error", "{v}");
+        assert_eq!(v["error"]["code"], "invalid_api_key", "{v}");
+        v["error"]["message"].as_str().unwrap().to_owned()
+    };
+    const UNKNOWN: &str = "Missing or invalid API key: send `Authorization: Bearer <key>`";
+
+    // An admin key, on every door.
+    let said = openai(&refused(&chat_url, "admin-key", body.clone()).await);
+    assert!(said.contains("admin key, not a client key"), "{said}");
+    let messages = refused(
+        &format!("{base}/v1/messages"),
+        "admin-key",
+        json!({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(messages["error"]["type"], "authentication_error");
+    assert!(
+        messages["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("admin key, not a client key"),
+        "{messages}"
+    );
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    let said = openai(&refused(&format!("{base}/mcp"), "admin-key", initialize.clone()).await);
+    assert!(said.contains("admin key, not a client key"), "{said}");
+
+    // Keys toolgate never made, and no key: nothing confirmed.
+    for key in [
+        "tg-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "not a key",
+        "",
+    ] {
+        assert_eq!(
+            openai(&refused(&chat_url, key, body.clone()).await),
+            UNKNOWN
+        );
+        assert_eq!(
+            openai(&refused(&format!("{base}/mcp"), key, initialize.clone()).await),
+            UNKNOWN
+        );
+    }
+
+    // A revoked key, on /v1, the MCP door and the API.
+    let made = call(
+        Method::POST,
+        &api,
+        "admin-key",
+        Some(json!({"tenant": "refusals", "name": "gone"})),
+    )
+    .await
+    .json();
+    let (secret, id) = (made["key"].as_str().unwrap(), made["id"].as_str().unwrap());
+    assert_eq!(chat(&base, secret, "m").await, 200);
+    let revoked = call(Method::DELETE, &format!("{api}/{id}"), "admin-key", None).await;
+    assert_eq!(revoked.status, 200);
+    let said = openai(&refused(&chat_url, secret, body.clone()).await);
+    assert!(said.starts_with("This API key was revoked at 20"), "{said}");
+    let said = openai(&refused(&format!("{base}/mcp"), secret, initialize.clone()).await);
+    assert!(said.contains("revoked"), "{said}");
+    let listed = call(Method::GET, &api, secret, None).await;
+    assert_eq!(listed.status, 401);
+    assert!(listed.text().contains("revoked at"), "{}", listed.text());
+
+    // An expired key, with its `expires_at` as the API shows it.
+    let at = (chrono::Utc::now() + chrono::Duration::milliseconds(1500)).to_rfc3339();
+    let made = call(
+        Method::POST,
+        &api,
+        "admin-key",
+        Some(json!({"tenant": "refusals", "name": "brief", "expires_at": at})),
+    )
+    .await
+    .json();
+    let secret = made["key"].as_str().unwrap();
+    let expires_at = made["expires_at"].as_str().unwrap();
+    assert_eq!(chat(&base, secret, "m").await, 200);
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let said = openai(&refused(&chat_url, secret, body.clone()).await);
+    assert_eq!(
+        said,
+        format!("This API key expired at {expires_at}; ask an admin for a new one")
+    );
+}

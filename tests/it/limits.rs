@@ -21,7 +21,7 @@ use http_body_util::Full;
 use serde_json::{Value, json};
 
 /// The tenants' keys, the same values every time they are set.
-const KEYS: [(&str, &str); 11] = [
+const KEYS: [(&str, &str); 12] = [
     ("LIMITS_TEST_ADMIN", "admin-key"),
     ("LIMITS_TEST_RPM", "rpm-key"),
     ("LIMITS_TEST_CONC", "conc-key"),
@@ -33,6 +33,7 @@ const KEYS: [(&str, &str); 11] = [
     ("LIMITS_TEST_BURST_BUDGET", "burst-budget-key"),
     ("LIMITS_TEST_BURST_TPM", "burst-tpm-key"),
     ("LIMITS_TEST_CONC4", "conc4-key"),
+    ("LIMITS_TEST_HEADERS", "headers-key"),
 ];
 
 fn keys() {
@@ -63,6 +64,8 @@ const AUTH: &str = "[server.auth]\nadmin_keys_env = \"LIMITS_TEST_ADMIN\"\n\
     [server.auth.keys.limits]\ntokens_per_minute = 100\n\
     [[server.auth.keys]]\nname = \"conc4\"\nkey_env = \"LIMITS_TEST_CONC4\"\n\
     [server.auth.keys.limits]\nmax_concurrent_requests = 4\n\
+    [[server.auth.keys]]\nname = \"headers\"\nkey_env = \"LIMITS_TEST_HEADERS\"\n\
+    [server.auth.keys.limits]\nrequests_per_minute = 5\ntokens_per_minute = 1000\n\
     [[server.auth.keys]]\nname = \"free\"\nkey_env = \"LIMITS_TEST_FREE\"\n";
 
 /// A request without `max_tokens` reserves this many output tokens.
@@ -1302,4 +1305,175 @@ async fn a_budget_outlives_an_emptied_redis_through_the_stores_usage_rows() {
     assert_eq!(r.json()["error"]["code"], "insufficient_quota");
     // Counted in Redis again from there: a tenant with spend left is served.
     assert_eq!(post(&url, "budget-key", &chat("m")).await.status, 200);
+}
+
+/// A `x-ratelimit-reset-*` duration (`12s`, `2.7s`, `1m2s`, `20ms`) in
+/// microseconds.
+fn reset_us(text: &str) -> u64 {
+    if let Some(ms) = text.strip_suffix("ms") {
+        return ms.parse::<u64>().unwrap() * 1_000;
+    }
+    let (minutes, seconds) = match text.split_once('m') {
+        Some((m, s)) => (m.parse::<u64>().unwrap(), s),
+        None => (0, text),
+    };
+    let seconds: f64 = seconds.strip_suffix('s').unwrap().parse().unwrap();
+    minutes * 60_000_000 + (seconds * 1e6).round() as u64
+}
+
+const RATE_HEADERS: [&str; 6] = [
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+];
+
+/// A key with 5 requests and 1,000 tokens a minute gets OpenAI's
+/// `x-ratelimit-*` headers on every answer, whole and streamed, saying
+/// what is left once the request was admitted (its reservation taken from
+/// the minute); a key without limits gets none. `urls` take turns.
+async fn every_answer_says_what_the_limits_have_left(urls: &[String]) {
+    let whole = chat("m");
+    let r = post(&urls[0], "headers-key", &whole).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // From rest: one request of 5 taken (one more each 12 s), and the
+    // reservation's tokens (a minute holds 1,000: 60 ms each).
+    let reserved = reservation(&whole) as u64;
+    assert_eq!(header(&r, "x-ratelimit-limit-requests"), "5");
+    assert_eq!(header(&r, "x-ratelimit-remaining-requests"), "4");
+    assert_eq!(header(&r, "x-ratelimit-reset-requests"), "12s");
+    assert_eq!(header(&r, "x-ratelimit-limit-tokens"), "1000");
+    assert_eq!(
+        header(&r, "x-ratelimit-remaining-tokens"),
+        (1000 - reserved).to_string()
+    );
+    assert_eq!(
+        reset_us(header(&r, "x-ratelimit-reset-tokens")),
+        reserved * 60_000
+    );
+
+    let mut streamed = chat("m");
+    streamed["stream"] = json!(true);
+    let r = post(&urls[1 % urls.len()], "headers-key", &streamed).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("[DONE]"), "{}", r.text());
+    assert_eq!(header(&r, "x-ratelimit-limit-requests"), "5");
+    assert_eq!(header(&r, "x-ratelimit-remaining-requests"), "3");
+    let reset = reset_us(header(&r, "x-ratelimit-reset-requests"));
+    assert!((23_000_000..=24_000_000).contains(&reset), "{reset}");
+    assert_eq!(header(&r, "x-ratelimit-limit-tokens"), "1000");
+    // The first request's tokens (its reservation, or the 30 it used once
+    // settled) and this one's reservation are gone from the minute.
+    let remaining: u64 = header(&r, "x-ratelimit-remaining-tokens").parse().unwrap();
+    let second = reservation(&streamed) as u64;
+    assert!(
+        (1000 - reserved - second..=1000 - 30 - second + 1).contains(&remaining),
+        "{remaining}"
+    );
+    let reset = reset_us(header(&r, "x-ratelimit-reset-tokens"));
+    assert!(
+        (1000 - remaining - 1) * 60_000 <= reset && reset <= (1000 - remaining) * 60_000,
+        "{reset}"
+    );
+
+    for body in [&whole, &streamed] {
+        let r = post(&urls[0], "free-key", body).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        for name in RATE_HEADERS {
+            assert!(
+                r.headers.get(name).is_none(),
+                "{name} for a key without limits"
+            );
+        }
+    }
+    // A key with other limits only (requests in flight) has none either.
+    let r = post(&urls[0], "conc-key", &whole).await;
+    assert_eq!(r.status, 200);
+    assert!(r.headers.get("x-ratelimit-limit-requests").is_none());
+}
+
+#[tokio::test]
+async fn every_answer_says_what_the_limits_have_left_in_memory() {
+    keys();
+    let mock = upstream().await;
+    let gw = gateway(&mock, DEFAULT_MAX_TOKENS).await;
+    every_answer_says_what_the_limits_have_left(&[gw.url("/v1/chat/completions")]).await;
+}
+
+#[tokio::test]
+async fn every_answer_says_what_the_limits_have_left_across_two_replicas() {
+    let redis = Redis::start();
+    let mock = upstream().await;
+    let [a, b] = replicas(&mock, &redis, ["deny", "deny"]);
+    every_answer_says_what_the_limits_have_left(&[
+        a.url("/v1/chat/completions"),
+        b.url("/v1/chat/completions"),
+    ])
+    .await;
+}
+
+/// Managed keys beside tenant `headers` (5 requests and 1,000 tokens a
+/// minute), with `limits` (`[server.limits]` lines) and a store for the keys.
+async fn managed_gateway(mock: &Mock, limits: &str) -> common::TestGateway {
+    TestConfig::new()
+        .server(&format!(
+            "[server.auth]\nadmin_keys_env = \"LIMITS_TEST_ADMIN\"\nmanaged_keys = true\n\
+             [[server.auth.keys]]\nname = \"headers\"\nkey_env = \"LIMITS_TEST_HEADERS\"\n\
+             [server.auth.keys.limits]\nrequests_per_minute = 5\ntokens_per_minute = 1000\n{limits}"
+        ))
+        .up(&mock.url(), DEFAULT_MAX_TOKENS)
+        .raw("[store]\nurl = \"sqlite::memory:\"\n")
+        .start()
+        .await
+}
+
+/// A managed key's own limit of 2 requests a minute, tighter than its
+/// tenant's 5, is what its headers show; the tokens, which only the
+/// tenant limits, are the tenant's.
+async fn a_keys_tighter_share_is_what_its_headers_show(gw: &common::TestGateway) {
+    let made = common::send(
+        Request::post(gw.url("/toolgate/api/keys"))
+            .header("authorization", "Bearer admin-key")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(
+                json!({"tenant": "headers", "name": "share",
+                       "limits": {"requests_per_minute": 2}})
+                .to_string(),
+            )))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let key = made.json()["key"].as_str().unwrap().to_owned();
+    let body = chat("m");
+    let r = post(&gw.url("/v1/chat/completions"), &key, &body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(header(&r, "x-ratelimit-limit-requests"), "2");
+    assert_eq!(header(&r, "x-ratelimit-remaining-requests"), "1");
+    assert_eq!(header(&r, "x-ratelimit-reset-requests"), "30s");
+    assert_eq!(header(&r, "x-ratelimit-limit-tokens"), "1000");
+    assert_eq!(
+        header(&r, "x-ratelimit-remaining-tokens"),
+        (1000 - reservation(&body)).to_string()
+    );
+}
+
+#[tokio::test]
+async fn a_keys_tighter_share_is_what_its_headers_show_in_memory_and_in_redis() {
+    keys();
+    let mock = upstream().await;
+    let gw = managed_gateway(&mock, "").await;
+    a_keys_tighter_share_is_what_its_headers_show(&gw).await;
+    let redis = Redis::start();
+    let gw = managed_gateway(
+        &mock,
+        &format!(
+            "[server.limits]\nredis_url = \"{}\"\nredis_timeout_ms = 1000\n",
+            redis.url()
+        ),
+    )
+    .await;
+    a_keys_tighter_share_is_what_its_headers_show(&gw).await;
 }
