@@ -332,7 +332,7 @@ impl Gateway {
         let mut response = match auth::tenant(&runtime.config, self.keys.as_deref(), &req) {
             Err(e) => shape(e),
             Ok(who) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
-                models::list_models(&runtime.config, &who.tenant)
+                models::list_models(&runtime, &who.tenant).await
             }
             Ok(who) if path.starts_with("/v1/responses/") && req.method() != Method::POST => {
                 log.tenant = Some(who.tenant.name.clone());

@@ -9,6 +9,7 @@
 
 mod answered;
 pub mod balance;
+pub mod catalog;
 pub mod chat_decode;
 pub mod from_responses;
 pub mod plain;
