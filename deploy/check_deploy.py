@@ -467,12 +467,125 @@ def prestop_seconds(c: dict) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def check_kubernetes(bin_path: str, yamls: dict, docker: dict) -> list:
+def expand_env(c: dict, name: str, configmaps: dict[str, dict]):
+    """A container variable's value with `$(VAR)` references expanded, ConfigMap refs read."""
+    values = {}
+    for e in c.get("env", []) or []:
+        ref = (e.get("valueFrom") or {}).get("configMapKeyRef")
+        if "value" in e:
+            values[e["name"]] = re.sub(r"\$\((\w+)\)", lambda m: values.get(m.group(1), m.group(0)),
+                                       str(e["value"]))
+        elif ref:
+            values[e["name"]] = str(((configmaps.get(ref["name"]) or {}).get("data") or {})
+                                    .get(ref["key"], ""))
+    return values.get(name)
+
+
+def listed_as_several(entry: str) -> list[str]:
+    """Where the deploy files tell to put several keys (comma-separated) in a Secret entry."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(DEPLOY, "kubernetes", "**", "*.yaml"), recursive=True)):
+        with open(path) as fh:
+            lines = fh.read().splitlines()
+        for i, line in enumerate(lines):
+            if not re.match(rf"\s*{re.escape(entry)}\s*:", line):
+                continue
+            said = [line.partition("#")[2]]
+            j = i - 1
+            while j >= 0 and lines[j].strip().startswith("#"):
+                said.append(lines[j])
+                j -= 1
+            if any(re.search(r"comma|several", t, re.I) for t in said):
+                found.append(f"{rel(path)}:{i + 1}")
+    with open(os.path.join(DEPLOY, "README.md")) as fh:
+        text = fh.read()
+    for para in re.split(r"\n\s*\n", text):
+        for sentence in re.split(r"(?<=[.;:])\s", " ".join(para.split())):
+            if entry in sentence and re.search(r"comma", sentence, re.I):
+                found.append("deploy/README.md: " + sentence[:80])
+    return found
+
+
+def check_sidecar(n: str, f: str, dname: str, tpl: dict, tg: dict, listen_port: int, raw: dict,
+                  env: dict, by_kind: dict, source_dep: dict, auth_on: bool) -> None:
+    """What the sidecar component does to the app's pod: nothing it did not ask for."""
+    pod, labels = tpl["spec"], tpl["metadata"].get("labels", {}) or {}
+    ann = tpl["metadata"].get("annotations", {}) or {}
+    configmaps = by_kind.get("ConfigMap", {})
+
+    # Policies add up: a port one of them allows from anywhere is open, whatever the app's own say.
+    policies = [p for p in by_kind.get("NetworkPolicy", {}).values()
+                if all(labels.get(k) == v for k, v in
+                       (p["spec"]["podSelector"].get("matchLabels") or {}).items())]
+    rules = [r for p in policies for r in p["spec"].get("ingress", []) or []]
+    opened = []
+    for r in rules:
+        ports = r.get("ports") or []
+        if not r.get("from"):
+            opened.append("a rule with no `from` (every source)")
+        if not ports:
+            opened.append("a rule with no `ports` (every port)")
+        for pt in ports:
+            if pt.get("protocol", "TCP") != "TCP" or pt.get("port") != listen_port \
+                    or pt.get("endPort") not in (None, listen_port):
+                opened.append(f"{pt.get('protocol', 'TCP')} {pt.get('port')}"
+                              f"{'-' + str(pt['endPort']) if 'endPort' in pt else ''}")
+    check(f"{n}: the NetworkPolicy allows only toolgate's port {listen_port}, only from named "
+          f"peers, and [server.auth] asks for a key",
+          bool(rules) and not opened and auth_on,
+          f"{len(policies)} policy(ies); opens {', '.join(opened)}" if opened else
+          f"{len(rules)} rule(s), auth {'on' if auth_on else 'off'}")
+
+    apps = [c for c in (pod.get("containers") or []) + (pod.get("initContainers") or [])
+            if c is not tg]
+    app_ports = sorted({p["containerPort"] for c in apps for p in c.get("ports", []) or []})
+    check(f"{n}: toolgate's port {listen_port} is none of the app's ports", listen_port not in
+          app_ports, f"app ports {app_ports}")
+
+    kept = {k: v for k, v in ((source_dep.get("spec") or {}).get("template", {})
+                              .get("metadata", {}).get("annotations") or {}).items()}
+    changed = [k for k, v in kept.items() if str(ann.get(k)) != str(v)]
+    check(f"{n}: the app's own pod annotations are kept ({len(kept)} in its Deployment)",
+          bool(source_dep) and not changed,
+          "changed: " + ", ".join(f"{k}={ann.get(k)} (was {kept[k]})" for k in changed)
+          if changed else "" if source_dep else "the app's Deployment source was not found")
+
+    key_vars = [v for v in [(raw.get("server", {}).get("auth") or {}).get("api_keys_env")] if v]
+    key_vars += [k.get("key_env") for k in (raw.get("server", {}).get("auth") or {})
+                 .get("keys", []) or []]
+    tg_refs = {e["name"]: (e["valueFrom"]["secretKeyRef"]["name"],
+                           e["valueFrom"]["secretKeyRef"]["key"])
+               for e in tg.get("env", []) or [] if "secretKeyRef" in (e.get("valueFrom") or {})}
+    for c in apps:
+        url = expand_env(c, "OPENAI_BASE_URL", configmaps)
+        if url is not None:
+            check(f"{n}: the app's OPENAI_BASE_URL is toolgate on port {listen_port}",
+                  url in (f"http://127.0.0.1:{listen_port}/v1", f"http://localhost:{listen_port}/v1"),
+                  f"{c['name']}: {url}")
+        ref = next(((e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
+                    for e in c.get("env", []) or [] if e["name"] == "OPENAI_API_KEY"
+                    and "secretKeyRef" in (e.get("valueFrom") or {})), None)
+        if ref is None:
+            continue
+        sec = by_kind.get("Secret", {}).get(ref[0]) or {}
+        value = str({**(sec.get("stringData") or {}), **(sec.get("data") or {})}.get(ref[1], ""))
+        several = listed_as_several(ref[1])
+        accepted = any(tg_refs.get(v) == ref for v in key_vars)
+        check(f"{n}: the app sends one key: its OPENAI_API_KEY is the Secret entry {ref[1]}, which "
+              f"toolgate accepts and nothing tells to comma-separate",
+              accepted and "," not in value and not several,
+              "; ".join(([] if accepted else [f"toolgate reads no key from {ref[0]}/{ref[1]}"])
+                        + (["the placeholder holds a comma"] if "," in value else [])
+                        + [f"told to list several at {w}" for w in several]))
+
+
+def check_kubernetes(bin_path: str, yamls: dict, docker: dict, sources: dict) -> list:
     live = []
     for path, docs in yamls.items():
         if os.sep + "kubernetes" + os.sep not in path:
             continue
         f = rel(path)
+        sidecar = os.sep + "sidecar" in path
         by_kind: dict[str, dict[str, dict]] = {}
         for d in docs:
             by_kind.setdefault(d.get("kind"), {})[d["metadata"]["name"]] = d
@@ -514,17 +627,23 @@ def check_kubernetes(bin_path: str, yamls: dict, docker: dict) -> list:
                 grace = float(eff["server"]["shutdown_grace_secs"])
                 tls = bool(eff["server"].get("tls"))
                 scheme = "HTTPS" if tls else "HTTP"
-                file_listen = raw.get("server", {}).get("listen", "127.0.0.1:8080")
+                file_listen = raw.get("server", {}).get("listen")
                 check(f"{n}: effective listen binds all interfaces (kubelet probes use the pod IP)",
                       host_of(eff_listen) in ("0.0.0.0", "::"),
                       f"toolgate check says listen = {eff_listen}")
-                check(f"{n}: ConfigMap listen and TOOLGATE_SERVER__LISTEN agree",
-                      port_of(file_listen) == listen_port,
-                      f"file {file_listen}, env {env.get('TOOLGATE_SERVER__LISTEN', '(unset)')}")
+                if file_listen is None:
+                    # The sidecar's port is the kustomization's choice: the env alone says it.
+                    check(f"{n}: TOOLGATE_SERVER__LISTEN sets the listen address (the ConfigMap "
+                          f"sets none)", "TOOLGATE_SERVER__LISTEN" in env,
+                          f"env {env.get('TOOLGATE_SERVER__LISTEN', '(unset)')}")
+                else:
+                    check(f"{n}: ConfigMap listen and TOOLGATE_SERVER__LISTEN agree",
+                          port_of(file_listen) == listen_port,
+                          f"file {file_listen}, env {env.get('TOOLGATE_SERVER__LISTEN', '(unset)')}")
                 cports = [p["containerPort"] for p in c.get("ports", []) or []]
                 check(f"{n}: containerPort matches the listen port", listen_port in cports,
                       f"listen {listen_port}, containerPort {cports}")
-                if docker["exposed"]:
+                if docker["exposed"] and not sidecar:  # a sidecar's port is the app's choice
                     check(f"{n}: listen port matches the Dockerfile's EXPOSE",
                           listen_port in docker["exposed"],
                           f"{listen_port} vs EXPOSE {docker['exposed']}")
@@ -544,13 +663,16 @@ def check_kubernetes(bin_path: str, yamls: dict, docker: dict) -> list:
                           good_path and port == listen_port
                           and hg.get("scheme", "HTTP").upper() == scheme,
                           f"want {want or '/readyz or /healthz'} on {listen_port} {scheme}")
-                check(f"{n}: Prometheus annotations scrape {listen_port}/metrics",
-                      str(ann.get("prometheus.io/scrape")) == "true"
-                      and str(ann.get("prometheus.io/port")) == str(listen_port)
-                      and ann.get("prometheus.io/path", "/metrics") == "/metrics"
-                      and ann.get("prometheus.io/scheme", "http").upper() == scheme,
-                      f"scrape={ann.get('prometheus.io/scrape')} port={ann.get('prometheus.io/port')}"
-                      f" path={ann.get('prometheus.io/path')}")
+                # A sidecar shares the pod's one set of prometheus.io/* annotations with the
+                # app, which keeps them: toolgate's own are toolgate/* (deploy/prometheus.yml).
+                pre_ann = "toolgate/" if sidecar else "prometheus.io/"
+                check(f"{n}: {pre_ann}* annotations scrape {listen_port}/metrics",
+                      str(ann.get(pre_ann + "scrape")) == "true"
+                      and str(ann.get(pre_ann + "port")) == str(listen_port)
+                      and ann.get(pre_ann + "path", "/metrics") == "/metrics"
+                      and ann.get(pre_ann + "scheme", "http").upper() == scheme,
+                      f"scrape={ann.get(pre_ann + 'scrape')} port={ann.get(pre_ann + 'port')}"
+                      f" path={ann.get(pre_ann + 'path')}")
                 tgps = pod.get("terminationGracePeriodSeconds", 30)
                 pre = prestop_seconds(c)
                 check(f"{n}: terminationGracePeriodSeconds > preStop + shutdown_grace_secs",
@@ -587,21 +709,9 @@ def check_kubernetes(bin_path: str, yamls: dict, docker: dict) -> list:
                           and auth is not None,
                           f"store {store_url or '(none)'}, "
                           f"{len(raw.get('mcp_servers', []))} MCP server(s)")
-                if os.sep + "sidecar" in path:
-                    policies = by_kind.get("NetworkPolicy", {}).values()
-                    guarded = [p for p in policies
-                               if all(labels.get(k) == v for k, v in
-                                      (p["spec"]["podSelector"].get("matchLabels") or {}).items())
-                               and not any(listen_port in range(pt.get("port", 0),
-                                                                pt.get("endPort", pt.get("port", 0)) + 1)
-                                           for rule in p["spec"].get("ingress", [])
-                                           if not rule.get("from")
-                                           for pt in rule.get("ports", [])
-                                           if pt.get("protocol", "TCP") == "TCP")]
-                    check(f"{n}: a NetworkPolicy keeps other pods off toolgate's port, and "
-                          f"[server.auth] asks for a key",
-                          bool(guarded) and auth is not None,
-                          f"{len(guarded)} policy(ies), auth {'on' if auth else 'off'}")
+                if sidecar:
+                    check_sidecar(n, f, dname, tpl, c, listen_port, raw, env, by_kind,
+                                  sources.get(path, {}).get(dname, {}), auth is not None)
                 check(f"{n}: every api_key_env comes from a Secret",
                       all(v in from_secret for v in wanted), f"{', '.join(wanted) or 'none'}")
                 live.append((n, toml_text, env, grace))
@@ -766,9 +876,53 @@ def check_dashboard(jsons: dict) -> None:
           "tenant" in variables and any('tenant=~"$tenant"' in e for e in exprs))
 
 
-def render_overlays() -> dict[str, list]:
-    """`kubectl kustomize` of every overlay, validated by `kubernetes-validate --strict`."""
-    out = {}
+SIDECAR_PORT_MAP = "toolgate-sidecar-port"
+OTHER_PORT = 18181
+
+
+def overlay_sources(overlay: str) -> dict[str, dict]:
+    """The Deployments an overlay lists as files of its own, by name, as written."""
+    with open(os.path.join(overlay, "kustomization.yaml")) as fh:
+        kust = yaml.safe_load(fh) or {}
+    found = {}
+    for r in kust.get("resources", []) or []:
+        path = os.path.join(overlay, r)
+        if os.path.isfile(path):
+            with open(path) as fh:
+                for d in yaml.safe_load_all(fh):
+                    if d and d.get("kind") == "Deployment":
+                        found[d["metadata"]["name"]] = d
+    return found
+
+
+def with_other_port(kubectl: str, overlay: str):
+    """The sidecar overlay rendered with another port chosen: (docs, None) or (None, why)."""
+    with open(os.path.join(overlay, "kustomization.yaml")) as fh:
+        kust = yaml.safe_load(fh) or {}
+    gens = [g for g in kust.get("configMapGenerator", []) or []
+            if g.get("name") == SIDECAR_PORT_MAP]
+    if not gens:
+        return None, f"the kustomization generates no ConfigMap {SIDECAR_PORT_MAP}"
+    gens[0]["literals"] = [lit for lit in gens[0].get("literals", []) or []
+                           if not lit.startswith("port=")] + [f"port={OTHER_PORT}"]
+    with tempfile.TemporaryDirectory() as d:
+        # kustomize takes no absolute component path: relative to the copy's directory.
+        for field in ("resources", "components"):
+            kust[field] = [os.path.relpath(os.path.join(overlay, r), d)
+                           for r in kust.get(field, []) or []]
+        with open(os.path.join(d, "kustomization.yaml"), "w") as fh:
+            yaml.safe_dump(kust, fh)
+        proc = subprocess.run([kubectl, "kustomize", "--load-restrictor", "LoadRestrictionsNone", d],
+                              capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None, proc.stderr.strip()[-300:]
+    return [d for d in yaml.safe_load_all(proc.stdout) if d is not None], None
+
+
+def render_overlays() -> tuple[dict[str, list], dict[str, dict]]:
+    """`kubectl kustomize` of every overlay, validated by `kubernetes-validate --strict`, and the
+    Deployments each lists as its own files."""
+    out, sources = {}, {}
     overlays = sorted(glob.glob(os.path.join(DEPLOY, "kubernetes", "overlays", "*", "")))
     component = os.path.join(DEPLOY, "kubernetes", "components", "sidecar", "kustomization.yaml")
     sidecar = os.path.join(DEPLOY, "kubernetes", "overlays", "sidecar", "kustomization.yaml")
@@ -784,9 +938,10 @@ def render_overlays() -> dict[str, list]:
           ", ".join(rel(o) for o in overlays))
     kubectl = shutil.which("kubectl")
     if not check("kubernetes: kubectl is installed (it renders the overlays)", kubectl is not None):
-        return out
+        return out, sources
     for overlay in overlays:
         name = rel(overlay.rstrip(os.sep))
+        sources[overlay] = overlay_sources(overlay)
         proc = subprocess.run([kubectl, "kustomize", overlay], capture_output=True, text=True)
         if not check(f"{name}: `kubectl kustomize` renders it", proc.returncode == 0,
                      proc.stderr.strip()[-300:]):
@@ -804,7 +959,17 @@ def render_overlays() -> dict[str, list]:
                   v.returncode == 0, (v.stdout + v.stderr).strip()[-500:])
         finally:
             os.unlink(rendered)
-    return out
+        if os.path.basename(overlay.rstrip(os.sep)) == "sidecar":
+            # The port is the app's choice: another one renders, and every check below holds
+            # for it too (the rendering is checked as one more overlay).
+            docs, why = with_other_port(kubectl, overlay)
+            if check(f"{name}: the kustomization chooses toolgate's port (ConfigMap "
+                     f"{SIDECAR_PORT_MAP}), and port {OTHER_PORT} renders", docs is not None,
+                     why or ""):
+                key = os.path.join(overlay, f"port-{OTHER_PORT}")
+                out[key] = docs
+                sources[key] = sources[overlay]
+    return out, sources
 
 
 def main() -> int:
@@ -816,8 +981,8 @@ def main() -> int:
     yamls, jsons = parse_files()
     docker = check_dockerfile(bin_path, skip_release)
     # Kubernetes: what each overlay renders to, not the base's parts.
-    kube = render_overlays()
-    live = check_kubernetes(bin_path, kube, docker)
+    kube, sources = render_overlays()
+    live = check_kubernetes(bin_path, kube, docker, sources)
     check_compose(yamls, docker)
     check_systemd(bin_path, docker)
     check_dashboard(jsons)

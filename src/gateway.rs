@@ -338,7 +338,7 @@ impl Gateway {
             Err(e) => refuse(e, &mut log),
             Ok(who) if req.method() == Method::GET && trim_slash(path) == "/v1/models" => {
                 log.tenant = Some(who.tenant.clone());
-                models::list_models(&runtime.config, &who.tenant)
+                models::list_models(&runtime, &who.tenant).await
             }
             Ok(who) if path.starts_with("/v1/responses/") && req.method() != Method::POST => {
                 log.tenant = Some(who.tenant.clone());

@@ -337,8 +337,8 @@ impl ManagedKeys {
         Ok(())
     }
 
-    /// What key `id` spent since `since` (ms): USD and tokens.
-    pub async fn spent(&self, id: &str, since: i64) -> Result<(f64, i64), GatewayError> {
+    /// What key `id` spent since `since` (ms): micro-dollars and tokens.
+    pub async fn spent(&self, id: &str, since: i64) -> Result<(i64, i64), GatewayError> {
         self.store
             .key_spend(id.to_owned(), since)
             .await

@@ -296,12 +296,12 @@ async fn spent_in_rows(store: &Store, subject: &Subject, period: u64) -> Result<
             Rows::Key(id) => store.key_spend(id.to_string(), since).await,
         }
     };
-    let (usd, tokens) = tokio::time::timeout(SPEND_READ_TIMEOUT, read)
+    let (micros, tokens) = tokio::time::timeout(SPEND_READ_TIMEOUT, read)
         .await
         .map_err(|_| format!("no answer within {SPEND_READ_TIMEOUT:?}"))?
         .map_err(|e| e.to_string())?;
     Ok(match subject.quota.budget.map(|b| b.amount) {
-        Some(Amount::Usd(_)) => usd,
+        Some(Amount::Usd(_)) => crate::metrics::cost::dollars(micros.max(0) as u64),
         _ => tokens as f64,
     })
 }
@@ -329,7 +329,8 @@ struct Spent {
     provider: String,
     input: u64,
     output: u64,
-    usd: f64,
+    /// Micro-dollars.
+    micros: u64,
     /// Some answer reported no usage: its tokens are estimates.
     estimated: bool,
 }
@@ -380,11 +381,12 @@ impl Meter for Admission {
     }
 
     fn used(&self, provider: &str, price: Option<Price>, tokens: Tokens) {
-        let cost = price.map_or(0.0, |p| p.cost(tokens.input, tokens.output));
-        if cost > 0.0 {
-            metrics::gauge!(crate::metrics::COST_USD, "provider" => provider.to_owned(), "tenant" => crate::metrics::tenant::label_arc(Some(&self.tenant)))
-                .increment(cost);
-        }
+        let cost = price.map_or(0, |p| p.cost_micros(tokens.input, tokens.output));
+        crate::metrics::cost::add(
+            provider,
+            &crate::metrics::tenant::label_arc(Some(&self.tenant)),
+            cost,
+        );
         let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
         let spent = match used.iter().position(|s| s.provider == provider) {
             Some(i) => &mut used[i],
@@ -393,7 +395,7 @@ impl Meter for Admission {
                     provider: provider.to_owned(),
                     input: 0,
                     output: 0,
-                    usd: 0.0,
+                    micros: 0,
                     estimated: false,
                 });
                 used.last_mut().expect("just pushed")
@@ -401,7 +403,7 @@ impl Meter for Admission {
         };
         spent.input += tokens.input;
         spent.output += tokens.output;
-        spent.usd += cost;
+        spent.micros += cost;
         spent.estimated |= tokens.estimated;
     }
 }
@@ -422,7 +424,7 @@ impl Drop for Admission {
                         requests: 1,
                         input_tokens: s.input as i64,
                         output_tokens: s.output as i64,
-                        cost_usd: s.usd,
+                        cost_micros: s.micros as i64,
                         estimated: i64::from(s.estimated),
                     })
                     .collect(),
@@ -432,7 +434,7 @@ impl Drop for Admission {
             return;
         };
         let tokens: u64 = used.iter().map(|s| s.input + s.output).sum();
-        let usd: f64 = used.iter().map(|s| s.usd).sum();
+        let usd = crate::metrics::cost::dollars(used.iter().map(|s| s.micros).sum());
         let reserve = held.reserve;
         let settle = Settle {
             member: held.member,

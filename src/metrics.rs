@@ -5,6 +5,7 @@
 //! so [`install`] is idempotent: tests that start several gateways in one
 //! process share it.
 
+pub mod cost;
 pub mod request;
 pub mod tenant;
 
@@ -145,11 +146,11 @@ fn describe() {
     describe_gauge!(ACTIVE_REQUESTS, "Requests in flight.");
     describe_counter!(
         TOKENS,
-        "Tokens the upstreams' answers reported using, by provider, tenant and kind (input, output)."
+        "Tokens the upstreams' answers used, by provider, tenant, kind (input, output) and estimated (\"true\": the answer reported none, and they were guessed from its size; these are priced too)."
     );
     describe_gauge!(
         COST_USD,
-        "USD the upstreams' reported tokens cost at the provider's `pricing`, by provider and tenant; it only grows (a gauge because the amounts are fractions: read it with increase())."
+        "USD the upstreams' answers cost at the provider's `pricing` (the tokens of toolgate_tokens_total, estimated ones included), by provider and tenant: a total of whole micro-dollars, each answer's cost rounded to the nearest; it only grows (a gauge because the amounts are fractions: read it with increase())."
     );
     describe_counter!(
         RATE_LIMITED,

@@ -12,6 +12,7 @@ use crate::natural;
 use crate::store::Store;
 use crate::tools::Tools;
 use crate::tools::steps::StepStore;
+use crate::upstream::catalog::Catalog;
 use crate::upstream::{HealthBook, Upstreams};
 
 /// Everything built from one config; replaced whole on reload.
@@ -19,6 +20,8 @@ pub struct Runtime {
     /// The config it was built from.
     pub config: Arc<Config>,
     pub(crate) upstreams: Upstreams,
+    /// What each provider's upstream serves (`/v1/models`), as last asked.
+    pub(crate) catalog: Catalog,
     pub(crate) natural: natural::Engine,
     pub(crate) tools: Arc<Tools>,
     pub(crate) steps: Arc<StepStore>,
@@ -41,6 +44,7 @@ impl Runtime {
         let tenants = config.tenant_labels();
         Runtime {
             upstreams: Upstreams::new(&config, health),
+            catalog: Catalog::default(),
             natural: natural::Engine::new(&config),
             tools,
             steps,

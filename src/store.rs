@@ -730,8 +730,8 @@ impl Store {
         .await
     }
 
-    /// What key `key_id` spent since `since` (ms): USD and tokens.
-    pub async fn key_spend(&self, key_id: String, since: i64) -> Result<(f64, i64), StoreError> {
+    /// What key `key_id` spent since `since` (ms): micro-dollars and tokens.
+    pub async fn key_spend(&self, key_id: String, since: i64) -> Result<(i64, i64), StoreError> {
         self.read(move |shared| async move {
             let db = shared.db.get().ok_or(StoreError::NotReady)?;
             db.key_spend(&key_id, hour_of(since))
@@ -742,8 +742,8 @@ impl Store {
     }
 
     /// What tenant `tenant` spent since `since` (ms), all its keys
-    /// together: USD and tokens.
-    pub async fn tenant_spend(&self, tenant: String, since: i64) -> Result<(f64, i64), StoreError> {
+    /// together: micro-dollars and tokens.
+    pub async fn tenant_spend(&self, tenant: String, since: i64) -> Result<(i64, i64), StoreError> {
         self.read(move |shared| async move {
             let db = shared.db.get().ok_or(StoreError::NotReady)?;
             db.tenant_spend(&tenant, hour_of(since))

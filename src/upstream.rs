@@ -9,6 +9,7 @@
 
 mod answered;
 pub mod balance;
+pub mod catalog;
 pub mod chat_decode;
 pub mod from_responses;
 pub mod plain;
@@ -69,8 +70,9 @@ pub struct Routed {
     ttfb: metrics::Histogram,
     balancer: Balancer,
     targets: Box<[TargetState]>,
-    /// `toolgate_tokens_total` (input, output) by `tenant` label.
-    tokens: ByTenant<[metrics::Counter; 2]>,
+    /// `toolgate_tokens_total` (input, output; reported and estimated) by
+    /// `tenant` label.
+    tokens: ByTenant<answered::TokenCounters>,
 }
 
 /// One target's health and metric handles.
@@ -124,15 +126,22 @@ impl Routed {
 }
 
 /// The `toolgate_tokens_total` counters of a provider and tenant, registered at 0.
-fn token_counters(provider: &str, tenant: &str) -> [metrics::Counter; 2] {
-    ["input", "output"].map(|kind| {
-        let c = metrics::counter!(m::TOKENS,
-            "provider" => provider.to_owned(),
-            "tenant" => tenant.to_owned(),
-            "kind" => kind);
-        c.increment(0);
-        c
-    })
+fn token_counters(provider: &str, tenant: &str) -> answered::TokenCounters {
+    let counters = |estimated: &'static str| {
+        ["input", "output"].map(|kind| {
+            let c = metrics::counter!(m::TOKENS,
+                "provider" => provider.to_owned(),
+                "tenant" => tenant.to_owned(),
+                "kind" => kind,
+                "estimated" => estimated);
+            c.increment(0);
+            c
+        })
+    };
+    answered::TokenCounters {
+        reported: counters("false"),
+        estimated: counters("true"),
+    }
 }
 
 /// Every target's health, by provider name and target identity: kept across

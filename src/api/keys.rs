@@ -112,7 +112,8 @@ async fn view(keys: &ManagedKeys, row: &KeyRow) -> Result<Value, GatewayError> {
                 .unwrap_or(1);
             let today = crate::keys::now_ms().div_euclid(86_400_000);
             let since = (today - today.rem_euclid(days)) * 86_400_000;
-            let (usd, tokens) = keys.spent(&row.id, since).await?;
+            let (micros, tokens) = keys.spent(&row.id, since).await?;
+            let usd = crate::metrics::cost::dollars(micros.max(0) as u64);
             json!({"since": time(Some(since)), "usd": usd, "tokens": tokens})
         }
     };

@@ -224,6 +224,16 @@ impl Price {
     pub fn cost(&self, input: u64, output: u64) -> f64 {
         (input as f64 * self.input + output as f64 * self.output) / 1e6
     }
+
+    /// The cost of these tokens in whole micro-dollars, rounded to the
+    /// nearest (half up). A price in USD per million tokens is micro-dollars
+    /// per token: it is taken to its sixth decimal (pico-dollars per token),
+    /// and the sum is worked out in integers.
+    pub fn cost_micros(&self, input: u64, output: u64) -> u64 {
+        let pico = |per_million: f64| (per_million * 1e6).round() as u128;
+        let total = u128::from(input) * pico(self.input) + u128::from(output) * pico(self.output);
+        u64::try_from((total + 500_000) / 1_000_000).unwrap_or(u64::MAX)
+    }
 }
 
 impl Pricing {
@@ -335,6 +345,18 @@ mod tests {
         assert_eq!(p.price("other").unwrap().output, 3.0);
         let cost = p.price("gpt-4o-mini").unwrap().cost(1_000_000, 500_000);
         assert!((cost - 0.45).abs() < 1e-12, "{cost}");
+        let mini = p.price("gpt-4o-mini").unwrap();
+        assert_eq!(mini.cost_micros(1_000_000, 500_000), 450_000);
+        // 0.15 micro-dollars a token: 1,234 input and 567 output tokens are
+        // 185.1 + 340.2 = 525.3 micro-dollars, rounded to 525.
+        assert_eq!(mini.cost_micros(1_234, 567), 525);
+        assert_eq!(mini.cost_micros(3, 0), 0);
+        assert_eq!(mini.cost_micros(4, 0), 1);
+        let tiny = Price {
+            input: 0.000_001,
+            output: 0.0,
+        };
+        assert_eq!(tiny.cost_micros(500_000, 0), 1);
         let bad = pricing("p", &[("*".into(), price(-1.0, 0.0))]).unwrap_err();
         assert!(bad.to_string().contains("p.pricing.\"*\".input"), "{bad}");
     }

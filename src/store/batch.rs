@@ -94,7 +94,7 @@ pub fn plan(writes: &[Write]) -> Planned<'_> {
                         row.requests += u.requests;
                         row.input_tokens += u.input_tokens;
                         row.output_tokens += u.output_tokens;
-                        row.cost_usd += u.cost_usd;
+                        row.cost_micros += u.cost_micros;
                         row.estimated += u.estimated;
                     }
                     None => usage.push(u.clone()),

@@ -43,6 +43,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (5, "chat errors", include_str!("schema_5.sql")),
     (6, "usage", include_str!("schema_6.sql")),
     (7, "managed keys", include_str!("schema_7.sql")),
+    (8, "usage in micro-dollars", include_str!("schema_8.sql")),
 ];
 
 pub enum Db {
@@ -130,8 +131,15 @@ impl Db {
     }
 
     pub async fn migrate(&self) -> Result<(), String> {
+        self.migrate_to(i64::MAX).await
+    }
+
+    /// Applies the migrations up to `last` (a test starts from an older
+    /// schema this way).
+    async fn migrate_to(&self, last: i64) -> Result<(), String> {
         let migrations = MIGRATIONS
             .iter()
+            .filter(|(version, _, _)| *version <= last)
             .map(|(version, name, sql)| {
                 Migration::new(
                     *version,
@@ -251,7 +259,7 @@ impl Db {
                 // Usage adds up: one row per hour, tenant, key, provider and model.
                 for rows in &planned.usage {
                     let mut insert = QueryBuilder::new(
-                        "INSERT INTO usage (hour, tenant, key_id, provider, model, requests, input_tokens, output_tokens, cost_usd, estimated) ",
+                        "INSERT INTO usage (hour, tenant, key_id, provider, model, requests, input_tokens, output_tokens, cost_micros, estimated) ",
                     );
                     insert.push_values(rows, |mut row, u| {
                         row.push_bind(u.hour)
@@ -262,7 +270,7 @@ impl Db {
                             .push_bind(u.requests)
                             .push_bind(u.input_tokens)
                             .push_bind(u.output_tokens)
-                            .push_bind(u.cost_usd)
+                            .push_bind(u.cost_micros)
                             .push_bind(u.estimated);
                     });
                     insert.push(
@@ -270,7 +278,7 @@ impl Db {
                          requests = usage.requests + excluded.requests, \
                          input_tokens = usage.input_tokens + excluded.input_tokens, \
                          output_tokens = usage.output_tokens + excluded.output_tokens, \
-                         cost_usd = usage.cost_usd + excluded.cost_usd, \
+                         cost_micros = usage.cost_micros + excluded.cost_micros, \
                          estimated = usage.estimated + excluded.estimated",
                     );
                     insert.build().execute(&mut *tx).await?;
@@ -533,7 +541,8 @@ impl Db {
         let sql = format!(
             "SELECT {select}CAST(SUM(requests) AS BIGINT) AS requests, \
              CAST(SUM(input_tokens) AS BIGINT) AS input_tokens, \
-             CAST(SUM(output_tokens) AS BIGINT) AS output_tokens, SUM(cost_usd) AS cost_usd, \
+             CAST(SUM(output_tokens) AS BIGINT) AS output_tokens, \
+             CAST(SUM(cost_micros) AS BIGINT) AS cost_micros, \
              CAST(SUM(estimated) AS BIGINT) AS estimated \
              FROM usage WHERE hour >= $1 AND hour < $2{filter}{group}"
         );
@@ -561,7 +570,7 @@ impl Db {
                     requests: requests.unwrap_or(0),
                     input_tokens: row.try_get::<Option<i64>, _>("input_tokens")?.unwrap_or(0),
                     output_tokens: row.try_get::<Option<i64>, _>("output_tokens")?.unwrap_or(0),
-                    cost_usd: row.try_get::<Option<f64>, _>("cost_usd")?.unwrap_or(0.0),
+                    cost_micros: row.try_get::<Option<i64>, _>("cost_micros")?.unwrap_or(0),
                     estimated_requests: row.try_get::<Option<i64>, _>("estimated")?.unwrap_or(0),
                 });
             }
@@ -673,33 +682,35 @@ impl Db {
         Ok(())
     }
 
-    /// What key `key_id` spent since `since` (ms, an hour's start): USD and
+    /// What key `key_id` spent since `since` (ms, an hour's start): micro-dollars and
     /// tokens, from the usage rows.
-    pub async fn key_spend(&self, key_id: &str, since: i64) -> Result<(f64, i64), sqlx::Error> {
+    pub async fn key_spend(&self, key_id: &str, since: i64) -> Result<(i64, i64), sqlx::Error> {
         self.spend(Spender::Key, key_id, since).await
     }
 
-    /// What tenant `tenant` spent since `since` (ms, an hour's start): USD
+    /// What tenant `tenant` spent since `since` (ms, an hour's start): micro-dollars
     /// and tokens, from the usage rows.
-    pub async fn tenant_spend(&self, tenant: &str, since: i64) -> Result<(f64, i64), sqlx::Error> {
+    pub async fn tenant_spend(&self, tenant: &str, since: i64) -> Result<(i64, i64), sqlx::Error> {
         self.spend(Spender::Tenant, tenant, since).await
     }
 
-    async fn spend(&self, who: Spender, name: &str, since: i64) -> Result<(f64, i64), sqlx::Error> {
+    async fn spend(&self, who: Spender, name: &str, since: i64) -> Result<(i64, i64), sqlx::Error> {
         let sql = match who {
             Spender::Key => {
-                "SELECT SUM(cost_usd) AS usd, CAST(SUM(input_tokens + output_tokens) AS BIGINT) AS tokens \
+                "SELECT CAST(SUM(cost_micros) AS BIGINT) AS micros, \
+                 CAST(SUM(input_tokens + output_tokens) AS BIGINT) AS tokens \
                  FROM usage WHERE key_id = $1 AND hour >= $2"
             }
             Spender::Tenant => {
-                "SELECT SUM(cost_usd) AS usd, CAST(SUM(input_tokens + output_tokens) AS BIGINT) AS tokens \
+                "SELECT CAST(SUM(cost_micros) AS BIGINT) AS micros, \
+                 CAST(SUM(input_tokens + output_tokens) AS BIGINT) AS tokens \
                  FROM usage WHERE tenant = $1 AND hour >= $2"
             }
         };
         let spent = on_pool!(self, pool => {
             let row = sqlx::query(sql).bind(name).bind(since).fetch_one(pool).await?;
             (
-                row.try_get::<Option<f64>, _>("usd")?.unwrap_or(0.0),
+                row.try_get::<Option<i64>, _>("micros")?.unwrap_or(0),
                 row.try_get::<Option<i64>, _>("tokens")?.unwrap_or(0),
             )
         });
@@ -835,7 +846,7 @@ mod tests {
             requests: 1,
             input_tokens: 10,
             output_tokens: 1,
-            cost_usd: 0.5,
+            cost_micros: 500_000,
             estimated: 0,
         })
     }
@@ -862,5 +873,46 @@ mod tests {
         assert_eq!(requests(&db).await, 1);
         db.purge(0, 0, 13 * HOUR).await.unwrap();
         assert_eq!(requests(&db).await, 0);
+    }
+
+    /// Schema 8 keeps costs in micro-dollars: the dollars of rows kept
+    /// before are rounded to the nearest, and sums are exact.
+    #[tokio::test]
+    async fn usage_kept_in_dollars_is_migrated_to_micro_dollars() {
+        let db = Db::open(&Backend::Sqlite {
+            url: "sqlite::memory:".into(),
+        })
+        .unwrap();
+        db.migrate_to(7).await.unwrap();
+        let Db::Sqlite(pool, _) = &db else {
+            unreachable!()
+        };
+        for (model, usd) in [("a", 0.001), ("b", 0.005995), ("c", 0.000_000_6)] {
+            sqlx::query(
+                "INSERT INTO usage (hour, tenant, key_id, provider, model, requests, input_tokens, output_tokens, cost_usd, estimated) \
+                 VALUES (0, 'team', 'key-1', 'p', $1, 1, 10, 20, $2, 0)",
+            )
+            .bind(model)
+            .bind(usd)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+        db.migrate().await.unwrap();
+        let rows = db
+            .usage(None, 0, HOUR, &[UsageColumn::Model])
+            .await
+            .unwrap();
+        let micros: Vec<i64> = rows.iter().map(|r| r.cost_micros).collect();
+        assert_eq!(micros, [1_000, 5_995, 1]);
+        let total = db.usage(None, 0, HOUR, &[]).await.unwrap();
+        assert_eq!(total[0].cost_micros, 6_996);
+        assert_eq!(
+            serde_json::to_value(&total[0]).unwrap()["cost_usd"].to_string(),
+            "0.006996"
+        );
+        // New rows add up in micro-dollars.
+        db.write(&[used(0)]).await.unwrap();
+        assert_eq!(db.key_spend("key-1", 0).await.unwrap(), (506_996, 101));
     }
 }

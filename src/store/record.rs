@@ -237,7 +237,8 @@ pub struct Used {
     pub requests: i64,
     pub input_tokens: i64,
     pub output_tokens: i64,
-    pub cost_usd: f64,
+    /// Micro-dollars.
+    pub cost_micros: i64,
     /// 1 when an answer reported no usage and its tokens were estimated.
     pub estimated: i64,
 }
@@ -252,7 +253,9 @@ pub struct UsageRow {
     pub requests: i64,
     pub input_tokens: i64,
     pub output_tokens: i64,
-    pub cost_usd: f64,
+    /// Micro-dollars, shown as `cost_usd` in dollars.
+    #[serde(rename = "cost_usd", serialize_with = "micros_as_dollars")]
+    pub cost_micros: i64,
     /// Of `requests`, those whose tokens are estimates (their answers
     /// reported no usage).
     pub estimated_requests: i64,
@@ -406,6 +409,12 @@ fn push_hex(out: &mut String, value: u64, digits: u32) {
     for i in (0..digits).rev() {
         out.push(char::from(HEX[(value >> (4 * i)) as usize & 0xF]));
     }
+}
+
+/// Micro-dollars written as a dollar amount, exactly (the double nearest
+/// it, which prints as the decimal).
+fn micros_as_dollars<S: serde::Serializer>(micros: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(*micros as f64 / 1e6)
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! What one upstream attempt tells the operator: its `chat {model}` client
-//! span (when traces are on) and the tokens its answer reports
-//! (`toolgate_tokens_total`, always). The span starts before the request is
+//! span (when traces are on) and the tokens its answer used
+//! (`toolgate_tokens_total`, always; when it reports none and the request
+//! has a meter, the estimate the meter is charged, labelled
+//! `estimated="true"`, so the tokens counted are the tokens priced). The span starts before the request is
 //! sent, carries the `traceparent` the upstream receives, and ends when the
 //! answer's body ends or is dropped, with the model, finish reasons and
 //! usage read from it ([`super::usage`]).
@@ -86,6 +88,15 @@ pub(super) fn failed(span: Option<Context>, error_type: &'static str, message: &
     }
 }
 
+/// A provider and tenant's `toolgate_tokens_total` (input, output): the
+/// tokens answers reported, and those estimated for answers that reported
+/// none.
+#[derive(Clone)]
+pub(super) struct TokenCounters {
+    pub reported: [metrics::Counter; 2],
+    pub estimated: [metrics::Counter; 2],
+}
+
 /// Where an answer's usage is charged, and at what price.
 pub(super) struct Charge {
     pub meter: Arc<dyn Meter>,
@@ -100,7 +111,7 @@ pub(super) struct Charge {
 pub(super) fn observe(
     response: Response<Body>,
     span: Option<Context>,
-    tokens: Option<[metrics::Counter; 2]>,
+    tokens: Option<TokenCounters>,
     charge: Option<Charge>,
 ) -> Response<Body> {
     let status = response.status();
@@ -140,7 +151,7 @@ pub(super) fn observe(
 
 struct Ending {
     span: Option<Context>,
-    tokens: Option<[metrics::Counter; 2]>,
+    tokens: Option<TokenCounters>,
     /// `capture_content`: the answer's first bytes, for its output messages.
     capture: Option<Vec<u8>>,
     charge: Option<Charge>,
@@ -165,12 +176,14 @@ impl Ending {
 
     fn finish(self, scan: &Scan, error: Option<String>) {
         let seen = scan.finish(self.span.is_some());
-        if let Some(tokens) = &self.tokens {
-            tokens[0].increment(seen.input_tokens.unwrap_or(0));
-            tokens[1].increment(seen.output_tokens.unwrap_or(0));
-        }
-        if let Some(charge) = &self.charge {
-            let used = match (seen.input_tokens, seen.output_tokens) {
+        let reported = Tokens {
+            input: seen.input_tokens.unwrap_or(0),
+            output: seen.output_tokens.unwrap_or(0),
+            estimated: false,
+        };
+        // What the meter is charged is what the metric counts.
+        let used = self.charge.as_ref().map_or(reported, |charge| {
+            match (seen.input_tokens, seen.output_tokens) {
                 (None, None) => Tokens {
                     input: estimate(charge.request_bytes),
                     // A stream: a token a chunk, less the role and finish
@@ -181,12 +194,19 @@ impl Ending {
                     },
                     estimated: true,
                 },
-                (input, output) => Tokens {
-                    input: input.unwrap_or(0),
-                    output: output.unwrap_or(0),
-                    estimated: false,
-                },
+                _ => reported,
+            }
+        });
+        if let Some(tokens) = &self.tokens {
+            let counters = if used.estimated {
+                &tokens.estimated
+            } else {
+                &tokens.reported
             };
+            counters[0].increment(used.input);
+            counters[1].increment(used.output);
+        }
+        if let Some(charge) = &self.charge {
             charge.meter.used(&charge.provider, charge.price, used);
         }
         let Some(cx) = self.span else { return };

@@ -607,6 +607,127 @@ async fn usage_is_kept_per_key_and_read_back_per_tenant_in_sqlite_and_postgresql
     }
 }
 
+/// The tokens counted are the tokens priced: an answer that reported no
+/// usage is charged an estimate, and `toolgate_tokens_total` counts the
+/// same estimate (`estimated="true"`). Money adds up in whole micro-dollars
+/// and reads as the exact decimal in the metric and the usage API: $0.0015
+/// and $0.003 are $0.0045, not the 0.0045000000000000005 floats sum to.
+#[tokio::test]
+async fn estimated_tokens_are_counted_as_priced_and_money_adds_up_exactly() {
+    keys();
+    let pg = Postgres::start();
+    for (i, store) in ["sqlite::memory:".to_owned(), pg.url()].iter().enumerate() {
+        let mock = upstream().await;
+        // A provider of this test's own per store (the recorder is the test
+        // binary's): `a*` answers cost 10 x 30 + 20 x 60 = 1,500
+        // micro-dollars, `b*` answers 10 x 100 + 20 x 100 = 3,000.
+        let provider = format!("money{i}");
+        let gw = TestConfig::new()
+            .server(AUTH)
+            .provider(
+                &provider,
+                &mock.url(),
+                "[\"*\"]",
+                "[providers.pricing]\n\"a*\" = { input = 30, output = 60 }\n\"b*\" = { input = 100, output = 100 }\n",
+            )
+            .raw(&format!("[store]\nurl = \"{store}\"\nrecord = \"none\"\n"))
+            .start()
+            .await;
+        let url = gw.url("/v1/chat/completions");
+        assert_eq!(post(&url, "free-key", &chat("a-1")).await.status, 200);
+        assert_eq!(post(&url, "free-key", &chat("b-1")).await.status, 200);
+        let usage = gw.url("/toolgate/api/usage?group_by=tenant");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let text = loop {
+            let r = get(&usage, "admin-key").await;
+            assert_eq!(r.status, 200, "{store}: {}", r.text());
+            if r.json()["data"][0]["requests"] == 2 {
+                break r.text();
+            }
+            assert!(Instant::now() < deadline, "{store}: usage never landed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(
+            text.contains("\"cost_usd\":0.0045,") || text.contains("\"cost_usd\":0.0045}"),
+            "{store}: {text}"
+        );
+        let series = |name: &str, rest: &str| {
+            format!("{name}{{provider=\"{provider}\",tenant=\"free\"{rest}}}")
+        };
+        let cost = series("toolgate_cost_usd_total", "");
+        let metrics = common::get(&gw.url("/metrics")).await.text();
+        assert!(
+            metrics.lines().any(|l| l == format!("{cost} 0.0045")),
+            "{store}: {}",
+            metrics
+                .lines()
+                .filter(|l| l.starts_with(&cost))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+
+        // A stream of a tenant without limits: nothing asks the upstream for
+        // usage, and none comes.
+        let mut streamed = chat("a-2");
+        streamed["stream"] = json!(true);
+        assert_eq!(post(&url, "free-key", &streamed).await.status, 200);
+        let tokens = |kind: &str, estimated: bool| {
+            series(
+                "toolgate_tokens_total",
+                &format!(",kind=\"{kind}\",estimated=\"{estimated}\""),
+            )
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (input, output) = loop {
+            let base = gw.url("");
+            let input = metric(&base, &tokens("input", true)).await.unwrap_or(0.0);
+            let output = metric(&base, &tokens("output", true)).await.unwrap_or(0.0);
+            if input > 0.0 && output > 0.0 {
+                break (input as u64, output as u64);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{store}: no estimated tokens counted"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let base = gw.url("");
+        assert_eq!(metric(&base, &tokens("input", false)).await, Some(20.0));
+        assert_eq!(metric(&base, &tokens("output", false)).await, Some(40.0));
+        // The estimate is priced as the metric counts it.
+        let micros = 1_500 + 3_000 + input * 30 + output * 60;
+        let metrics = common::get(&gw.url("/metrics")).await.text();
+        let want = format!("{cost} {}", micros as f64 / 1e6);
+        assert!(metrics.lines().any(|l| l == want), "{store}: want {want}");
+        // And the usage kept holds the same tokens and cost.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let row = loop {
+            let row = get(&usage, "admin-key").await.json()["data"][0].clone();
+            if row["requests"] == 3 {
+                break row;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{store}: the stream's usage never landed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(
+            (
+                row["input_tokens"].as_u64(),
+                row["output_tokens"].as_u64(),
+                row["estimated_requests"].as_u64()
+            ),
+            (Some(20 + input), Some(40 + output), Some(1)),
+            "{store}: {row}"
+        );
+        assert_eq!(
+            row["cost_usd"].to_string(),
+            format!("{}", micros as f64 / 1e6)
+        );
+    }
+}
+
 /// Every model call of an answer is charged to its key: an answer that ran a
 /// gateway tool took two rounds, and the usage kept for that one request is
 /// the tokens both rounds reported (what `toolgate_tokens_total` counted).

@@ -49,3 +49,4 @@ mod tool_search;
 mod transcripts;
 mod transcripts_page;
 mod truthful;
+mod upstream_models;

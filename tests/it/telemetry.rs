@@ -341,8 +341,20 @@ async fn a_gateway_tools_answer_is_one_trace_and_every_hop_continues_it() {
     // Tokens of both rounds, and the spans, counted.
     let metrics = get(&gateway.url("/metrics")).await.text();
     let tokens = "toolgate_tokens_total{provider=\"up\",tenant=\"anonymous\",kind=";
-    assert_eq!(metric(&metrics, &format!("{tokens}\"input\"}}")), 20.0);
-    assert_eq!(metric(&metrics, &format!("{tokens}\"output\"}}")), 10.0);
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("{tokens}\"input\",estimated=\"false\"}}")
+        ),
+        20.0
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("{tokens}\"output\",estimated=\"false\"}}")
+        ),
+        10.0
+    );
     assert!(metric(&metrics, "toolgate_trace_spans_total{outcome=\"exported\"}") >= 5.0);
     assert_eq!(
         metric(&metrics, "toolgate_trace_spans_total{outcome=\"dropped\"}"),

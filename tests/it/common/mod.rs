@@ -567,3 +567,25 @@ pub fn seed_book_restaurant() -> serde_json::Value {
         }
     }})
 }
+
+/// An upstream's `GET /v1/models` answer listing `ids`, as OpenAI's.
+pub fn models_list(ids: &[&str]) -> Reply {
+    let data: Vec<serde_json::Value> = ids
+        .iter()
+        .map(|id| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "upstream"}))
+        .collect();
+    Reply::json(&serde_json::json!({"object": "list", "data": data}).to_string())
+}
+
+/// An upstream without `GET /v1/models` (404); a chat answer otherwise.
+pub fn no_models_list(r: &Recorded) -> Reply {
+    if r.uri.ends_with("/models") {
+        Reply::Full {
+            status: 404,
+            headers: vec![("content-type", "application/json".into())],
+            body: Bytes::from_static(br#"{"error":{"message":"Not Found"}}"#),
+        }
+    } else {
+        Reply::json(&upstream_completion("hello"))
+    }
+}
