@@ -508,7 +508,7 @@ async fn a_managed_keys_tenant_has_one_label_in_every_series() {
         "1",
     );
     has(
-        r#"toolgate_tokens_total{provider="up",tenant="labels-x",kind="input"}"#,
+        r#"toolgate_tokens_total{provider="up",tenant="labels-x",kind="input",estimated="false"}"#,
         "10",
     );
     has(
