@@ -47,3 +47,4 @@ mod tool_search;
 mod transcripts;
 mod transcripts_page;
 mod truthful;
+mod usage_over_time;
