@@ -348,6 +348,7 @@ impl Gateway {
                 log.tenant = Some(tenant.name.clone());
                 let scope = crate::telemetry::scope::Scope {
                     tenant: tenant.name.clone(),
+                    request_id: Some(id.clone()),
                     trace: log.trace.clone(),
                     meter: None,
                 };

@@ -331,33 +331,50 @@ impl Db {
     /// Chats, newest activity first, as `filter` narrows them.
     pub async fn chats(&self, filter: &ChatFilter) -> Result<Vec<ChatSummary>, sqlx::Error> {
         let (before, before_id) = filter.before.clone().unwrap_or((i64::MAX, String::new()));
-        // Text is searched in each message's searchable words, lower-cased:
-        // `%`, `_` and `\` are escaped for LIKE.
-        let pattern = filter.text.as_deref().map(|text| {
-            let escaped = text
-                .to_lowercase()
-                .replace('\\', "\\\\")
-                .replace('%', "\\%")
-                .replace('_', "\\_");
-            format!("%{escaped}%")
-        });
+        // Each word is searched in the title and in each message's
+        // searchable words, lower-cased: `%`, `_` and `\` are escaped for
+        // LIKE. A chat matches when every word is found somewhere in it.
+        let patterns: Vec<String> = filter
+            .words
+            .iter()
+            .map(|word| {
+                let escaped = word
+                    .to_lowercase()
+                    .replace('\\', "\\\\")
+                    .replace('%', "\\%")
+                    .replace('_', "\\_");
+                format!("%{escaped}%")
+            })
+            .collect();
+        let mut sql = String::from(
+            "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant, errors, last_error FROM chats \
+             WHERE (updated_at < $1 OR (updated_at = $1 AND id < $2)) \
+             AND ($3 IS NULL OR tenant = $3) AND ($4 IS NULL OR provider = $4) AND ($5 IS NULL OR model = $5) \
+             AND ($6 = 0 OR errors > 0)",
+        );
+        for n in 7..7 + patterns.len() {
+            sql.push_str(&format!(
+                " AND (lower(title) LIKE ${n} ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages \
+                 WHERE messages.chat_id = chats.id AND messages.search LIKE ${n} ESCAPE '\\'))"
+            ));
+        }
+        sql.push_str(&format!(
+            " ORDER BY updated_at DESC, id DESC LIMIT ${}",
+            7 + patterns.len()
+        ));
         let rows = on_pool!(self, pool => {
-            sqlx::query(
-                "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant, errors, last_error FROM chats \
-                 WHERE (updated_at < $1 OR (updated_at = $1 AND id < $2)) \
-                 AND ($3 IS NULL OR tenant = $3) AND ($4 IS NULL OR provider = $4) AND ($5 IS NULL OR model = $5) \
-                 AND ($6 = 0 OR errors > 0) \
-                 AND ($7 IS NULL OR lower(title) LIKE $7 ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages \
-                      WHERE messages.chat_id = chats.id AND messages.search LIKE $7 ESCAPE '\\')) \
-                 ORDER BY updated_at DESC, id DESC LIMIT $8",
-            )
+            // Audited: only numbered placeholders are formatted into it.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(before)
             .bind(before_id.as_str())
             .bind(filter.tenant.as_deref())
             .bind(filter.provider.as_deref())
             .bind(filter.model.as_deref())
-            .bind(i64::from(filter.errors_only))
-            .bind(pattern.as_deref())
+            .bind(i64::from(filter.errors_only));
+            for pattern in &patterns {
+                query = query.bind(pattern.as_str());
+            }
+            query
             .bind(filter.limit)
             .fetch_all(pool)
             .await?

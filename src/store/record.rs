@@ -377,8 +377,9 @@ pub struct ChatFilter {
     pub model: Option<String>,
     /// Only chats with an answer that failed or was cut.
     pub errors_only: bool,
-    /// Text in the title or any message (prompts, calls, results).
-    pub text: Option<String>,
+    /// Words (or quoted phrases) each found in the title or a message
+    /// (prompts, calls, results), in any order; none: every chat.
+    pub words: Vec<String>,
     pub before: Option<(i64, String)>,
     pub limit: i64,
 }

@@ -1,5 +1,5 @@
 //! What a request's work carries wherever it runs: the tenant whose request
-//! it is (token counters), its trace context (the parent of the spans it
+//! it is (token counters), its `x-request-id` (on its transcript rows), its trace context (the parent of the spans it
 //! starts) and its [`Meter`] (where its answers' usage is charged). Set once per `/v1` request; a task spawned on the request's
 //! behalf takes it along with [`carry`].
 
@@ -14,6 +14,8 @@ use crate::config::limits::Price;
 #[derive(Clone, Debug)]
 pub struct Scope {
     pub tenant: Arc<str>,
+    /// The request's `x-request-id`, `None` outside a `/v1` request.
+    pub request_id: Option<http::HeaderValue>,
     /// `None` without `[telemetry]`.
     pub trace: Option<Context>,
     /// `None` until the request is admitted by its tenant's limits.
@@ -57,6 +59,11 @@ tokio::task_local! {
 /// The scope of the request this task works for, if any.
 pub fn current() -> Option<Scope> {
     SCOPE.try_with(Clone::clone).ok()
+}
+
+/// The current request's `x-request-id`, when this is a request's task.
+pub fn request_id() -> Option<http::HeaderValue> {
+    SCOPE.try_with(|s| s.request_id.clone()).ok().flatten()
 }
 
 /// The current trace context, when traces are on and this is a request's task.
