@@ -354,6 +354,7 @@ impl Gateway {
                 log.tenant = Some(tenant.clone());
                 let scope = crate::telemetry::scope::Scope {
                     tenant: tenant.clone(),
+                    request_id: Some(id.clone()),
                     trace: log.trace.clone(),
                     meter: None,
                 };

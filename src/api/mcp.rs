@@ -210,6 +210,7 @@ impl ServerHandler for McpDoor {
         let mut recorder = record(&runtime, &caller, &report, &cx).await;
         let scope = crate::telemetry::scope::Scope {
             tenant: caller.tenant.clone(),
+            request_id: None,
             trace: caller.trace.clone(),
             meter: None,
         };

@@ -11,8 +11,9 @@ const params = new URLSearchParams(location.search);
 let key = sessionStorage.getItem("toolgate-key") || "";
 const keyInput = document.querySelector("#key input");
 keyInput.value = key;
-keyInput.addEventListener("change", (e) => {
-  key = e.target.value; sessionStorage.setItem("toolgate-key", key); loadChats();
+keyInput.addEventListener("change", async (e) => {
+  key = e.target.value; sessionStorage.setItem("toolgate-key", key);
+  await whoami(); loadChats();
 });
 const headers = () => (key ? { authorization: "Bearer " + key } : {});
 async function api(path) {
@@ -24,6 +25,19 @@ async function api(path) {
   document.querySelector("#key").classList.remove("needed");
   if (!r.ok) throw new Error((await r.json()).error?.message || r.statusText);
   return r.json();
+}
+// What the key may do: admin-only controls (key management, backup, every
+// tenant's filter) stay hidden until the gateway says the key is an admin's.
+async function whoami() {
+  let me = null;
+  try { me = await api("/toolgate/api/whoami"); } catch { me = null; }
+  const admin = Boolean(me && me.admin);
+  document.body.dataset.role = me ? (admin ? "admin" : me.auth ? "client" : "open") : "";
+  for (const el of document.querySelectorAll(".admin-only")) el.hidden = !admin;
+  // Without keys (`auth` off) the one tenant's backup is anyone's.
+  for (const el of document.querySelectorAll(".backup-only")) el.hidden = !(admin || (me && !me.auth));
+  if (!admin) form.elements.tenant.value = "";
+  document.dispatchEvent(new CustomEvent("toolgate:role"));
 }
 const when = (ms) => new Date(ms).toLocaleString();
 const clock = (ms) => new Date(ms).toLocaleTimeString();
@@ -53,12 +67,19 @@ function chatRow(c) {
   const row = $("div", "chat");
   row.dataset.id = c.id;
   const title = $("div", "title", c.title || "(no user text)");
+  title.title = c.title || "(no user text)";
   if (c.errors > 0) {
     const mark = c.last_error === "cut" ? "cut" : "failed";
     title.prepend($("span", `mark ${mark}`, mark));
   }
-  row.append(title,
-    $("div", "meta", `${c.tenant} · ${c.provider} · ${c.model} · ${plural(c.tool_calls, "tool call")} · ${when(c.updated_at)}`));
+  const meta = $("div", "meta", `${c.tenant} · ${c.provider} · ${c.model} · ${plural(c.tool_calls, "tool call")} · ${when(c.updated_at)}`);
+  meta.title = meta.textContent;
+  // When, short: the time today, else the date.
+  const at = new Date(c.updated_at);
+  const today = at.toDateString() === new Date().toDateString();
+  const short = $("time", "when", today ? at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) : at.toLocaleDateString([], { month: "short", day: "numeric" }));
+  short.title = when(c.updated_at);
+  row.append(title, meta, short);
   row.onclick = () => openChat(c.id);
   if (c.id === current) row.classList.add("selected");
   return row;
@@ -83,8 +104,40 @@ async function loadChats(more) {
   } catch (e) { list.replaceChildren($("p", "empty", e.message)); }
 }
 
-// One chat's view: turns, and each call's box by id so results land beneath it.
-let view, calls, lastTurn;
+// One chat's view: its header, turns, and each call's box by id so results
+// land beneath it.
+let view, calls, lastTurn, head;
+// The header: what the chat is (from the events' `chat` frame), and every
+// request and trace id its rows carry, as they come.
+function chatHead(id) {
+  const el = $("dl");
+  el.id = "chat-head";
+  const field = (name, label) => {
+    const dd = $("dd");
+    dd.dataset.field = name;
+    el.append($("dt", null, label), dd);
+    return dd;
+  };
+  head = {
+    el, requests: new Set(), traces: new Set(),
+    fields: {
+      id: field("id", "chat"), tenant: field("tenant", "tenant"), provider: field("provider", "provider"),
+      model: field("model", "model"), requests: field("requests", "request ids"), traces: field("traces", "trace ids"),
+    },
+  };
+  head.fields.id.textContent = id;
+  return el;
+}
+function describe(c) {
+  for (const name of ["tenant", "provider", "model"]) head.fields[name].textContent = c[name] || "";
+}
+function noteIds(m) {
+  for (const [value, set, name] of [[m.requestId, head.requests, "requests"], [m.traceId, head.traces, "traces"]]) {
+    if (!value || set.has(value)) continue;
+    set.add(value);
+    head.fields[name].append($("code", null, value));
+  }
+}
 function turn(role, m) {
   if (!lastTurn || lastTurn.role !== role) {
     const el = $("section", "turn");
@@ -139,6 +192,7 @@ function setResult(r) {
   }
 }
 function show(m) {
+  noteIds(m);
   switch (m.kind) {
     case "text": turn(m.role, m).append(stamped($("div", "text", m.text), m)); break;
     case "reasoning": {
@@ -174,7 +228,7 @@ async function openChat(id) {
   timers.forEach(clearInterval); timers = [];
   document.querySelectorAll(".chat").forEach((el) => el.classList.toggle("selected", el.dataset.id === id));
   view = document.querySelector("#view");
-  view.replaceChildren(); calls = new Map(); lastTurn = null;
+  view.replaceChildren(chatHead(id)); calls = new Map(); lastTurn = null;
   // The events endpoint replays the stored messages, then streams live ones.
   stream = new AbortController();
   try {
@@ -191,6 +245,7 @@ async function openChat(id) {
         const frame = buffer.slice(0, cut); buffer = buffer.slice(cut + 2);
         const data = frame.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
         if (frame.startsWith("event: reload")) { openChat(id); return; }
+        if (frame.startsWith("event: chat\n")) { describe(JSON.parse(data)); continue; }
         if (data) show(JSON.parse(data));
         if (frame.startsWith(": replayed")) document.body.dataset.replayed = id;
       }
@@ -200,7 +255,7 @@ async function openChat(id) {
   }
 }
 
-loadChats();
+whoami().then(() => loadChats());
 // The first page is kept fresh; pages loaded after it stay as they are.
 setInterval(() => { if (pages === 1) loadChats(); }, 5000);
 const wanted = params.get("chat");

@@ -1,7 +1,9 @@
 //! The transcript API and page: `/toolgate/api/chats` (newest
 //! first), `/toolgate/api/chats/{id}` (every message in order),
-//! `/toolgate/api/chats/{id}/events` (SSE: stored messages replayed, then
-//! live ones while the chat is answered) and `/toolgate/ui/`, one page
+//! `/toolgate/api/chats/{id}/events` (SSE: the chat's summary as a `chat`
+//! event, its stored messages replayed, then live ones while the chat is
+//! answered), `/toolgate/api/whoami` (what the key may do) and
+//! `/toolgate/ui/`, one page
 //! (with its script and style sheet as files, under a strict CSP) embedded
 //! in the binary. API answers are `no-store`.
 //!
@@ -27,6 +29,13 @@ const PAGE: &str = include_str!("transcripts.html");
 const SCRIPT: &str = include_str!("transcripts.js");
 const STYLE: &str = include_str!("transcripts.css");
 const ADMIN_SCRIPT: &str = include_str!("admin.js");
+/// The usage chart's library, vendored (`vendor/uplot/README.md`): served
+/// under its version, so it may be cached for good.
+const UPLOT_SCRIPT: &str = include_str!("vendor/uplot/uPlot.iife.min.js");
+const UPLOT_STYLE: &str = include_str!("vendor/uplot/uPlot.min.css");
+const UPLOT_LICENSE: &str = include_str!("vendor/uplot/LICENSE");
+/// A versioned file never changes: a year, and no revalidation.
+const FOREVER: &str = "public, max-age=31536000, immutable";
 /// The page runs only its own script file and style sheet, shows what it
 /// reads as text, and is never framed.
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
@@ -64,16 +73,26 @@ pub struct Transcripts {
 /// The page's files under `/toolgate/ui/` (public: its data comes from the
 /// API, which asks for a key), or `None` for a path that is not one.
 pub fn page(path: &str) -> Option<Response<Body>> {
-    let (text, content_type) = match path {
-        "/toolgate/ui" | "/toolgate/ui/" => (PAGE, "text/html; charset=utf-8"),
-        "/toolgate/ui/transcripts.js" => (SCRIPT, "text/javascript; charset=utf-8"),
-        "/toolgate/ui/transcripts.css" => (STYLE, "text/css; charset=utf-8"),
-        "/toolgate/ui/admin.js" => (ADMIN_SCRIPT, "text/javascript; charset=utf-8"),
+    const JS: &str = "text/javascript; charset=utf-8";
+    const CSS: &str = "text/css; charset=utf-8";
+    let (text, content_type, versioned) = match path {
+        "/toolgate/ui" | "/toolgate/ui/" => (PAGE, "text/html; charset=utf-8", false),
+        "/toolgate/ui/transcripts.js" => (SCRIPT, JS, false),
+        "/toolgate/ui/transcripts.css" => (STYLE, CSS, false),
+        "/toolgate/ui/admin.js" => (ADMIN_SCRIPT, JS, false),
+        "/toolgate/ui/vendor/uplot-1.6.32.min.js" => (UPLOT_SCRIPT, JS, true),
+        "/toolgate/ui/vendor/uplot-1.6.32.min.css" => (UPLOT_STYLE, CSS, true),
+        "/toolgate/ui/vendor/uplot-1.6.32.LICENSE.txt" => {
+            (UPLOT_LICENSE, "text/plain; charset=utf-8", true)
+        }
         _ => return None,
     };
     let mut r = Response::new(body::full(text));
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if versioned {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static(FOREVER));
+    }
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(PAGE_POLICY),
@@ -112,6 +131,9 @@ pub async fn handle(
             path: path.to_owned(),
             hint: "",
         });
+    }
+    if path == "/toolgate/api/whoami" {
+        return Ok(whoami(reader));
     }
     let transcripts = transcripts.ok_or_else(|| {
         GatewayError::NotFound("Transcripts are off: configure a [store] to record them".into())
@@ -157,6 +179,22 @@ pub async fn handle(
             hint: "",
         }),
     }
+}
+
+/// `GET /toolgate/api/whoami`: what the presented key may do, so the page
+/// offers only that: `admin` (keys, backup, every tenant), the `tenant` a
+/// client key reads, and whether the gateway asks for keys at all (`auth`;
+/// without it anyone reads the one tenant's chats and its backup).
+fn whoami(reader: &Reader) -> Response<Body> {
+    let tenant = match &reader.viewer {
+        Viewer::Admin => Value::Null,
+        Viewer::Tenant(name) => json!(name),
+    };
+    super::json(&json!({
+        "admin": reader.viewer == Viewer::Admin,
+        "tenant": tenant,
+        "auth": !reader.key.is_empty(),
+    }))
 }
 
 /// `GET /toolgate/api/backup`: a consistent copy of a SQLite store, made
@@ -224,8 +262,40 @@ fn no_chat(id: &str) -> GatewayError {
     GatewayError::NotFound(format!("No chat `{id}`"))
 }
 
+/// The most words `q` may hold: each is a search of its own.
+const MAX_WORDS: usize = 8;
+
+/// `q`'s words, each to be found somewhere in a chat, in any order; a
+/// phrase in double quotes is one word (`"number 42" widgets`).
+fn words(q: &str) -> Result<Vec<String>, GatewayError> {
+    let mut words = Vec::new();
+    for (i, part) in q.split('"').enumerate() {
+        if i % 2 == 1 {
+            // Inside quotes: the phrase as written, spaces and all.
+            let phrase = part.trim();
+            if !phrase.is_empty() {
+                words.push(phrase.to_owned());
+            }
+        } else {
+            words.extend(part.split_whitespace().map(str::to_owned));
+        }
+    }
+    words.dedup();
+    if words.len() > MAX_WORDS {
+        return Err(GatewayError::bad_request(
+            format!(
+                "`q` holds {} words; a search takes at most {MAX_WORDS}",
+                words.len()
+            ),
+            Some("q"),
+        ));
+    }
+    Ok(words)
+}
+
 /// `GET /toolgate/api/chats`: newest activity first, `limit` (50, at most
-/// 500) at a time; `q` searches titles, prompts, calls and results;
+/// 500) at a time; `q` searches titles, prompts, calls and results for
+/// every one of its words (or `"quoted phrases"`), in any order;
 /// `provider`, `model` and `errors=1` filter; `before` and `before_id` (the
 /// `next` of the previous page) page on.
 async fn list(
@@ -274,7 +344,7 @@ async fn list(
         provider: super::param(query, "provider"),
         model: super::param(query, "model"),
         errors_only,
-        text: super::param(query, "q"),
+        words: words(super::param(query, "q").as_deref().unwrap_or(""))?,
         before,
         limit: limit + 1,
     };
@@ -353,6 +423,12 @@ async fn replay_then_follow(
             if !viewer.sees(&chat.tenant) {
                 return;
             }
+            // What the chat is, for the view's header.
+            if let Ok(summary) = serde_json::to_string(&chat)
+                && tx.send(frame("chat", &summary)).await.is_err()
+            {
+                return;
+            }
             for m in stored {
                 last = last.max(m.sequence);
                 sent.insert(m.id);
@@ -407,4 +483,43 @@ async fn send_live(tx: &tokio::sync::mpsc::Sender<Bytes>, m: &Message, last: &mu
     }
     *last = m.sequence;
     tx.send(frame(m.kind.as_str(), &&*m.json)).await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_asks_for_the_vendored_files_it_serves() {
+        for path in [
+            "/toolgate/ui/vendor/uplot-1.6.32.min.js",
+            "/toolgate/ui/vendor/uplot-1.6.32.min.css",
+        ] {
+            assert!(PAGE.contains(path), "{path}");
+            let r = page(path).unwrap();
+            assert_eq!(r.headers()[header::CACHE_CONTROL], FOREVER);
+        }
+        assert!(UPLOT_SCRIPT.contains("(v1.6.32)"), "the version served");
+        assert!(
+            page("/toolgate/ui/admin.js")
+                .unwrap()
+                .headers()
+                .get(header::CACHE_CONTROL)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_search_is_its_words_in_any_order_and_quoted_phrases_whole() {
+        assert_eq!(words("widgets 42").unwrap(), ["widgets", "42"]);
+        assert_eq!(words("  ").unwrap(), Vec::<String>::new());
+        assert_eq!(
+            words("\"number 42\"  widgets").unwrap(),
+            ["number 42", "widgets"]
+        );
+        // An unclosed quote runs to the end.
+        assert_eq!(words("a \"b c").unwrap(), ["a", "b c"]);
+        assert!(words("1 2 3 4 5 6 7 8").is_ok());
+        assert!(words("1 2 3 4 5 6 7 8 9").is_err());
+    }
 }

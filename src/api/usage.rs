@@ -6,8 +6,11 @@
 //!   or `YYYY-MM-DD` dates, whole UTC days with `to` included (as a billing
 //!   page reads them: `from=2026-11-29&to=2026-11-29` is that one day).
 //!   Default: the 30 days up to now.
-//! - `group_by`: a comma-separated list of `tenant`, `key`, `provider`,
-//!   `model` (default all four); a field not grouped by is `null`.
+//! - `group_by`: a comma-separated list of `day` or `hour` (UTC, as
+//!   `2026-11-29` or `2026-11-29T13:00:00Z`; rows in time order), `tenant`,
+//!   `key` (with the managed key's `key_name`), `provider`, `model`
+//!   (default: tenant, key, provider and model); a field not grouped by is
+//!   `null`.
 
 use std::sync::Arc;
 
@@ -55,7 +58,9 @@ pub async fn handle(
             for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
                 let column = UsageColumn::parse(word).ok_or_else(|| {
                     GatewayError::bad_request(
-                        format!("`group_by` takes tenant, key, provider and model, not {word:?}"),
+                        format!(
+                            "`group_by` takes day, hour, tenant, key, provider and model, not {word:?}"
+                        ),
                         Some("group_by"),
                     )
                 })?;

@@ -339,33 +339,50 @@ impl Db {
     /// Chats, newest activity first, as `filter` narrows them.
     pub async fn chats(&self, filter: &ChatFilter) -> Result<Vec<ChatSummary>, sqlx::Error> {
         let (before, before_id) = filter.before.clone().unwrap_or((i64::MAX, String::new()));
-        // Text is searched in each message's searchable words, lower-cased:
-        // `%`, `_` and `\` are escaped for LIKE.
-        let pattern = filter.text.as_deref().map(|text| {
-            let escaped = text
-                .to_lowercase()
-                .replace('\\', "\\\\")
-                .replace('%', "\\%")
-                .replace('_', "\\_");
-            format!("%{escaped}%")
-        });
+        // Each word is searched in the title and in each message's
+        // searchable words, lower-cased: `%`, `_` and `\` are escaped for
+        // LIKE. A chat matches when every word is found somewhere in it.
+        let patterns: Vec<String> = filter
+            .words
+            .iter()
+            .map(|word| {
+                let escaped = word
+                    .to_lowercase()
+                    .replace('\\', "\\\\")
+                    .replace('%', "\\%")
+                    .replace('_', "\\_");
+                format!("%{escaped}%")
+            })
+            .collect();
+        let mut sql = String::from(
+            "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant, errors, last_error FROM chats \
+             WHERE (updated_at < $1 OR (updated_at = $1 AND id < $2)) \
+             AND ($3 IS NULL OR tenant = $3) AND ($4 IS NULL OR provider = $4) AND ($5 IS NULL OR model = $5) \
+             AND ($6 = 0 OR errors > 0)",
+        );
+        for n in 7..7 + patterns.len() {
+            sql.push_str(&format!(
+                " AND (lower(title) LIKE ${n} ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages \
+                 WHERE messages.chat_id = chats.id AND messages.search LIKE ${n} ESCAPE '\\'))"
+            ));
+        }
+        sql.push_str(&format!(
+            " ORDER BY updated_at DESC, id DESC LIMIT ${}",
+            7 + patterns.len()
+        ));
         let rows = on_pool!(self, pool => {
-            sqlx::query(
-                "SELECT id, created_at, updated_at, provider, model, title, tool_calls, messages, tenant, errors, last_error FROM chats \
-                 WHERE (updated_at < $1 OR (updated_at = $1 AND id < $2)) \
-                 AND ($3 IS NULL OR tenant = $3) AND ($4 IS NULL OR provider = $4) AND ($5 IS NULL OR model = $5) \
-                 AND ($6 = 0 OR errors > 0) \
-                 AND ($7 IS NULL OR lower(title) LIKE $7 ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages \
-                      WHERE messages.chat_id = chats.id AND messages.search LIKE $7 ESCAPE '\\')) \
-                 ORDER BY updated_at DESC, id DESC LIMIT $8",
-            )
+            // Audited: only numbered placeholders are formatted into it.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(before)
             .bind(before_id.as_str())
             .bind(filter.tenant.as_deref())
             .bind(filter.provider.as_deref())
             .bind(filter.model.as_deref())
-            .bind(i64::from(filter.errors_only))
-            .bind(pattern.as_deref())
+            .bind(i64::from(filter.errors_only));
+            for pattern in &patterns {
+                query = query.bind(pattern.as_str());
+            }
+            query
             .bind(filter.limit)
             .fetch_all(pool)
             .await?
@@ -523,15 +540,28 @@ impl Db {
         to: i64,
         group_by: &[UsageColumn],
     ) -> Result<Vec<UsageRow>, sqlx::Error> {
-        let columns: Vec<&str> = group_by.iter().map(|c| c.column()).collect();
-        let mut select = columns.join(", ");
-        if !select.is_empty() {
-            select.push_str(", ");
+        let mut select: String = group_by
+            .iter()
+            .map(|c| format!("{} AS {}, ", c.expression(), c.column()))
+            .collect();
+        if group_by.contains(&UsageColumn::Key) {
+            // A managed key's name (kept after it is revoked); a key the
+            // config holds has none.
+            select.push_str(
+                "(SELECT name FROM api_keys WHERE api_keys.id = usage.key_id) AS key_name, ",
+            );
         }
-        let group = if columns.is_empty() {
+        // Time first, so a series reads in order.
+        let ordered: Vec<&str> = group_by
+            .iter()
+            .filter(|c| c.is_time())
+            .chain(group_by.iter().filter(|c| !c.is_time()))
+            .map(|c| c.expression())
+            .collect();
+        let group = if ordered.is_empty() {
             String::new()
         } else {
-            format!(" GROUP BY {0} ORDER BY {0}", columns.join(", "))
+            format!(" GROUP BY {0} ORDER BY {0}", ordered.join(", "))
         };
         let filter = if tenant.is_some() {
             " AND tenant = $3"
@@ -557,14 +587,28 @@ impl Db {
                 let text = |c: UsageColumn| -> Result<Option<String>, sqlx::Error> {
                     if group_by.contains(&c) { row.try_get(c.column()).map(Some) } else { Ok(None) }
                 };
+                let time = |c: UsageColumn, format: &str| -> Result<Option<String>, sqlx::Error> {
+                    if !group_by.contains(&c) {
+                        return Ok(None);
+                    }
+                    let ms: i64 = row.try_get(c.column())?;
+                    Ok(chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format(format).to_string()))
+                };
                 let requests: Option<i64> = row.try_get("requests")?;
                 if requests.is_none() {
                     // No row at all: SUM over nothing.
                     continue;
                 }
                 out.push(UsageRow {
+                    day: time(UsageColumn::Day, "%Y-%m-%d")?,
+                    hour: time(UsageColumn::Hour, "%Y-%m-%dT%H:00:00Z")?,
                     tenant: text(UsageColumn::Tenant)?,
                     key: text(UsageColumn::Key)?,
+                    key_name: if group_by.contains(&UsageColumn::Key) {
+                        row.try_get("key_name")?
+                    } else {
+                        None
+                    },
                     provider: text(UsageColumn::Provider)?,
                     model: text(UsageColumn::Model)?,
                     requests: requests.unwrap_or(0),
@@ -854,6 +898,65 @@ mod tests {
     async fn requests(db: &Db) -> i64 {
         let rows = db.usage(None, 0, 100 * HOUR, &[]).await.unwrap();
         rows.iter().map(|r| r.requests).sum()
+    }
+
+    #[tokio::test]
+    async fn usage_is_summed_per_utc_day_or_hour_with_the_keys_names() {
+        let db = Db::open(&Backend::Sqlite {
+            url: "sqlite::memory:".into(),
+        })
+        .unwrap();
+        db.migrate().await.unwrap();
+        // Day 0 holds hours 10, 11 and 11 again; day 1 hour 30; day 2 hour 50.
+        db.write(&[used(10), used(11), used(30), used(50)])
+            .await
+            .unwrap();
+        db.write(&[used(11)]).await.unwrap();
+        db.insert_key(&KeyRow {
+            id: "key-1".into(),
+            tenant: "team".into(),
+            name: "ci-bot".into(),
+            prefix: "tg-1".into(),
+            sha256: "00".into(),
+            policy: "{}".into(),
+            created_at: 0,
+            expires_at: None,
+            last_used_at: None,
+        })
+        .await
+        .unwrap();
+        let days = db
+            .usage(None, 0, 100 * HOUR, &[UsageColumn::Day, UsageColumn::Key])
+            .await
+            .unwrap();
+        let read: Vec<_> = days
+            .iter()
+            .map(|r| (r.day.as_deref(), r.requests, r.key_name.as_deref()))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (Some("1970-01-01"), 3, Some("ci-bot")),
+                (Some("1970-01-02"), 1, Some("ci-bot")),
+                (Some("1970-01-03"), 1, Some("ci-bot")),
+            ]
+        );
+        assert!(days.iter().all(|r| r.hour.is_none() && r.tenant.is_none()));
+        let hours = db
+            .usage(None, 0, 24 * HOUR, &[UsageColumn::Hour])
+            .await
+            .unwrap();
+        let read: Vec<_> = hours
+            .iter()
+            .map(|r| (r.hour.as_deref(), r.requests, r.key_name.is_none()))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (Some("1970-01-01T10:00:00Z"), 1, true),
+                (Some("1970-01-01T11:00:00Z"), 2, true),
+            ]
+        );
     }
 
     #[tokio::test]

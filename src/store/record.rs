@@ -246,8 +246,15 @@ pub struct Used {
 /// A usage total as read back; the fields not grouped by are `None`.
 #[derive(Debug, Clone, Serialize)]
 pub struct UsageRow {
+    /// The UTC day (`2026-11-29`) or hour (`2026-11-29T13:00:00Z`) it was
+    /// used in, when grouped by time.
+    pub day: Option<String>,
+    pub hour: Option<String>,
     pub tenant: Option<String>,
     pub key: Option<String>,
+    /// The managed key's name, when grouped by key (`None` for a key the
+    /// config holds).
+    pub key_name: Option<String>,
     pub provider: Option<String>,
     pub model: Option<String>,
     pub requests: i64,
@@ -281,9 +288,12 @@ pub struct KeyRow {
     pub revoked_at: Option<i64>,
 }
 
-/// What usage can be grouped by.
+/// What usage can be grouped by: a time bucket (UTC days or hours) and
+/// who used it where.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UsageColumn {
+    Day,
+    Hour,
     Tenant,
     Key,
     Provider,
@@ -294,6 +304,8 @@ impl UsageColumn {
     /// `group_by`'s words.
     pub fn parse(word: &str) -> Option<UsageColumn> {
         Some(match word {
+            "day" => UsageColumn::Day,
+            "hour" => UsageColumn::Hour,
             "tenant" => UsageColumn::Tenant,
             "key" => UsageColumn::Key,
             "provider" => UsageColumn::Provider,
@@ -302,13 +314,31 @@ impl UsageColumn {
         })
     }
 
+    /// Its name as a result column.
     pub fn column(self) -> &'static str {
         match self {
+            UsageColumn::Day => "day",
+            UsageColumn::Hour => "hour",
             UsageColumn::Tenant => "tenant",
             UsageColumn::Key => "key_id",
             UsageColumn::Provider => "provider",
             UsageColumn::Model => "model",
         }
+    }
+
+    /// What it is computed from in the `usage` table. `hour` is ms since
+    /// the epoch, a multiple of an hour, so a UTC day is integer arithmetic
+    /// both SQLite and PostgreSQL do alike.
+    pub fn expression(self) -> &'static str {
+        match self {
+            UsageColumn::Day => "(hour - hour % 86400000)",
+            other => other.column(),
+        }
+    }
+
+    /// Whether it is a time bucket (read as ms, shown as a date).
+    pub fn is_time(self) -> bool {
+        matches!(self, UsageColumn::Day | UsageColumn::Hour)
     }
 }
 
@@ -352,8 +382,9 @@ pub struct ChatFilter {
     pub model: Option<String>,
     /// Only chats with an answer that failed or was cut.
     pub errors_only: bool,
-    /// Text in the title or any message (prompts, calls, results).
-    pub text: Option<String>,
+    /// Words (or quoted phrases) each found in the title or a message
+    /// (prompts, calls, results), in any order; none: every chat.
+    pub words: Vec<String>,
     pub before: Option<(i64, String)>,
     pub limit: i64,
 }

@@ -48,6 +48,8 @@ pub struct Recorder {
     last_error: String,
     /// The request's trace (32 hex digits), put on every row, when traces are on.
     trace_id: Option<String>,
+    /// The request's `x-request-id`, put on every row.
+    request_id: Option<String>,
     /// The answer reached its finish, or failed with a recorded error.
     ended: bool,
     /// Gateway calls started and not yet answered.
@@ -96,6 +98,8 @@ impl Recorder {
             trace_id: crate::telemetry::scope::trace()
                 .as_ref()
                 .and_then(crate::telemetry::propagate::trace_id),
+            request_id: crate::telemetry::scope::request_id()
+                .and_then(|id| id.to_str().ok().map(str::to_owned)),
             ended: false,
             running: Vec::new(),
             closed: false,
@@ -169,6 +173,9 @@ impl Recorder {
         }
         if let Some(trace) = &self.trace_id {
             fields["traceId"] = json!(trace);
+        }
+        if let Some(id) = &self.request_id {
+            fields["requestId"] = json!(id);
         }
         let message = Arc::new(Message::new(
             self.chat_id.clone(),

@@ -1,5 +1,5 @@
 //! What a request's work carries wherever it runs: the tenant whose request
-//! it is (token counters), its trace context (the parent of the spans it
+//! it is (token counters), its `x-request-id` (on its transcript rows), its trace context (the parent of the spans it
 //! starts) and its [`Meter`] (where its answers' usage is charged). Set once per `/v1` request; a task spawned on the request's
 //! behalf takes it along with [`carry`].
 
@@ -15,6 +15,8 @@ use crate::config::limits::Price;
 pub struct Scope {
     /// Whose request it is (its token counters' `tenant` label).
     pub tenant: Arc<crate::config::Tenant>,
+    /// The request's `x-request-id`, `None` outside a `/v1` request.
+    pub request_id: Option<http::HeaderValue>,
     /// `None` without `[telemetry]`.
     pub trace: Option<Context>,
     /// `None` until the request is admitted by its tenant's limits.
@@ -58,6 +60,11 @@ tokio::task_local! {
 /// The scope of the request this task works for, if any.
 pub fn current() -> Option<Scope> {
     SCOPE.try_with(Clone::clone).ok()
+}
+
+/// The current request's `x-request-id`, when this is a request's task.
+pub fn request_id() -> Option<http::HeaderValue> {
+    SCOPE.try_with(|s| s.request_id.clone()).ok().flatten()
 }
 
 /// The current trace context, when traces are on and this is a request's task.

@@ -50,3 +50,4 @@ mod transcripts;
 mod transcripts_page;
 mod truthful;
 mod upstream_models;
+mod usage_over_time;

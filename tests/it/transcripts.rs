@@ -892,3 +892,93 @@ async fn an_invalid_call_is_recorded_alike_streamed_or_whole() {
         }
     }
 }
+
+/// A search is its words, each found somewhere in the chat (title, prompts,
+/// answers), in any order and any case; a quoted phrase is one word; in
+/// SQLite and PostgreSQL alike. A chat's rows carry the request's id.
+#[tokio::test]
+async fn a_search_finds_every_word_in_any_order_in_sqlite_and_postgresql() {
+    let pg = common::postgres::Postgres::start();
+    let mock = Mock::start(|_: &common::Recorded| {
+        Reply::json(&common::upstream_completion("Sprockets in stock."))
+    })
+    .await;
+    for store in ["sqlite::memory:".to_owned(), pg.url()] {
+        let gw = TestConfig::new()
+            .up(&mock.url(), "")
+            .raw(&format!("[store]\nurl = \"{store}\"\nrecord = \"all\"\n"))
+            .start()
+            .await;
+        for text in [
+            "Question number 42 about widgets",
+            "Question number 7 about widgets",
+            "Question number 42 about gadgets",
+        ] {
+            let body = json!({"model": "m", "messages": [{"role": "user", "content": text}]});
+            let r = common::send(
+                http::Request::post(gw.url("/v1/chat/completions"))
+                    .header("content-type", "application/json")
+                    .header("x-request-id", format!("req-{}", text.len()))
+                    .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+                    .unwrap(),
+            )
+            .await;
+            assert_eq!(r.status, 200);
+        }
+        let found = async |q: &str| -> Vec<String> {
+            let url = gw.url(&format!("/toolgate/api/chats?q={}", urlencode(q)));
+            for _ in 0..100 {
+                let r = get(&url).await;
+                assert_eq!(r.status, 200, "{}", r.text());
+                let all = get(&gw.url("/toolgate/api/chats")).await.json();
+                if all["data"].as_array().unwrap().len() == 3 {
+                    let mut titles: Vec<String> = r.json()["data"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|c| c["title"].as_str().unwrap().to_owned())
+                        .collect();
+                    titles.sort();
+                    return titles;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("{store}: the chats never landed");
+        };
+        let only_42 = ["Question number 42 about widgets".to_owned()];
+        assert_eq!(found("widgets 42").await, only_42, "{store}");
+        assert_eq!(found("42 WIDGETS").await, only_42, "{store}");
+        assert_eq!(found("\"about widgets\" 42").await, only_42, "{store}");
+        // A word of the answer counts as much as one of the question.
+        assert_eq!(found("sprockets 42 widgets").await, only_42, "{store}");
+        assert_eq!(found("widgets").await.len(), 2, "{store}");
+        assert!(
+            found("\"42 widgets\"").await.is_empty(),
+            "{store}: a phrase is whole"
+        );
+        assert!(found("widgets 42 tuesday").await.is_empty(), "{store}");
+        let many = get(&gw.url("/toolgate/api/chats?q=a+b+c+d+e+f+g+h+i")).await;
+        assert_eq!(many.status, 400, "{}", many.text());
+
+        let chats = chats(&gw).await;
+        let chat = chats.iter().find(|c| c["title"] == only_42[0]).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let rows = messages(&gw, &chat, 2).await;
+        assert!(
+            rows.iter().all(|m| m["requestId"] == "req-32"),
+            "{store}: {rows:?}"
+        );
+    }
+}
+
+fn urlencode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' => (b as char).to_string(),
+            b' ' => "+".to_owned(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}

@@ -70,12 +70,22 @@ async fn node_page(
     key: &str,
     shot: Option<&PathBuf>,
 ) -> serde_json::Value {
+    node_page_with(script, base, &[key], shot).await
+}
+
+/// [`node_page`] with more arguments after the base URL (keys).
+async fn node_page_with(
+    script: &str,
+    base: &str,
+    args: &[&str],
+    shot: Option<&PathBuf>,
+) -> serde_json::Value {
     let mut command = tokio::process::Command::new("node");
     command
         .arg(common::installed::node_dir().join(script))
         .arg(chromium())
         .arg(base)
-        .arg(key)
+        .args(args)
         .current_dir(common::installed::node_dir());
     if let Some(shot) = shot {
         command.env("PAGE_SCREENSHOT", shot);
@@ -420,4 +430,272 @@ async fn an_admin_makes_and_revokes_a_key_and_reads_usage_on_the_page() {
     )
     .await;
     assert_eq!(refused.status, 401, "revoked on the page, refused here");
+}
+
+/// The page for daily use, at 1280×800 as an operator has it: at least 20
+/// chats on the screen, a long title whole on hover, a search by words in
+/// any order, a chat's header (id, tenant, provider, model, request ids),
+/// the keys table with each key's models, tools, budget and expiry and a
+/// key's policy edited there; and with a client key, no admin control.
+#[tokio::test]
+async fn an_operator_reads_a_days_chats_searches_words_and_edits_a_key() {
+    // SAFETY: this test's own variables, set before its gateway reads them.
+    unsafe {
+        std::env::set_var("DAILY_PAGE_ADMIN", "daily-admin");
+        std::env::set_var("DAILY_PAGE_TEAM", "daily-team");
+    }
+    let mock = Mock::start(|_: &Recorded| Reply::json(&common::upstream_completion("hello"))).await;
+    let gw = TestConfig::new()
+        .server(
+            "[server.auth]\nadmin_keys_env = \"DAILY_PAGE_ADMIN\"\nmanaged_keys = true\n\
+             [[server.auth.keys]]\nname = \"team-a\"\nkey_env = \"DAILY_PAGE_TEAM\"\n",
+        )
+        .provider("filler", &mock.url(), "[\"filler-*\"]", "")
+        .raw("[store]\nurl = \"sqlite::memory:\"\nrecord = \"all\"\n")
+        .start()
+        .await;
+    let send = |key: &str, text: &str, request_id: Option<&str>| {
+        let body =
+            json!({"model": "filler-model", "messages": [{"role": "user", "content": text}]});
+        let mut request = http::Request::post(gw.url("/v1/chat/completions"))
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json");
+        if let Some(id) = request_id {
+            request = request.header("x-request-id", id);
+        }
+        request
+            .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+            .unwrap()
+    };
+    let long = "A long question about the quarterly widget inventory, the gadget backlog, \
+                and what the warehouse in Oslo still holds";
+    let mut texts: Vec<String> = (1..=45)
+        .map(|n| format!("Question number {n} about widgets"))
+        .collect();
+    texts.push(long.to_owned());
+    for text in &texts {
+        assert_eq!(
+            common::send(send("daily-team", text, None)).await.status,
+            200
+        );
+    }
+    let tagged = common::send(send("daily-team", "A tagged request", Some("req-daily-1"))).await;
+    assert_eq!(tagged.status, 200);
+    let tagged_chat = tagged.headers["x-toolgate-chat-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let admin = |method: http::Method, path: &str, body: serde_json::Value| {
+        http::Request::builder()
+            .method(method)
+            .uri(gw.url(path))
+            .header("authorization", "Bearer daily-admin")
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+            .unwrap()
+    };
+    for body in [
+        json!({"tenant": "team-m", "name": "evals", "models": ["filler-model"]}),
+        json!({"tenant": "team-a", "name": "team-a-ci"}),
+    ] {
+        let made = common::send(admin(http::Method::POST, "/toolgate/api/keys", body)).await;
+        assert_eq!(made.status, 201, "{}", made.text());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("transcripts-page-daily.png");
+    let seen = node_page_with(
+        "daily_page.mjs",
+        &gw.url(""),
+        &["daily-admin", "daily-team"],
+        Some(&shot),
+    )
+    .await;
+    let say = || serde_json::to_string_pretty(&seen).unwrap();
+    assert_eq!(seen["errors"], json!([]), "{}", say());
+    assert!(
+        seen["visibleRows"].as_u64().unwrap() >= 20,
+        "a screen shows 20 chats: {}",
+        say()
+    );
+    assert_eq!(seen["longTitle"]["title"], long, "{}", say());
+    assert_eq!(seen["longTitle"]["cut"], true, "{}", say());
+    let only_42 = json!(["Question number 42 about widgets"]);
+    for q in ["widgets 42", "42 WIDGETS", "number \"about widgets\" 42"] {
+        assert_eq!(seen[format!("search:{q}")], only_42, "{q}: {}", say());
+    }
+    assert_eq!(seen["search:42 gadgets"], json!([]), "{}", say());
+    let header = &seen["header"];
+    assert_eq!(header["id"], tagged_chat.as_str(), "{}", say());
+    assert_eq!(seen["openedId"], tagged_chat.as_str());
+    assert_eq!(
+        (&header["tenant"], &header["provider"], &header["model"]),
+        (&json!("team-a"), &json!("filler"), &json!("filler-model")),
+        "{}",
+        say()
+    );
+    assert_eq!(header["requests"], json!(["req-daily-1"]), "{}", say());
+    assert_eq!(
+        seen["adminControls"],
+        json!({"backup": 1, "tenantFilter": 1}),
+        "{}",
+        say()
+    );
+    let columns = seen["keyColumns"].to_string();
+    for column in ["models", "tools", "budget", "expires"] {
+        assert!(columns.contains(&format!("\"{column}\"")), "{columns}");
+    }
+    // The PATCH carried what changed, and the table shows it.
+    let patch = &seen["patch"];
+    assert_eq!(patch["models"], json!(["filler-*", "demo"]), "{}", say());
+    assert_eq!(patch["limits"], json!({"requests_per_minute": 7}));
+    assert_eq!(patch["budget"], json!({"usd": 2.5, "period": "7d"}));
+    assert!(patch.get("name").is_none() && patch.get("gateway_tools").is_none());
+    let expires = patch["expires_at"].as_str().unwrap();
+    let edited = seen["keyAfter"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r[1] == "team-m")
+        .unwrap_or_else(|| panic!("{}", say()))
+        .to_string();
+    for shown in ["filler-*, demo", "7 req/min", "$2.5000 per 7d"] {
+        assert!(edited.contains(shown), "{shown}: {edited}");
+    }
+    let keys = common::send(admin(http::Method::GET, "/toolgate/api/keys", json!(null))).await;
+    let kept = keys.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["tenant"] == "team-m")
+        .cloned()
+        .unwrap();
+    assert_eq!(kept["models"], json!(["filler-*", "demo"]));
+    assert_eq!(
+        chrono::DateTime::parse_from_rfc3339(kept["expires_at"].as_str().unwrap()).unwrap(),
+        chrono::DateTime::parse_from_rfc3339(expires).unwrap(),
+    );
+    // A client key: no backup, no tenant filter, its tenant's key listed
+    // without make, edit or revoke.
+    assert_eq!(seen["role"], "client", "{}", say());
+    assert_eq!(
+        seen["clientControls"],
+        json!({"backup": 0, "tenantFilter": 0}),
+        "{}",
+        say()
+    );
+    assert_eq!(
+        seen["clientKeys"],
+        json!({"makeForm": 0, "edit": 0, "revoke": 0, "rows": 1}),
+        "{}",
+        say()
+    );
+}
+
+/// Spend over time on the page, from a PostgreSQL store: the usage chart
+/// draws a line per tenant over the last 30 days, the pointer on a day
+/// reads each tenant's cost, then requests, in the legend; per model; and
+/// today per hour. The chart's library is served from the binary with a
+/// long cache header.
+#[tokio::test]
+async fn an_operator_reads_spend_per_day_and_tenant_on_the_usage_chart() {
+    // SAFETY: this test's own variables, set before its gateway reads them.
+    unsafe {
+        std::env::set_var("CHART_PAGE_ADMIN", "chart-admin");
+        std::env::set_var("CHART_PAGE_X", "chart-x");
+        std::env::set_var("CHART_PAGE_Y", "chart-y");
+    }
+    let pg = common::postgres::Postgres::start();
+    let mock = Mock::start(|_: &Recorded| Reply::json(&common::upstream_completion("hello"))).await;
+    let gw = TestConfig::new()
+        .server(
+            "[server.auth]\nadmin_keys_env = \"CHART_PAGE_ADMIN\"\n\
+             [[server.auth.keys]]\nname = \"team-x\"\nkey_env = \"CHART_PAGE_X\"\n\
+             [[server.auth.keys]]\nname = \"team-y\"\nkey_env = \"CHART_PAGE_Y\"\n",
+        )
+        .up(
+            &mock.url(),
+            "[providers.pricing]\n\"*\" = { input = 1000, output = 2000 }\n",
+        )
+        .raw(&format!(
+            "[store]\nurl = \"{}\"\nrecord = \"none\"\n",
+            pg.url()
+        ))
+        .start()
+        .await;
+    for key in ["chart-x", "chart-x", "chart-y", "chart-y", "chart-y"] {
+        let r = common::send(
+            http::Request::post(gw.url("/v1/chat/completions"))
+                .header("authorization", format!("Bearer {key}"))
+                .body(http_body_util::Full::new(Bytes::from(
+                    json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+                        .to_string(),
+                )))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 200);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = common::send(
+            http::Request::get(gw.url("/toolgate/api/usage?group_by=tenant"))
+                .header("authorization", "Bearer chart-admin")
+                .body(http_body_util::Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await;
+        let landed: i64 = r.json()["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["requests"].as_i64().unwrap())
+            .sum();
+        if landed == 5 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "usage never landed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // team-x's use moved three days back.
+    pg.query("UPDATE usage SET hour = hour - 3 * 86400000 WHERE tenant = 'team-x'");
+
+    let script = common::get(&gw.url("/toolgate/ui/vendor/uplot-1.6.32.min.js")).await;
+    assert_eq!(script.status, 200);
+    assert_eq!(
+        script.headers["cache-control"],
+        "public, max-age=31536000, immutable"
+    );
+    assert!(script.text().contains("uPlot"));
+
+    let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("transcripts-page-usage.png");
+    let seen = node_page_with(
+        "usage_chart.mjs",
+        &gw.url(""),
+        &["chart-admin", "3"],
+        Some(&shot),
+    )
+    .await;
+    let say = || serde_json::to_string_pretty(&seen).unwrap();
+    assert_eq!(seen["errors"], json!([]), "{}", say());
+    assert_eq!(seen["series"], json!(["team-x", "team-y"]), "{}", say());
+    let legend = |name: &str, tenant: &str| -> String {
+        seen[name]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: {}", say()))
+            .iter()
+            .find(|r| r[0] == tenant)
+            .map(|r| r[1].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_else(|| panic!("{name} {tenant}: {}", say()))
+    };
+    // 10 input and 20 output tokens a request, at $1 000 and $2 000 a million.
+    assert_eq!(legend("costToday", "team-y"), "$0.1500", "{}", say());
+    assert_eq!(legend("costToday", "team-x"), "$0.0000", "{}", say());
+    assert_eq!(legend("costBack", "team-x"), "$0.1000", "{}", say());
+    assert_eq!(legend("costBack", "team-y"), "$0.0000", "{}", say());
+    assert_eq!(legend("requestsToday", "team-y"), "3", "{}", say());
+    assert_eq!(legend("requestsBack", "team-x"), "2", "{}", say());
+    assert_eq!(seen["modelSeries"], json!(["m"]), "{}", say());
+    assert_eq!(legend("hourLegend", "m"), "3", "{}", say());
+    assert!(seen["painted"].as_u64().unwrap() > 500, "{}", say());
 }
