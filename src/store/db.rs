@@ -922,6 +922,7 @@ mod tests {
             created_at: 0,
             expires_at: None,
             last_used_at: None,
+            revoked_at: None,
         })
         .await
         .unwrap();
