@@ -526,6 +526,7 @@ mod tests {
         Offer {
             tools: vec![Arc::new(tool)],
             withheld: vec!["clock".into()],
+            unavailable: Vec::new(),
         }
     }
 
