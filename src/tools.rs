@@ -123,6 +123,14 @@ impl Offer {
         self.withheld.iter().any(|w| w == name)
     }
 
+    /// The server that is down or starting whose tool `name` was, as far as
+    /// its last listing tells.
+    pub fn absent(&self, name: &str) -> Option<&Absent> {
+        self.unavailable
+            .iter()
+            .find(|a| a.tools.iter().any(|t| t == name))
+    }
+
     /// The offer for a request whose client declares `client`'s tools: a
     /// withheld tool does not exist for this key, so a client tool of the
     /// same name is simply the client's, and a call to it goes back to the
@@ -130,6 +138,16 @@ impl Offer {
     pub fn beside<'a>(mut self, client: impl IntoIterator<Item = &'a str>) -> Offer {
         let client: std::collections::HashSet<&str> = client.into_iter().collect();
         self.withheld.retain(|name| !client.contains(name.as_str()));
+        for absent in &mut self.unavailable {
+            if absent.tools.iter().any(|t| client.contains(t.as_str())) {
+                absent.tools = absent
+                    .tools
+                    .iter()
+                    .filter(|t| !client.contains(t.as_str()))
+                    .cloned()
+                    .collect();
+            }
+        }
         self
     }
 }
@@ -153,6 +171,8 @@ pub struct Absent {
     pub starting: bool,
     /// When it is tried again, when known.
     pub retry_in: Option<Duration>,
+    /// The names of its tools when it was last up.
+    pub tools: Arc<[String]>,
 }
 
 impl Absent {
@@ -268,11 +288,13 @@ impl Tools {
                         server: server.name.clone(),
                         starting: true,
                         retry_in: None,
+                        tools: self.host.known(&server.name),
                     }),
                     State::Down { retry_in, .. } => unavailable.push(Absent {
                         server: server.name.clone(),
                         starting: false,
                         retry_in: *retry_in,
+                        tools: self.host.known(&server.name),
                     }),
                 },
                 fixed => {
