@@ -27,7 +27,7 @@ use crate::to_natural::{self, RenderOptions};
 use crate::tools::drive::{self, Flushed, Output, Plan, Upstream};
 use crate::tools::rounds::Rounds;
 use crate::tools::search::{self, Catalog};
-use crate::tools::{Offer, Unavailable};
+use crate::tools::{Absent, Offer, Unavailable};
 use crate::upstream::from_responses::FromResponses;
 use crate::upstream::reply::{self, Shape};
 use crate::upstream::to_responses;
@@ -300,24 +300,38 @@ pub struct Ask<'t> {
 }
 
 /// The provider's gateway tools for this request (none when it has none),
-/// without those the tenant may not be offered.
+/// without those the tenant may not be offered, and without those of a
+/// tool server that is down: the others are offered. Only when every tool
+/// the key could be offered is down is the request refused (`503`): the
+/// model is never called with none of its provider's gateway tools.
 pub fn offer(
     runtime: &Runtime,
     provider: &Provider,
     tenant: &Tenant,
 ) -> Result<Offer, GatewayError> {
-    match &provider.tools.gateway {
-        None => Ok(Offer::default()),
-        Some(settings) => runtime
-            .tools
-            .offer(settings, |entry| tenant.allows_tools(entry))
-            .map_err(
-                |Unavailable { server, reason }| GatewayError::ToolServerUnavailable {
-                    server,
-                    reason,
-                },
-            ),
+    let Some(settings) = &provider.tools.gateway else {
+        return Ok(Offer::default());
+    };
+    let offer = runtime
+        .tools
+        .offer(settings, |entry| tenant.allows_tools(entry))
+        .map_err(
+            |Unavailable { server, reason }| GatewayError::ToolServerUnavailable { server, reason },
+        )?;
+    if offer.tools.is_empty() && !offer.unavailable.is_empty() {
+        let servers: Vec<String> = offer.unavailable.iter().map(Absent::describe).collect();
+        return Err(GatewayError::ToolServersDown {
+            servers: servers.join(", "),
+            // One that is starting may be up at any moment.
+            retry_in: offer
+                .unavailable
+                .iter()
+                .map(|a| a.retry_in.filter(|_| !a.starting))
+                .min()
+                .flatten(),
+        });
     }
+    Ok(offer)
 }
 
 /// Links the transcript (with a store), prepares the request and sends the

@@ -122,17 +122,27 @@ pub async fn tools(config: &Config, wait: std::time::Duration) -> (String, Resul
         .iter()
         .filter_map(|p| {
             let g = p.tools.gateway.as_ref()?;
-            let offer = match tools.offer(g, |_| true) {
-                Ok(offer) => json!(
-                    offer
-                        .tools
-                        .iter()
-                        .map(|t| t.name.clone())
-                        .collect::<Vec<_>>()
-                ),
-                Err(u) => json!(format!("unavailable: `{}` {}", u.server, u.reason)),
-            };
-            Some(json!({"provider": p.name, "gateway_tools": offer}))
+            let mut entry = json!({"provider": p.name});
+            match tools.offer(g, |_| true) {
+                Ok(offer) => {
+                    let names: Vec<&str> = offer.tools.iter().map(|t| t.name.as_str()).collect();
+                    entry["gateway_tools"] = json!(names);
+                    // Down servers' reasons are in `failed` below.
+                    if !offer.unavailable.is_empty() {
+                        let absent: Vec<String> = offer
+                            .unavailable
+                            .iter()
+                            .map(crate::tools::Absent::describe)
+                            .collect();
+                        entry["unavailable"] = json!(absent);
+                    }
+                }
+                Err(u) => {
+                    entry["gateway_tools"] =
+                        json!(format!("unavailable: `{}` {}", u.server, u.reason));
+                }
+            }
+            Some(entry)
         })
         .collect();
     let out = json!({"tools": listed, "providers": offered});

@@ -124,13 +124,28 @@ pub enum GatewayError {
     /// Redis could not check the tenant's limits and `on_redis_error = "deny"`.
     #[error("The gateway cannot check this key's limits right now; retry shortly")]
     LimiterUnavailable,
-    /// A tool server this provider's gateway tools need is not available.
-    #[error("The tool server `{server}` {reason}; this provider's requests wait until it is back")]
+    /// This provider's gateway tools cannot be offered together (two of
+    /// one name, or a name the gateway keeps for itself).
+    #[error(
+        "The tool server `{server}` {reason}; this provider's requests are refused until that changes"
+    )]
     ToolServerUnavailable {
         /// The tool server's name.
         server: String,
-        /// Where it stands (`is down: …`, `is starting`).
+        /// What is wrong, as a clause (`offers a tool named …`).
         reason: String,
+    },
+    /// Every gateway tool this provider could offer the key comes from tool
+    /// servers that are down or starting: the model is not called without
+    /// any of them. Why they are down is logged, not sent.
+    #[error(
+        "None of this provider's gateway tools can be offered now: {servers}. Its requests are refused until one is back; the cause is in the gateway's log"
+    )]
+    ToolServersDown {
+        /// Each server and where it stands (`tool server `x` is down`).
+        servers: String,
+        /// When the first of them is tried again, when known.
+        retry_in: Option<std::time::Duration>,
     },
 }
 
@@ -220,7 +235,8 @@ impl GatewayError {
             GatewayError::Overloaded
             | GatewayError::BufferFull
             | GatewayError::StoreUnavailable(_)
-            | GatewayError::ToolServerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | GatewayError::ToolServerUnavailable { .. }
+            | GatewayError::ToolServersDown { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             GatewayError::ModelNotAllowed(_) | GatewayError::Forbidden(_) => StatusCode::FORBIDDEN,
             GatewayError::TooManyRequests { .. } | GatewayError::Limited(_) => {
@@ -245,6 +261,7 @@ impl GatewayError {
             | GatewayError::BufferFull
             | GatewayError::TooManyRequests { .. } => "rate_limit_error",
             GatewayError::ToolServerUnavailable { .. }
+            | GatewayError::ToolServersDown { .. }
             | GatewayError::StoreUnavailable(_)
             | GatewayError::LimiterUnavailable => "server_error",
             GatewayError::Limited(limited) => limited.code(),
@@ -270,7 +287,9 @@ impl GatewayError {
             GatewayError::Overloaded => "overloaded",
             GatewayError::BodyTimeout { .. } => "request_timeout",
             GatewayError::BufferFull => "buffer_full",
-            GatewayError::ToolServerUnavailable { .. } => "tool_server_unavailable",
+            GatewayError::ToolServerUnavailable { .. } | GatewayError::ToolServersDown { .. } => {
+                "tool_server_unavailable"
+            }
             GatewayError::NotFound(_) => "not_found",
             GatewayError::StoreUnavailable(_) => "store_unavailable",
             GatewayError::Limited(limited) => limited.code(),
@@ -338,7 +357,6 @@ impl GatewayError {
             self,
             GatewayError::Overloaded
                 | GatewayError::BufferFull
-                | GatewayError::ToolServerUnavailable { .. }
                 | GatewayError::TooManyRequests { .. }
                 // Redis is tried again a second after a failed connection.
                 | GatewayError::LimiterUnavailable
@@ -346,6 +364,13 @@ impl GatewayError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        }
+        if let GatewayError::ToolServersDown { retry_in, .. } = &self {
+            // The next attempt to connect, else a second (one starting).
+            let secs = retry_in.map_or(1, |d| d.as_millis().div_ceil(1000).max(1) as u64);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
         }
         if let GatewayError::Limited(limited) = &self {
             let headers = response.headers_mut();

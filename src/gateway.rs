@@ -130,6 +130,7 @@ impl Gateway {
             path: m.path.clone(),
             service: crate::api::mcp::service(),
             streams: crate::api::mcp::change_streams(),
+            found: Arc::default(),
         });
         let key_streams: Vec<Arc<KeyStreams>> = transcripts
             .iter()
@@ -275,11 +276,14 @@ impl Gateway {
                 id.to_str().ok(),
             );
             let caller = auth::tenant(&runtime.config, self.keys.as_deref(), &req).map(|who| {
+                let key = auth::stream_key(&runtime.config, &req);
                 crate::api::mcp::McpCaller {
+                    finder: crate::api::mcp::Finder::new(&who.tenant.name, &key),
                     tenant: who.tenant,
                     share: who.share,
                     limiter: self.limiter.clone(),
                     trace: trace.clone(),
+                    found: mcp.found.clone(),
                 }
             });
             let tenant = caller.as_ref().ok().map(|c| c.tenant.name.clone());
@@ -429,6 +433,8 @@ struct McpGateway {
     service: McpService,
     /// The open `GET` change streams.
     streams: Arc<KeyStreams>,
+    /// What each key found with `tool_search`.
+    found: Arc<crate::api::mcp::Found>,
 }
 
 /// Closes every stream in `streams` whose key no longer names who opened

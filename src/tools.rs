@@ -104,6 +104,9 @@ pub struct Offer {
     /// The provider's tools the request's key may not be offered (by name,
     /// as far as they are known): a call to one is refused, never run.
     pub withheld: Vec<String>,
+    /// The MCP servers the key may use that are down or still starting:
+    /// their tools are left out until they are up again.
+    pub unavailable: Vec<Absent>,
 }
 
 impl Offer {
@@ -120,6 +123,14 @@ impl Offer {
         self.withheld.iter().any(|w| w == name)
     }
 
+    /// The server that is down or starting whose tool `name` was, as far as
+    /// its last listing tells.
+    pub fn absent(&self, name: &str) -> Option<&Absent> {
+        self.unavailable
+            .iter()
+            .find(|a| a.tools.iter().any(|t| t == name))
+    }
+
     /// The offer for a request whose client declares `client`'s tools: a
     /// withheld tool does not exist for this key, so a client tool of the
     /// same name is simply the client's, and a call to it goes back to the
@@ -127,16 +138,53 @@ impl Offer {
     pub fn beside<'a>(mut self, client: impl IntoIterator<Item = &'a str>) -> Offer {
         let client: std::collections::HashSet<&str> = client.into_iter().collect();
         self.withheld.retain(|name| !client.contains(name.as_str()));
+        for absent in &mut self.unavailable {
+            if absent.tools.iter().any(|t| client.contains(t.as_str())) {
+                absent.tools = absent
+                    .tools
+                    .iter()
+                    .filter(|t| !client.contains(t.as_str()))
+                    .cloned()
+                    .collect();
+            }
+        }
         self
     }
 }
 
-/// Why a provider's tools cannot be offered now.
+/// Why a provider's tools cannot be offered at all: a conflict among them
+/// (two tools of one name) or an entry that is not configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unavailable {
     /// The `gateway_tools` entry concerned.
     pub server: String,
     pub reason: String,
+}
+
+/// An MCP server whose tools are left out of an offer for now. Why it is
+/// down (a child's stderr, a URL, a path) stays in the log and `/readyz`:
+/// it never reaches a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Absent {
+    pub server: String,
+    /// It connects for the first time, or again after being down.
+    pub starting: bool,
+    /// When it is tried again, when known.
+    pub retry_in: Option<Duration>,
+    /// The names of its tools when it was last up.
+    pub tools: Arc<[String]>,
+}
+
+impl Absent {
+    /// `tool server `x` is down`, as a client may read it.
+    pub fn describe(&self) -> String {
+        let state = if self.starting {
+            "is still starting"
+        } else {
+            "is down"
+        };
+        format!("tool server `{}` {state}", self.server)
+    }
 }
 
 /// The gateway's tool runtime: MCP connections and the HTTP tool client,
@@ -208,8 +256,9 @@ impl Tools {
     }
 
     /// What a provider offers now to a key that may be offered the entries
-    /// `allowed` accepts (the others are withheld); unavailable while one of
-    /// the offered MCP servers is not connected, or when two of its tools
+    /// `allowed` accepts (the others are withheld). An MCP server that is
+    /// not connected only takes its own tools out (named in
+    /// [`Offer::unavailable`]); the offer is refused when two of its tools
     /// would share a name.
     pub fn offer(
         &self,
@@ -218,6 +267,7 @@ impl Tools {
     ) -> Result<Offer, Unavailable> {
         let mut tools: Vec<Arc<GatewayTool>> = Vec::new();
         let mut withheld: Vec<String> = Vec::new();
+        let mut unavailable: Vec<Absent> = Vec::new();
         for source in &settings.sources {
             if !allowed(&source.label()) {
                 match source {
@@ -234,18 +284,18 @@ impl Tools {
             match source {
                 ToolSource::Mcp(server) => match &*self.host.state(&server.name) {
                     State::Up { tools: listed, .. } => tools.extend(listed.iter().cloned()),
-                    State::Starting => {
-                        return Err(Unavailable {
-                            server: server.name.clone(),
-                            reason: "is still starting".into(),
-                        });
-                    }
-                    State::Down { error, retry_in } => {
-                        return Err(Unavailable {
-                            server: server.name.clone(),
-                            reason: format!("is down: {}", State::down_reason(error, *retry_in)),
-                        });
-                    }
+                    State::Starting => unavailable.push(Absent {
+                        server: server.name.clone(),
+                        starting: true,
+                        retry_in: None,
+                        tools: self.host.known(&server.name),
+                    }),
+                    State::Down { retry_in, .. } => unavailable.push(Absent {
+                        server: server.name.clone(),
+                        starting: false,
+                        retry_in: *retry_in,
+                        tools: self.host.known(&server.name),
+                    }),
                 },
                 fixed => {
                     let label = fixed.label();
@@ -279,7 +329,11 @@ impl Tools {
                 });
             }
         }
-        Ok(Offer { tools, withheld })
+        Ok(Offer {
+            tools,
+            withheld,
+            unavailable,
+        })
     }
 
     /// Each MCP server's state, by name, for `/readyz`.

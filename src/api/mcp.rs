@@ -8,7 +8,9 @@
 //! `[mcp_gateway] tools` names; `tools/call` runs a call on the executor the
 //! gateway's own tool loop uses (schema check, timeout, result cap,
 //! metrics, an `execute_tool` span), under the caller's limits. A tool the
-//! key may not use is unknown and never runs.
+//! key may not use is unknown and never runs. A backing MCP server that is
+//! down takes only its own tools out of the list; why it is down is logged,
+//! never sent.
 
 use std::sync::Arc;
 
@@ -22,6 +24,9 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
+mod found;
+pub use found::{Finder, Found};
+
 use super::key_streams::{KeyStreams, Kind, Ticket};
 use crate::body::Body;
 use crate::config::Tenant;
@@ -29,7 +34,7 @@ use crate::exchange::{Event, GatewayCall, GatewayStatus};
 use crate::limiter::{Limiter, Share};
 use crate::runtime::Runtime;
 use crate::store::{Begin, CHAT_HEADER, Recorder};
-use crate::tools::{Offer, executor, search};
+use crate::tools::{GatewayTool, Offer, executor, search};
 
 /// Tools in one `tools/list` page.
 pub const PAGE: usize = 50;
@@ -47,6 +52,9 @@ pub struct McpCaller {
     /// The request's server span, when traces are on: calls are
     /// `execute_tool` spans under it.
     pub trace: Option<opentelemetry::Context>,
+    /// What keys found with `tool_search`, and which key this is.
+    pub found: Arc<Found>,
+    pub finder: Finder,
 }
 
 /// The MCP door; holds nothing: each request brings its caller and runtime.
@@ -110,19 +118,19 @@ impl ServerHandler for McpDoor {
         cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let (runtime, caller) = Self::request(&cx)?;
-        if runtime
-            .config
-            .mcp_gateway
-            .as_ref()
-            .is_some_and(|m| m.tool_search)
-        {
+        let offer = Self::offer(&runtime, &caller)?;
+        if searching(&runtime) {
             let Value::Object(schema) = search::parameters() else {
                 unreachable!("an object schema")
             };
-            let tool = Tool::new(search::SEARCH_TOOL, search::DESCRIPTION, Arc::new(schema));
-            return Ok(ListToolsResult::with_all_items(vec![tool]));
+            let mut tools = vec![Tool::new(
+                search::SEARCH_TOOL,
+                search::DESCRIPTION,
+                Arc::new(schema),
+            )];
+            tools.extend(found_in(&offer, &caller).map(listed));
+            return Ok(ListToolsResult::with_all_items(tools));
         }
-        let offer = Self::offer(&runtime, &caller)?;
         let start = match request.and_then(|r| r.cursor) {
             None => 0,
             Some(cursor) => cursor
@@ -134,16 +142,7 @@ impl ServerHandler for McpDoor {
                 })?,
         };
         let end = (start + PAGE).min(offer.tools.len());
-        let page = offer.tools[start..end]
-            .iter()
-            .map(|t| {
-                let schema = match &t.parameters {
-                    Value::Object(schema) => schema.clone(),
-                    _ => serde_json::Map::new(),
-                };
-                Tool::new(t.name.clone(), t.description.clone(), Arc::new(schema))
-            })
-            .collect();
+        let page = offer.tools[start..end].iter().map(|t| listed(t)).collect();
         let mut result = ListToolsResult::with_all_items(page);
         result.next_cursor = (end < offer.tools.len()).then(|| end.to_string());
         Ok(result)
@@ -157,11 +156,7 @@ impl ServerHandler for McpDoor {
         let (runtime, caller) = Self::request(&cx)?;
         let offer = Self::offer(&runtime, &caller)?;
         let name = request.name.as_ref();
-        let searching = runtime
-            .config
-            .mcp_gateway
-            .as_ref()
-            .is_some_and(|m| m.tool_search);
+        let searching = searching(&runtime);
         if searching && name == search::SEARCH_TOOL && offer.get(name).is_none() {
             let arguments = Value::Object(request.arguments.unwrap_or_default());
             return Ok(match search::over_gateway_tools(
@@ -169,7 +164,14 @@ impl ServerHandler for McpDoor {
                 runtime.tools.search_indexes(),
                 &arguments,
             ) {
-                Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+                Ok(text) => {
+                    // Listed from now on, before the client reads the result.
+                    let names = search::names_in_result(&text);
+                    caller
+                        .found
+                        .note(caller.finder, names.iter().map(String::as_str));
+                    CallToolResult::success(vec![ContentBlock::text(text)])
+                }
                 Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]),
             }
             .into());
@@ -180,6 +182,10 @@ impl ServerHandler for McpDoor {
                 None,
             ));
         };
+        if searching {
+            // Called by a name known some other way: listed from now on too.
+            caller.found.note(caller.finder, [name]);
+        }
         // Counted against the key's limits like a model request.
         let admission = caller
             .limiter
@@ -255,6 +261,52 @@ impl ServerHandler for McpDoor {
     }
 }
 
+/// Whether `tools/list` offers `search_tools` instead of the tools.
+fn searching(runtime: &Runtime) -> bool {
+    runtime
+        .config
+        .mcp_gateway
+        .as_ref()
+        .is_some_and(|m| m.tool_search)
+}
+
+/// The tools of `offer` the caller found with `search_tools` (or called),
+/// oldest found first.
+fn found_in<'o>(offer: &'o Offer, caller: &McpCaller) -> impl Iterator<Item = &'o GatewayTool> {
+    caller
+        .found
+        .names(caller.finder)
+        .into_iter()
+        .filter_map(|name| offer.get(&name).map(|t| &**t))
+}
+
+/// A gateway tool as `tools/list` lists it.
+fn listed(tool: &GatewayTool) -> Tool {
+    let schema = match &tool.parameters {
+        Value::Object(schema) => schema.clone(),
+        _ => serde_json::Map::new(),
+    };
+    Tool::new(
+        tool.name.clone(),
+        tool.description.clone(),
+        Arc::new(schema),
+    )
+}
+
+/// The names `tools/list` gives the caller now (none when it fails).
+fn names(runtime: &Runtime, caller: &McpCaller) -> Vec<String> {
+    let Ok(offer) = McpDoor::offer(runtime, caller) else {
+        return Vec::new();
+    };
+    if searching(runtime) {
+        std::iter::once(search::SEARCH_TOOL.to_owned())
+            .chain(found_in(&offer, caller).map(|t| t.name.clone()))
+            .collect()
+    } else {
+        offer.tools.iter().map(|t| t.name.clone()).collect()
+    }
+}
+
 /// With a `[store]`, a call is one exchange of the caller's tenant, in the
 /// chat `x-toolgate-chat-id` names (when it is the tenant's) or a new one:
 /// its request says which tool was called with what, its answer is the
@@ -323,8 +375,9 @@ pub fn change_streams() -> Arc<KeyStreams> {
 /// `GET` on the door (accepting `text/event-stream`): the stream the server
 /// sends without a request first, which carries
 /// `notifications/tools/list_changed` whenever the tools this key may use
-/// change (an MCP server connected, relisted or went down). It holds no
-/// session: any replica serves it, and each sees its own servers change.
+/// change (an MCP server connected, relisted or went down; with
+/// `tool_search`, the key found a tool it had not). It holds no session:
+/// any replica serves it, and each sees its own servers change.
 ///
 /// `ticket` holds the stream's place among the open ones (given back
 /// however the stream ends, the task aborted included) and closes it when
@@ -334,35 +387,35 @@ pub fn list_changes(runtime: Arc<Runtime>, caller: McpCaller, ticket: Ticket) ->
     let body = crate::body::channel::spawn(4, move |tx| async move {
         let lifetime = tokio::time::sleep(CHANGE_STREAM_LIFETIME);
         tokio::pin!(lifetime);
-        let names = |runtime: &Runtime| -> Vec<String> {
-            McpDoor::offer(runtime, &caller)
-                .map(|o| o.tools.iter().map(|t| t.name.clone()).collect())
-                .unwrap_or_default()
-        };
         let mut changes = runtime.tools.mcp().changes();
-        let mut listed = names(&runtime);
+        let mut found = caller.found.changes();
+        let mut listed = names(&runtime, &caller);
         let notification = ServerJsonRpcMessage::notification(
             ServerNotification::ToolListChangedNotification(Default::default()),
         );
         loop {
             let mut out = bytes::BytesMut::new();
-            tokio::select! {
+            // A backing server changed, or this key found a tool.
+            let changed = tokio::select! {
                 () = ticket.closed.cancelled() => return,
                 () = &mut lifetime => return,
-                changed = changes.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    let now = names(&runtime);
-                    if now == listed {
-                        continue;
-                    }
-                    listed = now;
-                    crate::sse::encoder::write_json(&mut out, &notification);
-                }
+                changed = changes.changed() => changed,
+                changed = found.changed() => changed,
                 () = tokio::time::sleep(CHANGE_KEEP_ALIVE) => {
                     out.extend_from_slice(crate::sse::encoder::KEEP_ALIVE);
+                    Ok(())
                 }
+            };
+            if changed.is_err() {
+                return;
+            }
+            if out.is_empty() {
+                let now = names(&runtime, &caller);
+                if now == listed {
+                    continue;
+                }
+                listed = now;
+                crate::sse::encoder::write_json(&mut out, &notification);
             }
             if tx.send(out.freeze()).await.is_err() {
                 return;

@@ -515,6 +515,7 @@ mod tests {
         let offer = Offer {
             tools: Vec::new(),
             withheld: Vec::new(),
+            unavailable: Vec::new(),
         };
         ResponsesEvents::new("m", &echo, &offer, stream, ShowGatewayTools::Fields)
     }

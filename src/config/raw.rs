@@ -118,8 +118,9 @@ pub struct RawServer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Readiness {
-    /// `200` while the gateway can serve; a provider whose tool server is
-    /// down answers `503 tool_server_unavailable` on its own.
+    /// `200` while the gateway can serve; a tool server that is down takes
+    /// its tools out of its providers' offers, and a provider left with
+    /// none answers `503 tool_server_unavailable` on its own.
     #[default]
     Serving,
     /// `503` while any tool server a provider offers is not up.

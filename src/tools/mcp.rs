@@ -113,6 +113,10 @@ struct Server {
     /// Woken when `calls` drops to 0.
     idle: Notify,
     stop: CancellationToken,
+    /// The names of the tools it offered when last up: a model that calls
+    /// one while it is down is told so, and the call never goes to the
+    /// client.
+    known: Mutex<Arc<[String]>>,
 }
 
 impl Server {
@@ -214,6 +218,7 @@ impl McpHost {
                             calls: AtomicUsize::new(0),
                             idle: Notify::new(),
                             stop: CancellationToken::new(),
+                            known: Mutex::default(),
                         }),
                     );
                 }
@@ -262,6 +267,7 @@ impl McpHost {
                 calls: AtomicUsize::new(0),
                 idle: Notify::new(),
                 stop: self.shutdown.child_token(),
+                known: Mutex::default(),
             });
             metrics::gauge!(m::MCP_SERVER_UP, "server" => config.name.clone()).set(0.0);
             tracker.spawn_on(supervise(server.clone()), runtime);
@@ -292,6 +298,19 @@ impl McpHost {
                 retry_in: None,
             }),
         }
+    }
+
+    /// The names of the tools `name` offered when it was last up (none if
+    /// it never was).
+    pub fn known(&self, name: &str) -> Arc<[String]> {
+        self.server(name)
+            .map(|s| {
+                s.known
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+            })
+            .unwrap_or_default()
     }
 
     /// Waits until every server has connected or failed once, or `deadline`.
@@ -617,6 +636,11 @@ async fn list(server: &Server, peer: &Peer<RoleClient>) -> Result<(), String> {
     tracing::info!(server = ?config.name, tools = tools.len(), "MCP server ready");
     tracing::debug!(server = ?config.name, peer_info = ?peer.peer_info(), "MCP server's initialize result");
     metrics::gauge!(m::MCP_SERVER_UP, "server" => config.name.clone()).set(1.0);
+    *server
+        .known
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+        tools.iter().map(|t| t.name.clone()).collect();
     server.set(State::Up {
         peer: peer.clone(),
         tools: tools.into(),

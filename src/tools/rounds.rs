@@ -205,7 +205,16 @@ impl Rounds {
                     None if call.name == search::SEARCH_TOOL && self.search.is_some() => {
                         self.search_call(call, out);
                     }
-                    None if self.offer.is_withheld(&call.name) => self.withheld_call(call, out),
+                    None if self.offer.is_withheld(&call.name) => {
+                        let why =
+                            format!("the tool {} is not available to this API key", call.name);
+                        self.refused_call(call, "withheld", why, out);
+                    }
+                    None if let Some(absent) = self.offer.absent(&call.name) => {
+                        let server = absent.server.clone();
+                        let why = format!("the {}: the tool cannot run now", absent.describe());
+                        self.refused_call(call, &server, why, out);
+                    }
                     None => self.slots.push(Slot::Client(call)),
                     Some(tool) => self.gateway_call(call, tool, out),
                 }
@@ -216,23 +225,14 @@ impl Rounds {
         }
     }
 
-    /// A call to one of the provider's tools that this key may not use: it
-    /// is not run, and the model is told so as its result.
-    fn withheld_call(&mut self, call: Call, out: &mut Vec<Action>) {
-        let report = GatewayCall {
-            index: self.next_index,
-            id: call.id.clone(),
-            name: call.name.clone(),
-            server: "withheld".to_owned(),
-            arguments: call.arguments.clone(),
-            status: GatewayStatus::Failed,
-            output: None,
-            error: Some(format!(
-                "the tool {} is not available to this API key",
-                call.name
-            )),
-        };
-        self.next_index += 1;
+    /// A call to one of the provider's tools that this key may not use, or
+    /// whose server is down: it is not run (and never goes to the client),
+    /// and the model is told `why` as its result.
+    /// Reported begun, then failed, as every gateway call is.
+    fn refused_call(&mut self, call: Call, server: &str, why: String, out: &mut Vec<Action>) {
+        let mut report = self.begin_call(&call, server, out);
+        report.status = GatewayStatus::Failed;
+        report.error = Some(why);
         out.push(Action::Emit(Event::Gateway(report.clone())));
         self.slots.push(Slot::Gateway {
             call,
@@ -526,6 +526,7 @@ mod tests {
         Offer {
             tools: vec![Arc::new(tool)],
             withheld: vec!["clock".into()],
+            unavailable: Vec::new(),
         }
     }
 
@@ -664,6 +665,53 @@ mod tests {
                 .contains("not available to this API key"),
             "{result}"
         );
+    }
+
+    /// A call to a tool of a server that is down (the model read it in an
+    /// earlier turn) is not handed to the client: it fails, and the model
+    /// reads that the server is down. A client tool of that name is the
+    /// client's.
+    #[test]
+    fn a_call_to_a_down_servers_tool_is_refused_unless_the_client_declares_it() {
+        let ghost = Event::Call(Call {
+            id: "up".into(),
+            name: "lookup".into(),
+            arguments: "{}".into(),
+        });
+        let offer = || Offer {
+            unavailable: vec![crate::tools::Absent {
+                server: "ghost".into(),
+                starting: false,
+                retry_in: None,
+                tools: Arc::from(vec!["lookup".to_owned()]),
+            }],
+            ..calculator()
+        };
+        let Value::Object(request) = json!({"messages": []}) else {
+            unreachable!()
+        };
+        let mut rounds = Rounds::new(Request::from_chat(request).unwrap(), offer(), 8, None);
+        let mut out = Vec::new();
+        assert!(round(&mut rounds, vec![ghost.clone()], &mut out).is_empty());
+        assert_eq!(rounds.end_round(&mut out), Next::Continue);
+        let body: Value = serde_json::from_slice(&rounds.request().to_chat_body()).unwrap();
+        let result = body["messages"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(result["role"], "tool");
+        assert_eq!(
+            result["content"],
+            "Error: the tool server `ghost` is down: the tool cannot run now"
+        );
+
+        let Value::Object(request) = json!({"messages": [], "tools": [{"type": "function", "function": {"name": "lookup"}}]})
+        else {
+            unreachable!()
+        };
+        let request = Request::from_chat(request).unwrap();
+        let offer = offer().beside(request.tools.iter().filter_map(Tool::name));
+        let mut rounds = Rounds::new(request, offer, 8, None);
+        let mut out = Vec::new();
+        assert!(round(&mut rounds, vec![ghost], &mut out).is_empty());
+        assert_eq!(rounds.end_round(&mut out), Next::Done, "the client's call");
     }
 
     /// A withheld tool does not exist for the key: when the client declares

@@ -527,30 +527,87 @@ async fn to_natural_writes_client_calls_as_text_and_runs_gateway_calls() {
     );
 }
 
+/// A tool server that is down takes only its own tools away: a provider
+/// that offers other gateway tools too answers with them (before: `503`
+/// for every request while one server was down). A provider whose only
+/// tools are down answers `503 tool_server_unavailable` saying that its
+/// requests are refused (before: "wait until it is back") and never the
+/// server's stderr or paths, which are logged.
 #[tokio::test]
-async fn a_tool_server_that_is_down_makes_the_provider_unavailable() {
-    let upstream = Mock::start(|_| sse(text_sse("never"))).await;
-    let config = TestConfig::new()
-        .raw("[[mcp_servers]]\nname = \"ghost\"\ncommand = [\"/nonexistent/toolgate-test-mcp\"]\n")
-        .agent(&upstream.url(), "passthrough", &["ghost"], "");
+async fn a_tool_server_that_is_down_takes_only_its_own_tools_away() {
+    let dir = std::env::temp_dir().join(format!("toolgate-ghost-{}", std::process::id()));
+    let missing = dir.join("missing_mcp.py");
+    let ghost = format!(
+        "[[mcp_servers]]\nname = \"ghost\"\ncommand = [{}, {}]\n",
+        serde_json::to_string(&common::installed::python().display().to_string()).unwrap(),
+        serde_json::to_string(&missing.display().to_string()).unwrap(),
+    );
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("forty-two"))
+        } else {
+            sse(calls_sse(&[("calculator", r#"{"expression":"6 * 7"}"#)]))
+        }
+    })
+    .await;
+    let config = TestConfig::new().raw(&ghost).agent(
+        &upstream.url(),
+        "passthrough",
+        &["ghost", "builtin:calculator"],
+        "",
+    );
     let gw = config.start().await;
     gw.gateway
         .tools()
         .mcp()
-        .settled(Duration::from_secs(10))
+        .settled(Duration::from_secs(20))
+        .await;
+    let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let s = check_stream(&r.body, &Expect::usage()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()));
+    assert_eq!(s.choice().gateway[0]["name"], "calculator");
+    assert_eq!(s.choice().gateway[0]["output"], "42");
+    assert_eq!(s.choice().content, "forty-two");
+    let declared: Vec<String> = upstream.last().json()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(declared, ["calculator"]);
+    drop(gw);
+
+    let upstream = Mock::start(|_| sse(text_sse("never"))).await;
+    let config =
+        TestConfig::new()
+            .raw(&ghost)
+            .agent(&upstream.url(), "passthrough", &["ghost"], "");
+    let gw = config.start().await;
+    gw.gateway
+        .tools()
+        .mcp()
+        .settled(Duration::from_secs(20))
         .await;
     let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
     assert_eq!(r.status, 503, "{}", r.text());
+    let retry: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=30).contains(&retry), "{retry}");
     let v = r.json();
     assert_eq!(v["error"]["code"], "tool_server_unavailable");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("tool server `ghost` is down"), "{message}");
+    assert!(message.contains("refused"), "{message}");
+    assert!(!message.contains("wait until"), "{message}");
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("`ghost`"),
-        "{v}"
+        !message.contains("missing_mcp")
+            && !message.contains("stderr")
+            && !message.contains(&*dir.to_string_lossy()),
+        "the server's stderr and paths stay in the log: {message}"
     );
     assert_eq!(
         upstream.count(),
         0,
-        "the model is never called without its tools"
+        "the model is never called with none of its gateway tools"
     );
     // The gateway still serves (other providers, passthrough traffic): the
     // server is named, not waited for.
@@ -567,7 +624,7 @@ async fn a_tool_server_that_is_down_makes_the_provider_unavailable() {
     gw.gateway
         .tools()
         .mcp()
-        .settled(Duration::from_secs(10))
+        .settled(Duration::from_secs(20))
         .await;
     let ready = common::get(&gw.url("/readyz")).await;
     assert_eq!(ready.status, 503);

@@ -463,3 +463,186 @@ async fn a_backing_servers_new_tools_are_announced_on_the_get_stream() {
     );
     assert!(names().await.contains(&"t_new".to_owned()));
 }
+
+/// A stdio server named `internal` whose script does not exist: it never
+/// starts, and its stderr names the path (`can't open file '…'`).
+fn down_server(dir: &std::path::Path) -> String {
+    let missing = dir.join("missing_mcp.py");
+    format!(
+        "[[mcp_servers]]\nname = \"internal\"\ncommand = [{}, {}]\n",
+        serde_json::to_string(&python().display().to_string()).unwrap(),
+        serde_json::to_string(&missing.display().to_string()).unwrap(),
+    )
+}
+
+/// One backing MCP server that cannot start takes only its own tools
+/// away: the built-ins and HTTP tools are listed and run for the official
+/// Python SDK as if it were not configured, `search_tools` finds and runs
+/// them, and nothing a client reads carries the server's stderr or paths
+/// (before: every `tools/list`, `tools/call` and search answered `-32603
+/// the tool server `internal` is down: initialization failed; its stderr
+/// ends: …python: can't open file '…/missing_mcp.py'`).
+#[tokio::test]
+async fn a_down_server_takes_only_its_own_tools_away() {
+    keys();
+    let mock = echo().await;
+    let dir = std::env::temp_dir().join(format!("toolgate-mcp-door-down-{}", std::process::id()));
+    let toml = format!("{}{}", config(&mock.url()), down_server(&dir));
+    let gw = common::TestGateway::start(&toml).await;
+    gw.gateway
+        .tools()
+        .mcp()
+        .settled(Duration::from_secs(20))
+        .await;
+    let ready = common::get(&gw.url("/readyz")).await.text();
+    assert!(ready.contains("tool server internal: down"), "{ready}");
+    let url = gw.url("/mcp");
+
+    let all = sdk(&url, "mcp-all").await;
+    let calc = sdk(&url, "mcp-calc").await;
+    check_sessions(&all, &calc);
+    for reply in [
+        rpc(&url, "mcp-all", json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), Some("2025-06-18")).await,
+        rpc(
+            &url,
+            "mcp-all",
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "internal_lookup", "arguments": {}}}),
+            Some("2025-06-18"),
+        )
+        .await,
+    ] {
+        let text = reply.text();
+        assert!(
+            !text.contains("missing_mcp") && !text.contains("stderr") && !text.contains(&*dir.to_string_lossy()),
+            "a server's stderr and paths stay in the log: {text}"
+        );
+    }
+
+    // With `tool_search`, the search finds and runs the tools that are up.
+    let searching = toml.replace("[mcp_gateway]\n", "[mcp_gateway]\ntool_search = true\n");
+    let gw = common::TestGateway::start(&searching).await;
+    gw.gateway
+        .tools()
+        .mcp()
+        .settled(Duration::from_secs(20))
+        .await;
+    let session = crate::tool_search::python_search_session(
+        &gw.url("/mcp"),
+        "mcp-all",
+        "echo number 7",
+        json!({"text": "found"}),
+        Some(("calculator", json!({"expression": "6 * 7"}))),
+    )
+    .await;
+    assert_eq!(session["found"][0], "Echo7", "{session:#}");
+    assert_eq!(
+        session["calls"][0],
+        json!({"is_error": false, "text": "echo: found"}),
+        "{session:#}"
+    );
+    assert_eq!(session["direct"], json!({"is_error": false, "text": "42"}));
+    assert_eq!(session["warnings"], json!([]), "{session:#}");
+    assert!(!session.to_string().contains("missing_mcp"), "{session:#}");
+}
+
+/// A backing server that goes down: the key's change stream says the list
+/// changed, and the list then holds everything but that server's tools,
+/// which still run; its stderr stays in the log.
+#[tokio::test]
+async fn a_server_that_goes_down_leaves_the_list_and_says_so() {
+    keys();
+    let mock = echo().await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/hostile.py");
+    let dir = std::env::temp_dir().join(format!(
+        "toolgate-mcp-door-goes-down-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let starts = dir.join("starts");
+    let quoted = |p: &std::path::Path| serde_json::to_string(&p.display().to_string()).unwrap();
+    let gw = common::TestGateway::start(&format!(
+        "{}[[mcp_servers]]\nname = \"changing\"\ncommand = [{}, {}, \"changing\", {}]\n",
+        config(&mock.url()),
+        quoted(&python()),
+        quoted(&script),
+        quoted(&starts),
+    ))
+    .await;
+    gw.gateway
+        .tools()
+        .mcp()
+        .settled(Duration::from_secs(20))
+        .await;
+    let url = gw.url("/mcp");
+    let list = || async {
+        let listed = rpc(
+            &url,
+            "mcp-all",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            Some("2025-06-18"),
+        )
+        .await;
+        answer(&listed)
+    };
+    let names = |listed: &Value| -> Vec<String> {
+        listed["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{listed}"))
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&list().await)[0], "t0", "the server is up");
+
+    let response = common::client()
+        .request(
+            Request::get(&url)
+                .header("authorization", "Bearer mcp-all")
+                .header("accept", "text/event-stream")
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    std::fs::write(format!("{}.tools", starts.display()), "down\n").unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(20), async {
+        use http_body_util::BodyExt;
+        let mut seen = String::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.unwrap().into_data() {
+                seen.push_str(&String::from_utf8_lossy(&data));
+                if seen.contains("list_changed") {
+                    return seen;
+                }
+            }
+        }
+        seen
+    })
+    .await
+    .expect("a notification within 20 s");
+    assert!(
+        event.contains("notifications/tools/list_changed"),
+        "{event}"
+    );
+
+    let listed = list().await;
+    let now = names(&listed);
+    assert!(!now.contains(&"t0".to_owned()), "{now:?}");
+    assert_eq!(now.len(), 50, "the first page of 62 tools: {now:?}");
+    assert_eq!(now[0], "Echo0", "{now:?}");
+    assert_eq!(listed["result"]["nextCursor"], "50", "{listed}");
+    assert!(!listed.to_string().contains("secret"), "{listed}");
+    let called = answer(
+        &rpc(
+            &url,
+            "mcp-all",
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "calculator", "arguments": {"expression": "6 * 7"}}}),
+            Some("2025-06-18"),
+        )
+        .await,
+    );
+    assert_eq!(called["result"]["content"][0]["text"], "42", "{called}");
+}

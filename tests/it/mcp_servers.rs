@@ -499,3 +499,59 @@ async fn a_reload_of_a_server_entry_lets_its_running_calls_finish() {
             .contains("after the reload")
     );
 }
+
+/// A server that went down takes its tools out of the chat door's offer,
+/// and a model that calls one anyway (it read it in an earlier turn) gets
+/// a failed gateway call saying the server is down: the call is never
+/// handed to the client as one of its own, and the other tools still run.
+#[tokio::test]
+async fn a_call_to_a_tool_of_a_server_that_went_down_fails_and_never_reaches_the_client() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/hostile.py");
+    let dir = std::env::temp_dir().join(format!("toolgate-mcp-went-down-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let starts = dir.join("starts");
+    let upstream = Mock::start(|r| {
+        if last_role(r) == "tool" {
+            sse(text_sse("done"))
+        } else {
+            sse(calls_sse(&[
+                ("t0", "{}"),
+                ("calculator", r#"{"expression":"6 * 7"}"#),
+            ]))
+        }
+    })
+    .await;
+    let gw = TestConfig::new()
+        .raw(&format!(
+            "[[mcp_servers]]\nname = \"changing\"\ncommand = [{}, {}, \"changing\", {}]\n",
+            toml_str(&python()),
+            toml_str(&script),
+            toml_str(&starts)
+        ))
+        .agent(
+            &upstream.url(),
+            "passthrough",
+            &["changing", "builtin:calculator"],
+            "",
+        )
+        .start()
+        .await;
+    readyz(&gw, true, Duration::from_secs(20)).await;
+    std::fs::write(format!("{}.tools", starts.display()), "down\n").unwrap();
+    readyz(&gw, false, Duration::from_secs(20)).await;
+
+    let r = post(&gw.url("/v1/chat/completions"), &stream_request(json!({}))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (s, calls) = gateway_calls(&r.body);
+    assert!(s.choice().calls.is_empty(), "no call goes to the client");
+    assert_eq!(s.choice().content, "done");
+    assert_eq!(calls[0]["name"], "t0");
+    assert_eq!(calls[0]["status"], "failed");
+    assert_eq!(
+        calls[0]["error"],
+        "the tool server `changing` is down: the tool cannot run now"
+    );
+    assert_eq!(calls[1]["name"], "calculator");
+    assert_eq!(calls[1]["output"], "42");
+}

@@ -362,3 +362,142 @@ async fn natural_mode_reads_a_call_to_a_waiting_tool_the_model_named_without_sea
     );
     assert!(!String::from_utf8_lossy(&sent.body).contains("toolgate_unlisted"));
 }
+
+/// A session of the official Python MCP SDK with `tool_search` on
+/// (`python/mcp_search_client.py`): what it listed, found, called, listed
+/// again, and every warning it logged.
+pub(crate) async fn python_search_session(
+    url: &str,
+    key: &str,
+    query: &str,
+    arguments: Value,
+    direct: Option<(&str, Value)>,
+) -> Value {
+    let mut command = tokio::process::Command::new(common::installed::python());
+    command
+        .arg(common::installed::clients_dir().join("python/mcp_search_client.py"))
+        .args([url, key, query, &arguments.to_string()])
+        .env("NO_PROXY", "127.0.0.1,localhost");
+    if let Some((name, arguments)) = direct {
+        command.args([name, &arguments.to_string()]);
+    }
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), command.output())
+        .await
+        .expect("the MCP session ends within 60 s")
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| {
+            panic!(
+                "no RESULT: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    serde_json::from_str(line).unwrap()
+}
+
+/// The official Python SDK checks each call's result against the tool's
+/// listed output schema, and re-lists to find it: a tool found with
+/// `search_tools` (or called by a name known otherwise) is listed from
+/// then on for the key, so the call works without "Tool X not listed by
+/// server, cannot validate any structured content" (logged on every call
+/// before), and the key's change streams hear `list_changed`.
+#[tokio::test]
+async fn the_python_sdk_calls_what_it_found_without_a_warning() {
+    const KEY: (&str, &str) = ("TOOL_SEARCH_SDK_KEY", "search-sdk-key");
+    const OTHER: (&str, &str) = ("TOOL_SEARCH_SDK_OTHER", "search-sdk-other");
+    for (var, key) in [KEY, OTHER] {
+        // SAFETY: this test's own variables, always set to the same values.
+        unsafe { std::env::set_var(var, key) };
+    }
+    let weather = weather_server().await;
+    let (tools, _) = http_tools(&weather.url());
+    let gw = TestConfig::new()
+        .server(&format!(
+            "[server.auth]\n[[server.auth.keys]]\nname = \"a\"\nkey_env = \"{}\"\n[[server.auth.keys]]\nname = \"b\"\nkey_env = \"{}\"\n",
+            KEY.0, OTHER.0
+        ))
+        .raw(&format!("{tools}[mcp_gateway]\ntool_search = true\n"))
+        .demo("chunk_delay_ms = 0")
+        .start()
+        .await;
+    let url = gw.url("/mcp");
+
+    // The key's change stream, open before anything is found.
+    let changes = common::client()
+        .request(
+            http::Request::get(&url)
+                .header("authorization", format!("Bearer {}", KEY.1))
+                .header("accept", "text/event-stream")
+                .body(http_body_util::Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(changes.status(), 200);
+
+    let session = python_search_session(
+        &url,
+        KEY.1,
+        "temperature in a city",
+        json!({"location": "Oslo"}),
+        Some(("calculator", json!({"expression": "6 * 7"}))),
+    )
+    .await;
+    assert_eq!(session["listed"], json!(["search_tools"]), "{session}");
+    assert_eq!(session["found"][0], "GetWeather", "{session}");
+    for call in session["calls"].as_array().unwrap() {
+        assert_eq!(call, &json!({"is_error": false, "text": "sunny, 21 C"}));
+    }
+    assert_eq!(
+        session["direct"],
+        json!({"is_error": false, "text": "42"}),
+        "{session}"
+    );
+    assert_eq!(
+        session["warnings"],
+        json!([]),
+        "the SDK found every tool it called listed"
+    );
+    let relisted: Vec<&str> = session["relisted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(relisted[0], "search_tools");
+    assert!(
+        relisted.contains(&"GetWeather") && relisted.contains(&"calculator"),
+        "{relisted:?}"
+    );
+    assert!(relisted.len() <= 5, "only what was found: {relisted:?}");
+
+    // The key's change stream said the list changed.
+    let mut body = changes.into_body();
+    let event = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        use http_body_util::BodyExt;
+        let mut seen = String::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.unwrap().into_data() {
+                seen.push_str(&String::from_utf8_lossy(&data));
+                if seen.contains("list_changed") {
+                    return seen;
+                }
+            }
+        }
+        seen
+    })
+    .await
+    .expect("a notification within 5 s");
+    assert!(
+        event.contains("notifications/tools/list_changed"),
+        "{event}"
+    );
+
+    // Another key found nothing: its list is `search_tools` alone.
+    let other = python_search_session(&url, OTHER.1, "no such thing zzz", json!({}), None).await;
+    assert_eq!(other["listed"], json!(["search_tools"]), "{other}");
+    assert_eq!(other["relisted"], json!(["search_tools"]), "{other}");
+}

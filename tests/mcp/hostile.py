@@ -7,7 +7,9 @@ Each start appends a line to STARTS_FILE. MODE:
   too-many  - tools/list answers 600 tools in one page
   changing  - tools/list answers the names in STARTS_FILE.tools (one a line,
               `t0` while it is missing), and the server sends
-              notifications/tools/list_changed when that file changes
+              notifications/tools/list_changed when that file changes; when
+              the file's first line is `down`, it writes a path to stderr and
+              exits, and so does every later start
 Plain JSON-RPC over stdin/stdout (one message per line), no SDK: what it
 sends is exactly what is written here.
 """
@@ -48,11 +50,19 @@ def names():
         return ["t0"]
 
 
+def go_down():
+    sys.stderr.write("python: can't open file '/srv/secret/internal/missing_mcp.py': [Errno 2]\n")
+    sys.stderr.flush()
+    os._exit(1)
+
+
 def watch():
     seen = names()
     while True:
         time.sleep(0.05)
         now = names()
+        if now[:1] == ["down"]:
+            go_down()
         if now != seen:
             seen = now
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
@@ -80,6 +90,8 @@ def answer(request):
 
 
 if mode == "changing":
+    if names()[:1] == ["down"]:
+        go_down()
     threading.Thread(target=watch, daemon=True).start()
 
 for line in sys.stdin:
