@@ -316,6 +316,11 @@ impl GatewayError {
         if let Some(raw) = self.raw() {
             error["raw"] = json!(raw);
         }
+        // A whole answer's text besides the call: the client gets the error
+        // instead of the answer, and nothing the model wrote is lost.
+        if let Some(text) = self.unsent_text() {
+            error["text"] = json!(text);
+        }
         json!({ "error": error })
     }
 
@@ -327,6 +332,23 @@ impl GatewayError {
                 text: Some(text), ..
             } if !text.is_empty() => Some(text),
             _ => None,
+        }
+    }
+
+    /// An invalid call's error, holding `text` as what the client of a
+    /// whole answer did not get (when it holds none yet).
+    pub fn with_unsent_text(self, unsent: String) -> Self {
+        match self {
+            GatewayError::InvalidToolCall {
+                message,
+                raw,
+                text: None,
+            } if !unsent.is_empty() => GatewayError::InvalidToolCall {
+                message,
+                raw,
+                text: Some(unsent),
+            },
+            other => other,
         }
     }
 

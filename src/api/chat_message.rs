@@ -41,7 +41,8 @@ impl ChatMessage {
     /// The completion, or the error that ended it.
     pub fn into_completion(self) -> Result<Value, GatewayError> {
         if let Some(error) = self.error {
-            return Err(error);
+            // The text said before an invalid call reaches its client.
+            return Err(error.with_unsent_text(self.text));
         }
         // As a stream of the same answer adds up: without text, `null` when
         // something else was said (calls, gateway calls shown, reasoning),

@@ -870,6 +870,15 @@ async fn an_invalid_call_is_recorded_alike_streamed_or_whole() {
                 "{chat}: {}",
                 r.text()
             );
+            if !stream {
+                // The client of a whole answer gets the text in the error.
+                assert_eq!(
+                    r.json()["error"]["text"].as_str().map(str::trim),
+                    Some(BEFORE),
+                    "{chat}: {}",
+                    r.text()
+                );
+            }
             let m = messages(&gw, &chat, 3).await;
             let said: Vec<&str> = m
                 .iter()
