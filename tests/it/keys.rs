@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::binary::Binary;
 use common::postgres::Postgres;
-use common::{Collected, Mock, Reply, TestConfig};
+use common::{Mock, Reply, TestConfig};
 use http::{Method, Request};
 use http_body_util::Full;
 use serde_json::{Value, json};
@@ -35,23 +35,8 @@ fn keys() {
 const AUTH: &str = "[server.auth]\nadmin_keys_env = \"MANAGED_TEST_ADMIN\"\nmanaged_keys = true\n\
     [[server.auth.keys]]\nname = \"team-a\"\nkey_env = \"MANAGED_TEST_TEAM_A\"\nmodels = [\"demo*\"]\n";
 
-async fn call(method: Method, url: &str, key: &str, body: Option<Value>) -> Collected {
-    common::send(
-        Request::builder()
-            .method(method)
-            .uri(url)
-            .header("authorization", format!("Bearer {key}"))
-            .header("content-type", "application/json")
-            .body(Full::new(
-                body.map(|b| Bytes::from(b.to_string())).unwrap_or_default(),
-            ))
-            .unwrap(),
-    )
-    .await
-}
-
 async fn chat(base: &str, key: &str, model: &str) -> u16 {
-    call(
+    common::call(
         Method::POST,
         &format!("{base}/v1/chat/completions"),
         key,
@@ -79,7 +64,7 @@ async fn an_admin_makes_lists_changes_and_revokes_keys_that_work_at_once() {
     let base = gw.url("");
     let api = gw.url("/toolgate/api/keys");
 
-    let made = call(
+    let made = common::call(
         Method::POST,
         &api,
         "admin-key",
@@ -105,20 +90,22 @@ async fn an_admin_makes_lists_changes_and_revokes_keys_that_work_at_once() {
 
     // Listed without the secret; a key sees its own tenant's keys only, and
     // makes none.
-    let listed = call(Method::GET, &api, "admin-key", None).await;
+    let listed = common::call(Method::GET, &api, "admin-key", None).await;
     assert_eq!(listed.status, 200);
     assert!(!listed.text().contains(&secret[3..]), "{}", listed.text());
     assert_eq!(listed.json()["data"][0]["id"], id.as_str());
     assert!(listed.json()["data"][0]["last_used_at"].is_string());
-    let own = call(Method::GET, &api, &secret, None).await.json();
+    let own = common::call(Method::GET, &api, &secret, None).await.json();
     assert_eq!(own["data"].as_array().unwrap().len(), 1);
-    let other = call(Method::GET, &api, "static-a", None).await.json();
+    let other = common::call(Method::GET, &api, "static-a", None)
+        .await
+        .json();
     assert_eq!(
         other["data"],
         json!([]),
         "team-a sees none of team-x's keys"
     );
-    let forged = call(
+    let forged = common::call(
         Method::POST,
         &api,
         &secret,
@@ -127,14 +114,14 @@ async fn an_admin_makes_lists_changes_and_revokes_keys_that_work_at_once() {
     .await;
     assert_eq!(forged.status, 403);
     assert_eq!(
-        call(Method::DELETE, &format!("{api}/{id}"), &secret, None)
+        common::call(Method::DELETE, &format!("{api}/{id}"), &secret, None)
             .await
             .status,
         403
     );
 
     // Changed: a wider model policy applies to the next request.
-    let changed = call(
+    let changed = common::call(
         Method::PATCH,
         &format!("{api}/{id}"),
         "admin-key",
@@ -146,13 +133,16 @@ async fn an_admin_makes_lists_changes_and_revokes_keys_that_work_at_once() {
     assert_eq!(chat(&base, &secret, "other").await, 200);
 
     // Revoked: refused at once.
-    let revoked = call(Method::DELETE, &format!("{api}/{id}"), "admin-key", None).await;
+    let revoked = common::call(Method::DELETE, &format!("{api}/{id}"), "admin-key", None).await;
     assert_eq!(revoked.status, 200);
     assert_eq!(chat(&base, &secret, "other").await, 401);
-    assert_eq!(call(Method::GET, &api, &secret, None).await.status, 401);
+    assert_eq!(
+        common::call(Method::GET, &api, &secret, None).await.status,
+        401
+    );
 
     // A key of a configured tenant has the config's policy.
-    let team = call(
+    let team = common::call(
         Method::POST,
         &api,
         "admin-key",
@@ -167,12 +157,14 @@ async fn an_admin_makes_lists_changes_and_revokes_keys_that_work_at_once() {
         403,
         "team-a's models come from the config"
     );
-    let listed = call(Method::GET, &api, "static-a", None).await.json();
+    let listed = common::call(Method::GET, &api, "static-a", None)
+        .await
+        .json();
     assert_eq!(listed["data"][0]["name"], "second");
 
     // An expired key is refused.
     let soon = (chrono::Utc::now() + chrono::Duration::seconds(2)).to_rfc3339();
-    let brief = call(
+    let brief = common::call(
         Method::POST,
         &api,
         "admin-key",
@@ -207,7 +199,7 @@ async fn an_admin_makes_lists_changes_and_revokes_keys_that_work_at_once() {
         ),
         (json!({"tenant": "t"}), "name"),
     ] {
-        let r = call(Method::POST, &api, "admin-key", Some(body.clone())).await;
+        let r = common::call(Method::POST, &api, "admin-key", Some(body.clone())).await;
         assert_eq!(r.status, 400, "{body}: {}", r.text());
         assert!(r.text().contains(field), "{body}: {}", r.text());
     }
@@ -226,7 +218,7 @@ fn replica_config(mock: &Mock, url: &str) -> String {
 async fn both_read_the_keys(base1: &str, base2: &str) {
     for base in [base1, base2] {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while call(
+        while common::call(
             Method::GET,
             &format!("{base}/toolgate/api/keys"),
             "admin-key",
@@ -251,7 +243,7 @@ async fn a_key_made_on_one_replica_works_on_the_other_and_a_revoked_one_stops_wi
     let two = Binary::start(&config, &KEYS);
     let (base1, base2) = (one.url(""), two.url(""));
     both_read_the_keys(&base1, &base2).await;
-    let made = call(
+    let made = common::call(
         Method::POST,
         &format!("{base1}/toolgate/api/keys"),
         "admin-key",
@@ -272,7 +264,7 @@ async fn a_key_made_on_one_replica_works_on_the_other_and_a_revoked_one_stops_wi
     }
     let seen = started.elapsed();
     assert_eq!(
-        call(
+        common::call(
             Method::DELETE,
             &format!("{base2}/toolgate/api/keys/{id}"),
             "admin-key",
@@ -340,7 +332,7 @@ async fn a_key_revoked_or_expired_ends_its_streams_on_every_replica() {
     let (base1, base2) = (one.url(""), two.url(""));
     both_read_the_keys(&base1, &base2).await;
     let make = async |body: Value| {
-        let made = call(
+        let made = common::call(
             Method::POST,
             &format!("{base1}/toolgate/api/keys"),
             "admin-key",
@@ -372,7 +364,7 @@ async fn a_key_revoked_or_expired_ends_its_streams_on_every_replica() {
     .await;
     assert_eq!(status, 200);
     assert!(!ends_within(&mut stream, Duration::from_millis(200)).await);
-    let revoked = call(
+    let revoked = common::call(
         Method::DELETE,
         &format!("{base1}/toolgate/api/keys/{id}"),
         "admin-key",
@@ -478,7 +470,7 @@ async fn a_managed_keys_tenant_has_one_label_in_every_series() {
     let mock = upstream().await;
     let gw = priced_gateway(&mock).await;
     let (base, api) = (gw.url(""), gw.url("/toolgate/api/keys"));
-    let made = call(
+    let made = common::call(
         Method::POST,
         &api,
         "admin-key",
@@ -555,7 +547,7 @@ async fn a_refused_key_is_told_why_and_an_unknown_one_nothing() {
     let chat_url = format!("{base}/v1/chat/completions");
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
     let refused = async |url: &str, key: &str, body: Value| {
-        let r = call(Method::POST, url, key, Some(body)).await;
+        let r = common::call(Method::POST, url, key, Some(body)).await;
         assert_eq!(r.status, 401, "{url} {key}: {}", r.text());
         assert_eq!(r.headers["www-authenticate"], "Bearer");
         r.json()
@@ -607,7 +599,7 @@ async fn a_refused_key_is_told_why_and_an_unknown_one_nothing() {
     }
 
     // A revoked key, on /v1, the MCP door and the API.
-    let made = call(
+    let made = common::call(
         Method::POST,
         &api,
         "admin-key",
@@ -617,19 +609,19 @@ async fn a_refused_key_is_told_why_and_an_unknown_one_nothing() {
     .json();
     let (secret, id) = (made["key"].as_str().unwrap(), made["id"].as_str().unwrap());
     assert_eq!(chat(&base, secret, "m").await, 200);
-    let revoked = call(Method::DELETE, &format!("{api}/{id}"), "admin-key", None).await;
+    let revoked = common::call(Method::DELETE, &format!("{api}/{id}"), "admin-key", None).await;
     assert_eq!(revoked.status, 200);
     let said = openai(&refused(&chat_url, secret, body.clone()).await);
     assert!(said.starts_with("This API key was revoked at 20"), "{said}");
     let said = openai(&refused(&format!("{base}/mcp"), secret, initialize.clone()).await);
     assert!(said.contains("revoked"), "{said}");
-    let listed = call(Method::GET, &api, secret, None).await;
+    let listed = common::call(Method::GET, &api, secret, None).await;
     assert_eq!(listed.status, 401);
     assert!(listed.text().contains("revoked at"), "{}", listed.text());
 
     // An expired key, with its `expires_at` as the API shows it.
     let at = (chrono::Utc::now() + chrono::Duration::milliseconds(1500)).to_rfc3339();
-    let made = call(
+    let made = common::call(
         Method::POST,
         &api,
         "admin-key",

@@ -6,11 +6,9 @@
 
 use crate::common;
 
-use bytes::Bytes;
-use common::{Collected, Mock, Recorded, Reply, TestConfig};
-use http::{Method, Request};
-use http_body_util::Full;
-use serde_json::{Value, json};
+use common::{Mock, Recorded, Reply, TestConfig};
+use http::Method;
+use serde_json::json;
 
 fn keys() {
     // SAFETY: this module's own variables, set to the same values before
@@ -42,23 +40,8 @@ fn models_asked(mock: &Mock) -> usize {
         .count()
 }
 
-async fn call(method: Method, url: &str, key: &str, body: Option<Value>) -> Collected {
-    common::send(
-        Request::builder()
-            .method(method)
-            .uri(url)
-            .header("authorization", format!("Bearer {key}"))
-            .header("content-type", "application/json")
-            .body(Full::new(
-                body.map(|b| Bytes::from(b.to_string())).unwrap_or_default(),
-            ))
-            .unwrap(),
-    )
-    .await
-}
-
 async fn listed(base: &str, key: &str) -> Vec<String> {
-    let r = call(Method::GET, &format!("{base}/v1/models"), key, None).await;
+    let r = common::call(Method::GET, &format!("{base}/v1/models"), key, None).await;
     assert_eq!(r.status, 200, "{}", r.text());
     r.json()["data"]
         .as_array()
@@ -112,7 +95,7 @@ async fn models_are_listed_as_the_upstreams_serve_them() {
         ("qwen2.5-7b-instruct", "qwen2.5-7b-instruct"),
         ("vllm/llama-3.1-8b", "llama-3.1-8b"),
     ] {
-        let r = call(
+        let r = common::call(
             Method::POST,
             &format!("{base}/v1/chat/completions"),
             "models-open",
@@ -125,7 +108,7 @@ async fn models_are_listed_as_the_upstreams_serve_them() {
 
     // A managed key limited to `qwen*` and `mistral*` sees the served names
     // its policy allows, and uses them.
-    let made = call(
+    let made = common::call(
         Method::POST,
         &format!("{base}/toolgate/api/keys"),
         "models-admin",
@@ -138,7 +121,7 @@ async fn models_are_listed_as_the_upstreams_serve_them() {
         listed(&base, &key).await,
         ["qwen2.5-7b-instruct", "mistral*"]
     );
-    let r = call(
+    let r = common::call(
         Method::POST,
         &format!("{base}/v1/chat/completions"),
         &key,

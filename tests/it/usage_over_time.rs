@@ -6,11 +6,9 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use common::postgres::Postgres;
-use common::{Collected, Mock, Recorded, Reply, TestConfig};
-use http::{Method, Request};
-use http_body_util::Full;
+use common::{Mock, Recorded, Reply, TestConfig};
+use http::Method;
 use serde_json::{Value, json};
 
 const KEYS: [(&str, &str); 2] = [
@@ -29,26 +27,11 @@ fn keys() {
 const AUTH: &str = "[server.auth]\nadmin_keys_env = \"USAGE_TIME_ADMIN\"\nmanaged_keys = true\n\
     [[server.auth.keys]]\nname = \"team-u\"\nkey_env = \"USAGE_TIME_TEAM\"\n";
 
-async fn call(method: Method, url: &str, key: &str, body: Option<Value>) -> Collected {
-    common::send(
-        Request::builder()
-            .method(method)
-            .uri(url)
-            .header("authorization", format!("Bearer {key}"))
-            .header("content-type", "application/json")
-            .body(Full::new(
-                body.map(|b| Bytes::from(b.to_string())).unwrap_or_default(),
-            ))
-            .unwrap(),
-    )
-    .await
-}
-
 /// The usage rows `query` reads once `requests` requests landed in all.
 async fn usage(base: &str, query: &str, requests: i64) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let r = call(
+        let r = common::call(
             Method::GET,
             &format!("{base}/toolgate/api/usage?{query}"),
             "usage-admin",
@@ -84,7 +67,7 @@ async fn usage_is_summed_per_day_and_hour_with_key_names_in_sqlite_and_postgresq
             .start()
             .await;
         let base = gw.url("");
-        let made = call(
+        let made = common::call(
             Method::POST,
             &format!("{base}/toolgate/api/keys"),
             "usage-admin",
@@ -98,7 +81,7 @@ async fn usage_is_summed_per_day_and_hour_with_key_names_in_sqlite_and_postgresq
         );
         let ask = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
         for key in [&secret, &secret, &"usage-team".to_owned()] {
-            let r = call(
+            let r = common::call(
                 Method::POST,
                 &format!("{base}/v1/chat/completions"),
                 key,
@@ -128,7 +111,7 @@ async fn usage_is_summed_per_day_and_hour_with_key_names_in_sqlite_and_postgresq
             "{store}: {rows:?}"
         );
 
-        let bad = call(
+        let bad = common::call(
             Method::GET,
             &format!("{base}/toolgate/api/usage?group_by=week"),
             "usage-admin",

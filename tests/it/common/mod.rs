@@ -362,6 +362,28 @@ impl Collected {
     }
 }
 
+/// A JSON request with `key` as its bearer key (the keys and usage APIs).
+#[allow(dead_code)]
+pub async fn call(
+    method: http::Method,
+    url: &str,
+    key: &str,
+    body: Option<serde_json::Value>,
+) -> Collected {
+    send(
+        Request::builder()
+            .method(method)
+            .uri(url)
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .body(Full::new(
+                body.map(|b| Bytes::from(b.to_string())).unwrap_or_default(),
+            ))
+            .unwrap(),
+    )
+    .await
+}
+
 pub async fn send(req: Request<Full<Bytes>>) -> Collected {
     let resp = tokio::time::timeout(Duration::from_secs(20), client().request(req))
         .await
