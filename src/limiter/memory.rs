@@ -51,14 +51,7 @@ impl Counters {
         for (i, subject) in check.subjects.iter().enumerate() {
             let state = &subjects[subject.counter];
             let quota = subject.quota;
-            let readings = Readings {
-                requests: quota
-                    .requests_per_minute
-                    .map(|n| gcra::peek_requests(state.requests_tat, now, u64::from(n.get()))),
-                tokens: quota
-                    .tokens_per_minute
-                    .map(|n| token_reading(state.tokens_tat, now, n.get())),
-            };
+            let readings = state.readings(quota, now);
             let refuse = |limit, wait| Verdict::Refused {
                 subject: i,
                 limit,
@@ -113,18 +106,7 @@ impl Counters {
         let readings = check
             .subjects
             .iter()
-            .map(|subject| {
-                let state = &subjects[subject.counter];
-                let quota = subject.quota;
-                Readings {
-                    requests: quota
-                        .requests_per_minute
-                        .map(|n| gcra::peek_requests(state.requests_tat, now, u64::from(n.get()))),
-                    tokens: quota
-                        .tokens_per_minute
-                        .map(|n| token_reading(state.tokens_tat, now, n.get())),
-                }
-            })
+            .map(|subject| subjects[subject.counter].readings(subject.quota, now))
             .fold(Readings::default(), Readings::tighter);
         Verdict::Admitted { readings }
     }
@@ -159,6 +141,20 @@ impl Counters {
                 }
                 state.spent += subject.spend;
             }
+        }
+    }
+}
+
+impl State {
+    /// What the minute has left of each per-minute limit `quota` sets.
+    fn readings(&self, quota: &crate::config::limits::Quota, now: u64) -> Readings {
+        Readings {
+            requests: quota
+                .requests_per_minute
+                .map(|n| gcra::peek_requests(self.requests_tat, now, u64::from(n.get()))),
+            tokens: quota
+                .tokens_per_minute
+                .map(|n| token_reading(self.tokens_tat, now, n.get())),
         }
     }
 }
