@@ -25,6 +25,7 @@ fn with_calls(len: usize, syntax: Syntax) -> String {
         Syntax::Bracket => {
             "[checking the weather]{\"name\": \"weather\", \"parameters\": {\"location\": \"Berlin\"}}\n"
         }
+        Syntax::Python => "[GetWeather(location=\"San Francisco, CA\", unit=\"fahrenheit\")]\n",
     };
     let unit = format!("{}{call}", prose(300).get(..300).unwrap_or_default());
     unit.repeat(len / unit.len() + 1)
@@ -69,13 +70,20 @@ fn benches(c: &mut Criterion) {
     bench_one(c, "prose", Syntax::Tag, &text, 1 << 20);
     bench_one(c, "prose", Syntax::Tag, &text, 64);
     bench_one(c, "prose", Syntax::Bracket, &text, 64);
-    for syntax in [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket] {
+    bench_one(c, "prose", Syntax::Python, &text, 64);
+    for syntax in [
+        Syntax::Tag,
+        Syntax::ToolCall,
+        Syntax::Bracket,
+        Syntax::Python,
+    ] {
         bench_one(c, "calls", syntax, &with_calls(len, syntax), 64);
         bench_one(c, "calls", syntax, &with_calls(len, syntax), 1 << 20);
     }
     let bad = worst(len);
     bench_one(c, "worst", Syntax::Tag, &bad, 64);
     bench_one(c, "worst", Syntax::Bracket, &bad, 64);
+    bench_one(c, "worst", Syntax::Python, &bad, 64);
 }
 
 criterion_group! {

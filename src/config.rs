@@ -822,6 +822,15 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
         Mode::ToNatural => Syntax::ToolCall,
         _ => Syntax::Tag,
     });
+    if raw.mode == Mode::ToNatural && syntax == Syntax::Python {
+        // to_natural streams a call's JSON arguments into the text as they
+        // arrive; the python syntax would need them rewritten as keyword
+        // arguments, which that stream does not do.
+        return Err(ConfigError::new(
+            format!("{path}.syntax"),
+            "\"python\" is a natural-mode syntax; to_natural writes tag, tool_call or bracket",
+        ));
+    }
     let fallback = match &raw.fallback {
         None => None,
         Some(spec) => {

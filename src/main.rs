@@ -50,7 +50,7 @@ enum Command {
         /// JSON file with the request's `tools` array (or a whole request).
         #[arg(long, value_name = "FILE")]
         tools: PathBuf,
-        /// Call syntax: tag, tool_call or bracket.
+        /// Call syntax: tag, tool_call, bracket or python.
         #[arg(long, default_value = "tag")]
         syntax: String,
     },
@@ -69,8 +69,8 @@ enum Command {
         /// The model to ask for (default: the provider's first model, when it is not a pattern).
         #[arg(long)]
         model: Option<String>,
-        /// Which syntaxes to try, comma-separated: tag, tool_call, bracket, native, rescue.
-        #[arg(long, default_value = "tag,tool_call,bracket,native,rescue")]
+        /// Which syntaxes to try, comma-separated: tag, tool_call, bracket, python, native, rescue.
+        #[arg(long, default_value = "tag,tool_call,bracket,python,native,rescue")]
         syntaxes: String,
         /// JSONL file of cases (default: the built-in set); repeat to add files,
         /// and `builtin` adds the built-in set.
@@ -181,8 +181,11 @@ fn parse(tools: &std::path::Path, syntax: &str) -> ExitCode {
         "tag" => toolgate::natural::syntax::Syntax::Tag,
         "tool_call" => toolgate::natural::syntax::Syntax::ToolCall,
         "bracket" => toolgate::natural::syntax::Syntax::Bracket,
+        "python" => toolgate::natural::syntax::Syntax::Python,
         other => {
-            eprintln!("toolgate: unknown syntax {other:?}; expected tag, tool_call or bracket");
+            eprintln!(
+                "toolgate: unknown syntax {other:?}; expected tag, tool_call, bracket or python"
+            );
             return ExitCode::FAILURE;
         }
     };

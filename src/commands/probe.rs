@@ -44,10 +44,11 @@ pub enum Arm {
 }
 
 impl Arm {
-    pub const ALL: [Arm; 5] = [
+    pub const ALL: [Arm; 6] = [
         Arm::Natural(Syntax::Tag),
         Arm::Natural(Syntax::ToolCall),
         Arm::Natural(Syntax::Bracket),
+        Arm::Natural(Syntax::Python),
         Arm::Native,
         Arm::Rescue,
     ];
@@ -71,7 +72,7 @@ impl Arm {
         }
     }
 
-    /// `tag,tool_call,bracket,native,rescue` (any subset, in any order).
+    /// `tag,tool_call,bracket,python,native,rescue` (any subset, in any order).
     pub fn parse_list(list: &str) -> Result<Vec<Arm>, String> {
         let mut arms = Vec::new();
         for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {

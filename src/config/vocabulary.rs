@@ -37,6 +37,9 @@ pub enum Syntax {
     ToolCall,
     /// `[short description]{"name": "ToolName", "arguments": {...}}`.
     Bracket,
+    /// A Python list of calls with keyword arguments:
+    /// `[ToolName(parameter="value"), Other(n=2)]`.
+    Python,
 }
 
 impl Syntax {
@@ -46,6 +49,7 @@ impl Syntax {
             Syntax::Tag => "tag",
             Syntax::ToolCall => "tool_call",
             Syntax::Bracket => "bracket",
+            Syntax::Python => "python",
         }
     }
 }

@@ -108,7 +108,11 @@ pub fn within(
         return Ok(None);
     }
     let mut rules = Rules::new(budget);
-    let mut shared = schema::Shared::default();
+    let mut shared = if syntax == Syntax::Python {
+        schema::Shared::python()
+    } else {
+        schema::Shared::default()
+    };
     let mut calls = Vec::with_capacity(offered.tools.len());
     for (i, tool) in offered.tools.iter().enumerate() {
         calls.push(add_call(&mut rules, &mut shared, syntax, tool, i));
@@ -127,17 +131,35 @@ pub fn within(
             (r#"[ \t\r\n,]*"#, "(call | next-object)")
         }
         Syntax::Tag | Syntax::ToolCall => (r#"[ \t\r\n]*"#, "call"),
+        // The calls of a reply are one list: `[a(…), b(…)]`.
+        Syntax::Python => {
+            let list = if policy.parallel {
+                r#""[" call ("," ws call)* "]""#
+            } else {
+                r#""[" call "]""#
+            };
+            rules.add("list", list);
+            (r#"[ \t\r\n]*"#, "list")
+        }
     };
     rules.add("gap", gap);
     let triggers = triggers(offered, syntax);
     let eager = matches!(policy.choice, Choice::Required | Choice::Named(_));
     let root = if eager {
         // The answer is calls, one or (parallel) several.
-        if policy.parallel {
+        if syntax == Syntax::Python {
+            "ws list ws".to_owned()
+        } else if policy.parallel {
             format!("ws call (gap {next})* ws")
         } else {
             "ws call ws".to_owned()
         }
+    } else if syntax == Syntax::Python {
+        // A list's `]` ends its calls: the text after it is free again.
+        let words: Vec<Vec<char>> = triggers.iter().map(|t| t.chars().collect()).collect();
+        let free = text::add_text_without(&mut rules, "text", &words);
+        let more = if policy.parallel { "*" } else { "?" };
+        format!("{free} (list {free}){more}")
     } else {
         let words: Vec<Vec<char>> = triggers.iter().map(|t| t.chars().collect()).collect();
         let free = text::add_text_without(&mut rules, "text", &words);
@@ -166,7 +188,7 @@ pub fn within(
                 format!(r#"{whole} | "]" next-object after (call after)*"#)
             }
             Syntax::Bracket => format!(r#"{whole} | "]" next-object after"#),
-            Syntax::Tag | Syntax::ToolCall => whole,
+            Syntax::Tag | Syntax::ToolCall | Syntax::Python => whole,
         }
     };
     rules.add("root", root);
@@ -219,6 +241,8 @@ fn triggers(offered: &ToolSet, syntax: Syntax) -> Vec<String> {
                 let end = open.rfind(", \"arguments\"").unwrap_or(open.len());
                 open[..end].to_owned()
             }
+            // A list's opening bracket and its first call's name.
+            Syntax::Python => format!("[{}(", t.name),
         })
         .collect()
 }
@@ -239,9 +263,15 @@ fn add_call<'s>(
     index: usize,
 ) -> String {
     let args = gbnf::name("args", &[&index.to_string()]);
-    let args = match &tool.parameters {
-        Some(schema) => schema::add_value(rules, shared, &args, schema),
-        None => {
+    let args = match (&tool.parameters, syntax) {
+        // Keyword arguments, from the schema's properties.
+        (Some(schema), Syntax::Python) => schema::add_kwargs(rules, shared, &args, schema),
+        (None, Syntax::Python) => {
+            schema::add_python_rules(rules);
+            "py-kwargs".to_owned()
+        }
+        (Some(schema), _) => schema::add_value(rules, shared, &args, schema),
+        (None, _) => {
             schema::add_json_rules(rules);
             rules.add(&args, r#""{" ws "}""#);
             args
@@ -277,6 +307,8 @@ fn add_call<'s>(
             rules.add(&object, format!(r#"{} {args} "}}""#, gbnf::literal(&open)));
             format!(r#""[" [^\]\n]{{1,120}} "]" {object}"#)
         }
+        // `name(key=value, …)`: the list around it is the `list` rule.
+        Syntax::Python => format!(r#"{} {args} ")""#, gbnf::literal(&format!("{name}("))),
     };
     let call = gbnf::name("call", &[&index.to_string()]);
     rules.add(&call, body);

@@ -208,12 +208,17 @@ fn rewrite_message(
             name: name.to_string(),
         });
     }
+    if syntax == Syntax::Python && !text.is_empty() {
+        // One list holds the message's calls, as the model writes them.
+        text = format!("[{text}]");
+    }
     let content = content.append(Content::Text(text));
     message.insert("content".to_string(), content.into_value());
     (message, calls)
 }
 
-/// Writes one call, separated from what came before by a blank line.
+/// Writes one call, separated from what came before by a blank line (in
+/// python, by a comma: the message's calls are one list).
 /// `arguments` is normally a JSON string; `""` and absent mean `{}`, and a
 /// string that is not JSON is written as it is. A bracket call with a
 /// `description` of its own is written with it.
@@ -225,7 +230,11 @@ fn push_call(
     out: &mut String,
 ) {
     if !out.is_empty() {
-        out.push_str("\n\n");
+        out.push_str(if syntax == Syntax::Python {
+            ", "
+        } else {
+            "\n\n"
+        });
     }
     let parsed = match arguments {
         None | Some(Value::Null) => Ok(Value::Object(Map::new())),
@@ -235,6 +244,16 @@ fn push_call(
         Some(other) => Ok(other.clone()),
     };
     match (description, parsed) {
+        // The list around the message's calls is written by the caller.
+        (_, Ok(value)) if syntax == Syntax::Python => {
+            crate::natural::syntax::python::write_call(name, &value, out);
+        }
+        (_, Err(raw)) if syntax == Syntax::Python => {
+            out.push_str(name);
+            out.push('(');
+            out.push_str(raw);
+            out.push(')');
+        }
         (Some(description), Ok(value)) => {
             Syntax::render_bracket_call(description, name, &value.to_string(), out);
         }

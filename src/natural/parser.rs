@@ -11,7 +11,9 @@
 //! Nothing the model wrote is lost: concatenating every `Text`, `Call::raw`
 //! and `Invalid::raw` in order reproduces the input exactly. In bracket syntax
 //! the visible `[description]` is part of the `Text` and the call's `raw` is
-//! the JSON object after it, so the same concatenation still holds.
+//! the JSON object after it, so the same concatenation still holds. In
+//! python syntax a list's first call's `raw` begins with its `[` and the
+//! last's ends with its `]`.
 //!
 //! With [`ParserOptions::rescue`] the parser reads an answer written by a
 //! model with no tool format given: every syntax's openers are live, and so
@@ -22,7 +24,9 @@
 //! (opening tags and fences), [`text`] (prose scanning), [`json_scan`] (where a
 //! JSON value ends), [`block`] (tag-style block bodies and their error rules),
 //! [`json_call`] (a call written as one JSON object), [`bracket`] (the
-//! bracket syntax's description) and [`event`] (what is emitted).
+//! bracket syntax's description), [`python`] (python syntax's call lists),
+//! [`python_literal`] (Python calls and literals read into JSON) and
+//! [`event`] (what is emitted).
 
 mod block;
 mod bracket;
@@ -32,6 +36,8 @@ mod json_scan;
 mod names;
 mod opener;
 mod outcome;
+pub mod python;
+pub mod python_literal;
 mod text;
 
 #[cfg(test)]
@@ -46,6 +52,7 @@ use json_call::JsonBlock;
 use names::ToolNames;
 use opener::{OpenMatch, Opened, Openers, THINK_CLOSE, match_literal, max_opener_len};
 use outcome::{Outcome, Step};
+use python::PyBlock;
 use text::{Matcher, Position, TextStop, scan_think};
 
 use crate::natural::syntax::Syntax;
@@ -97,6 +104,8 @@ enum Mode {
     Block(Box<Block>),
     /// A JSON-object call; `held` is its source so far.
     Json(Box<JsonBlock>),
+    /// A call of a python call list; `held` is its source so far.
+    Python(Box<PyBlock>),
 }
 
 /// Incremental natural-text tool-call parser for one message.
@@ -141,7 +150,7 @@ impl Parser {
 
     /// Whether a call block is open (its bytes are held until it closes).
     pub fn in_block(&self) -> bool {
-        matches!(self.mode, Mode::Block(_) | Mode::Json(_))
+        matches!(self.mode, Mode::Block(_) | Mode::Json(_) | Mode::Python(_))
     }
 
     /// Feeds the next piece of the message and appends the resulting events.
@@ -164,6 +173,7 @@ impl Parser {
                 }
                 Mode::Block(block) => block.finish(held_len),
                 Mode::Json(block) => block.finish(&self.held, &self.names),
+                Mode::Python(block) => block.finish(&self.held),
             };
             if let Some(tail) = self.apply(outcome, &mut sink) {
                 self.run(&tail, &mut sink);
@@ -215,6 +225,7 @@ impl Parser {
             Mode::Json(block) if limited.is_empty() => {
                 (0, block.too_large(&self.held, &self.names))
             }
+            Mode::Python(block) if limited.is_empty() => (0, block.too_large(&self.held)),
             Mode::Block(block) => match block.step(&mut self.held, limited) {
                 Step::Continue(n) => return (n, None),
                 Step::Finished(n, outcome) => {
@@ -230,6 +241,18 @@ impl Parser {
             Mode::Json(block) => match block.step(&mut self.held, limited, &self.names) {
                 Step::Continue(n) => return (n, None),
                 Step::Finished(n, outcome) => (n, outcome),
+            },
+            Mode::Python(block) => match block.step(&mut self.held, limited, &self.names) {
+                Step::Continue(n) => return (n, None),
+                Step::Finished(n, outcome) => {
+                    if let Some(next) = block.next_call() {
+                        // The list's next call follows.
+                        let tail = self.apply(outcome, sink);
+                        self.mode = Mode::Python(Box::new(next));
+                        return (n, tail);
+                    }
+                    (n, outcome)
+                }
             },
         };
         (used, self.apply(outcome, sink))
@@ -383,6 +406,13 @@ impl Parser {
             (_, Opened::ToolCall) => {
                 let block = JsonBlock::enclosed(b"</tool_call>");
                 self.open_block(opener, Mode::Json(Box::new(block)));
+            }
+            (_, Opened::PythonList(index)) => {
+                let name = self.names.get(index).unwrap_or_default().to_owned();
+                // The opener ends with the name and its `(`.
+                let call_start = opener.len().saturating_sub(name.len() + 1);
+                let block = PyBlock::opened(name, call_start);
+                self.open_block(opener, Mode::Python(Box::new(block)));
             }
             (_, Opened::Fence) => {
                 let block = JsonBlock::enclosed(b"```");

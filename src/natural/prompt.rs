@@ -10,7 +10,7 @@ use crate::config::SEARCH_TOOL;
 use crate::natural::contract;
 use crate::natural::error::RequestError;
 use crate::natural::policy::{Choice, Policy};
-use crate::natural::syntax::Syntax;
+use crate::natural::syntax::{Syntax, python};
 use crate::natural::tools::ToolSet;
 
 /// The placeholder a user instruction template must contain.
@@ -101,6 +101,9 @@ pub fn instructions(syntax: Syntax, policy: &Policy, searching: bool) -> String 
         Syntax::Bracket => {
             "Write each call on a single line. The text in square brackets is a short description of what the call does."
         }
+        Syntax::Python => {
+            "The calls are a Python list: the exact name of the tool, then every parameter as a keyword argument whose value is a Python literal (a string in quotes, a number, True, False, None, a list or a dict)."
+        }
     };
     // Measured on BFCL with Qwen2.5-Coder-0.5B (benches/bfcl.sh): with "you
     // can call the tools" and "call a tool only when it helps" the model
@@ -137,11 +140,24 @@ pub fn instructions(syntax: Syntax, policy: &Policy, searching: bool) -> String 
         // block per call", the model stopped after the first call in most
         // cases that needed several; a worked pair shows it the shape.
         let mut pair = String::new();
-        syntax.render_call("ToolName", &json!({"parameter": "first value"}), &mut pair);
-        pair.push('\n');
-        syntax.render_call("ToolName", &json!({"parameter": "second value"}), &mut pair);
+        let first = json!({"parameter": "first value"});
+        let second = json!({"parameter": "second value"});
+        let how = if syntax == Syntax::Python {
+            // One list holds every call of the reply.
+            pair.push('[');
+            python::write_call("ToolName", &first, &mut pair);
+            pair.push_str(", ");
+            python::write_call("ToolName", &second, &mut pair);
+            pair.push(']');
+            "in this reply, all in one list"
+        } else {
+            syntax.render_call("ToolName", &first, &mut pair);
+            pair.push('\n');
+            syntax.render_call("ToolName", &second, &mut pair);
+            "in this reply, one after another"
+        };
         lines.extend([
-            "When the user asks for several things (one tool for several values, or several tools), write every call the request needs in this reply, one after another. Two calls look like this:".to_string(),
+            format!("When the user asks for several things (one tool for several values, or several tools), write every call the request needs {how}. Two calls look like this:"),
             String::new(),
             pair,
             String::new(),
@@ -149,7 +165,11 @@ pub fn instructions(syntax: Syntax, policy: &Policy, searching: bool) -> String 
     }
     lines.extend([
         "- Only the names listed under \"Available tools\" are tools; never call anything else.".to_string(),
-        "- The arguments are one JSON object that matches the tool's parameters and includes every required parameter.".to_string(),
+        if syntax == Syntax::Python {
+            "- The keyword arguments match the tool's parameters and include every required parameter.".to_string()
+        } else {
+            "- The arguments are one JSON object that matches the tool's parameters and includes every required parameter.".to_string()
+        },
     ]);
     lines.extend(policy_rules(policy));
     // Measured on Qwen2.5-Coder-0.5B: saying what to do with results is

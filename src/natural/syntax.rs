@@ -4,6 +4,8 @@
 //! examples and past calls in the configured syntax, and the response side
 //! parses that syntax back into native calls.
 
+pub mod python;
+
 pub use crate::config::Syntax;
 
 /// Writing calls and results as text, exactly as the instructions ask the model
@@ -13,9 +15,16 @@ impl Syntax {
     /// Appends a call of `name` with `arguments` in this syntax.
     ///
     /// Tag and tool_call use pretty JSON (what models imitate best); bracket
-    /// keeps the whole call on one line with compact JSON, as its parser expects.
+    /// keeps the whole call on one line with compact JSON, as its parser
+    /// expects; python writes a list of one call with keyword arguments.
     pub fn render_call(self, name: &str, arguments: &serde_json::Value, out: &mut String) {
         let json = match self {
+            Syntax::Python => {
+                out.push('[');
+                python::write_call(name, arguments, out);
+                out.push(']');
+                return;
+            }
             Syntax::Bracket => arguments.to_string(),
             Syntax::Tag | Syntax::ToolCall => {
                 serde_json::to_string_pretty(arguments).unwrap_or_else(|_| arguments.to_string())
@@ -26,7 +35,8 @@ impl Syntax {
 
     /// Appends a call whose arguments are already text. Used for history
     /// whose `arguments` string is not valid JSON: the model should see what
-    /// it (or the client) actually sent rather than have the request fail.
+    /// it (or the client) actually sent rather than have the request fail
+    /// (in python, between the call's parentheses).
     pub fn render_call_text(self, name: &str, arguments: &str, out: &mut String) {
         self.write_call_open(name, out);
         out.push_str(arguments);
@@ -63,6 +73,11 @@ impl Syntax {
                 out.push(']');
                 write_bracket_object_open(name, out);
             }
+            Syntax::Python => {
+                out.push('[');
+                out.push_str(name);
+                out.push('(');
+            }
         }
     }
 
@@ -76,6 +91,7 @@ impl Syntax {
             }
             Syntax::ToolCall => out.push_str("\n</tool_call>"),
             Syntax::Bracket => out.push('}'),
+            Syntax::Python => out.push_str(")]"),
         }
     }
 
@@ -141,6 +157,20 @@ mod tests {
             call(Syntax::Bracket, json!({"location": "Paris", "days": 2})),
             "[Calling GetWeather]{\"name\": \"GetWeather\", \"arguments\": {\"location\":\"Paris\",\"days\":2}}"
         );
+    }
+
+    #[test]
+    fn python_is_a_list_of_one_call_with_keyword_arguments() {
+        assert_eq!(
+            call(
+                Syntax::Python,
+                json!({"location": "Paris", "days": 2, "metric": true})
+            ),
+            "[GetWeather(location=\"Paris\", days=2, metric=True)]"
+        );
+        let mut out = String::new();
+        Syntax::Python.render_call_text("GetWeather", "not json", &mut out);
+        assert_eq!(out, "[GetWeather(not json)]");
     }
 
     #[test]

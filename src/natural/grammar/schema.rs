@@ -33,6 +33,9 @@ const MAX_DEPTH: usize = 12;
 pub struct Shared<'s> {
     hasher: RandomState,
     rules: HashMap<u64, Vec<(&'s Value, String)>>,
+    /// Values are written as Python literals (`True`, `None`, Python
+    /// strings), not JSON.
+    python: bool,
 }
 
 impl Default for Shared<'_> {
@@ -40,11 +43,41 @@ impl Default for Shared<'_> {
         Shared {
             hasher: RandomState::new(),
             rules: HashMap::new(),
+            python: false,
         }
     }
 }
 
 impl<'s> Shared<'s> {
+    /// Rules whose values are Python literals (the python syntax).
+    pub fn python() -> Self {
+        Shared {
+            python: true,
+            ..Shared::default()
+        }
+    }
+
+    /// The shared rule of values of `kind` (`value`, `string`, `int`,
+    /// `number`, `bool`, `null`, `object`, `array`) in this dialect.
+    fn base(&self, kind: &str) -> String {
+        if self.python {
+            format!("py-{kind}")
+        } else {
+            format!("json-{kind}")
+        }
+    }
+
+    /// `value` as a literal of this dialect.
+    fn literal(&self, value: &Value) -> String {
+        if self.python {
+            let mut out = String::new();
+            crate::natural::syntax::python::write_value(value, &mut out);
+            gbnf::literal(&out)
+        } else {
+            json_literal(value)
+        }
+    }
+
     /// The hash of `schema`, and how many nodes it read (a string counts
     /// a node per 64 bytes).
     fn key(&self, schema: &Value) -> (u64, usize) {
@@ -101,7 +134,9 @@ pub fn add_json_rules(rules: &mut Rules) {
     }
     // Bounded whitespace: a model told to write JSON can otherwise emit
     // newlines until its token budget runs out.
-    rules.add("ws", r"[ \t\n]{0,24}");
+    if !rules.has("ws") {
+        rules.add("ws", r"[ \t\n]{0,24}");
+    }
     rules.add(
         "json-char",
         r#"[^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})"#,
@@ -128,6 +163,42 @@ pub fn add_json_rules(rules: &mut Rules) {
     );
 }
 
+/// The shared Python-literal rules (the python syntax), added once: a
+/// JSON value's rules with Python's `True`, `False` and `None`, strings
+/// without JSON's `\/` (which Python keeps as two characters), and
+/// keyword arguments (`py-kwargs`) for a schema the grammar does not model.
+pub fn add_python_rules(rules: &mut Rules) {
+    if rules.has("py-value") {
+        return;
+    }
+    if !rules.has("ws") {
+        rules.add("ws", r"[ \t\n]{0,24}");
+    }
+    rules.add(
+        "py-char",
+        r#"[^"\\\x00-\x1F] | "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4})"#,
+    );
+    rules.add("py-string", r#""\"" py-char* "\"""#);
+    rules.add("py-int", r#""-"? ("0" | [1-9] [0-9]{0,18})"#);
+    rules.add("py-number", r#"py-int ("." [0-9]+)? ([eE] [-+]? [0-9]+)?"#);
+    rules.add("py-bool", r#""True" | "False""#);
+    rules.add("py-null", r#""None""#);
+    rules.add(
+        "py-value",
+        "py-object | py-array | py-string | py-number | py-bool | py-null",
+    );
+    rules.add(
+        "py-object",
+        r#""{" ws (py-string ws ":" ws py-value (ws "," ws py-string ws ":" ws py-value)*)? ws "}""#,
+    );
+    rules.add(
+        "py-array",
+        r#""[" ws (py-value (ws "," ws py-value)*)? ws "]""#,
+    );
+    rules.add("py-kwarg", r#"[A-Za-z_] [A-Za-z0-9_]{0,63} "=" py-value"#);
+    rules.add("py-kwargs", r#"(py-kwarg (ws "," ws py-kwarg)*)?"#);
+}
+
 /// Adds the rules of values of `schema` under rule `name`; returns the rule
 /// to use: `name`, or the rule an equal schema already has in `shared`.
 pub fn add_value<'s>(
@@ -136,8 +207,44 @@ pub fn add_value<'s>(
     name: &str,
     schema: &'s Value,
 ) -> String {
-    add_json_rules(rules);
+    add_dialect_rules(rules, shared);
     sub_rule(rules, shared, name, schema, 0)
+}
+
+/// Adds the rules of a call's keyword arguments for the parameters
+/// `schema` under rule `name` (the python syntax): an object schema's
+/// properties as `key=value` (or `**{"key": value}` for a key that is no
+/// identifier), in its order, the required ones present; any other schema
+/// any keyword arguments. Returns the rule to use.
+pub fn add_kwargs<'s>(
+    rules: &mut Rules,
+    shared: &mut Shared<'s>,
+    name: &str,
+    schema: &'s Value,
+) -> String {
+    add_dialect_rules(rules, shared);
+    let modelled = schema.as_object().filter(|object| {
+        ["anyOf", "oneOf", "enum", "const"]
+            .iter()
+            .all(|key| !object.contains_key(*key))
+            && object
+                .get("properties")
+                .and_then(Value::as_object)
+                .is_some_and(|p| !p.is_empty())
+    });
+    match modelled {
+        Some(object) if rules.visit() => members(rules, shared, name, object, 0, Shape::Kwargs)
+            .unwrap_or_else(|| "py-kwargs".to_owned()),
+        _ => "py-kwargs".to_owned(),
+    }
+}
+
+fn add_dialect_rules(rules: &mut Rules, shared: &Shared<'_>) {
+    if shared.python {
+        add_python_rules(rules);
+    } else {
+        add_json_rules(rules);
+    }
 }
 
 /// The rule for values of `schema`: the one an equal schema already has,
@@ -151,11 +258,11 @@ fn sub_rule<'s>(
 ) -> String {
     if !schema.is_object() || depth > MAX_DEPTH || rules.over().is_some() {
         // `true` and other non-object schemas: anything.
-        return "json-value".to_owned();
+        return shared.base("value");
     }
     let (key, read) = shared.key(schema);
     if !rules.read(read) {
-        return "json-value".to_owned();
+        return shared.base("value");
     }
     if let Some(name) = shared.find(key, schema) {
         return name.to_owned();
@@ -182,19 +289,19 @@ fn expression<'s>(
 ) -> String {
     let Some(schema) = schema.as_object() else {
         // `true`, `{}`-less booleans: anything.
-        return "json-value".to_owned();
+        return shared.base("value");
     };
     if depth > MAX_DEPTH || !rules.visit() {
-        return "json-value".to_owned();
+        return shared.base("value");
     }
     if let Some(value) = schema.get("const") {
-        return json_literal(value);
+        return shared.literal(value);
     }
     if let Some(Value::Array(values)) = schema.get("enum") {
         if values.is_empty() {
-            return "json-value".to_owned();
+            return shared.base("value");
         }
-        return group(values.iter().map(json_literal).collect());
+        return group(values.iter().map(|v| shared.literal(v)).collect());
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(Value::Array(options)) = schema.get(key)
@@ -224,14 +331,14 @@ fn expression<'s>(
                 .collect::<Vec<_>>();
             let alternatives = dedup(alternatives);
             if alternatives.is_empty() {
-                "json-value".to_owned()
+                shared.base("value")
             } else {
                 group(alternatives)
             }
         }
         // Properties without a type: an object all the same.
         _ if schema.contains_key("properties") => typed(rules, shared, at, schema, "object", depth),
-        _ => "json-value".to_owned(),
+        _ => shared.base("value"),
     }
 }
 
@@ -244,28 +351,35 @@ fn typed<'s>(
     depth: usize,
 ) -> String {
     match kind {
-        "string" => "json-string".to_owned(),
-        "integer" => "json-int".to_owned(),
-        "number" => "json-number".to_owned(),
-        "boolean" => "json-bool".to_owned(),
-        "null" => "json-null".to_owned(),
+        "string" => shared.base("string"),
+        "integer" => shared.base("int"),
+        "number" => shared.base("number"),
+        "boolean" => shared.base("bool"),
+        "null" => shared.base("null"),
         "array" => match schema.get("items") {
             Some(items) if items.is_object() => {
                 let item = gbnf::name(at, &["item"]);
                 let item = sub_rule(rules, shared, &item, items, depth + 1);
                 format!(r#""[" ws ({item} (ws "," ws {item})*)? ws "]""#)
             }
-            _ => "json-array".to_owned(),
+            _ => shared.base("array"),
         },
         "object" => object(rules, shared, at, schema, depth),
-        _ => "json-value".to_owned(),
+        _ => shared.base("value"),
     }
 }
 
+/// How an object's members are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// `{"a": …, "b": …}` (a JSON object, a Python dict).
+    Braces,
+    /// `a=…, b=…` (a Python call's keyword arguments).
+    Kwargs,
+}
+
 /// `{"a": …, "b": …}`: the declared properties in the schema's order, each
-/// required one present, each optional one at most once. Two rules per
-/// property keep it linear: `{at}-first-{i}` (members from the i-th on,
-/// none written yet) and `{at}-then-{i}` (from the i-th on, after one).
+/// required one present, each optional one at most once.
 fn object<'s>(
     rules: &mut Rules,
     shared: &mut Shared<'s>,
@@ -273,15 +387,31 @@ fn object<'s>(
     schema: &'s Map<String, Value>,
     depth: usize,
 ) -> String {
+    members(rules, shared, at, schema, depth, Shape::Braces)
+        .unwrap_or_else(|| shared.base("object"))
+}
+
+/// An object's members in `shape`; `None` when the schema's properties
+/// are not modelled (none, or a required one undeclared). Two rules per
+/// property keep it linear: `{at}-first-{i}` (members from the i-th on,
+/// none written yet) and `{at}-then-{i}` (from the i-th on, after one).
+fn members<'s>(
+    rules: &mut Rules,
+    shared: &mut Shared<'s>,
+    at: &str,
+    schema: &'s Map<String, Value>,
+    depth: usize,
+    shape: Shape,
+) -> Option<String> {
     let Some(Value::Object(properties)) = schema.get("properties") else {
-        return "json-object".to_owned();
+        return None;
     };
     let required: HashSet<&str> = match schema.get("required") {
         Some(Value::Array(names)) => names.iter().filter_map(Value::as_str).collect(),
         _ => HashSet::new(),
     };
     if required.iter().any(|r| !properties.contains_key(*r)) || properties.is_empty() {
-        return "json-object".to_owned();
+        return None;
     }
     let members: Vec<(String, bool)> = properties
         .iter()
@@ -289,8 +419,22 @@ fn object<'s>(
         .map(|(i, (key, property))| {
             let sub = gbnf::name(at, &[&i.to_string()]);
             let sub = sub_rule(rules, shared, &sub, property, depth + 1);
-            let quoted = serde_json::to_string(key).unwrap_or_default();
-            let member = format!(r#"{} ws ":" ws {sub}"#, gbnf::literal(&quoted));
+            let member = match shape {
+                Shape::Braces => {
+                    let quoted = serde_json::to_string(key).unwrap_or_default();
+                    format!(r#"{} ws ":" ws {sub}"#, gbnf::literal(&quoted))
+                }
+                Shape::Kwargs => {
+                    let mut open = String::new();
+                    crate::natural::syntax::python::write_keyword(key, &mut open);
+                    let close = if python_identifier(key) {
+                        ""
+                    } else {
+                        r#" "}""#
+                    };
+                    format!("{} {sub}{close}", gbnf::literal(&open))
+                }
+            };
             (member, required.contains(&key.as_str()))
         })
         .collect();
@@ -321,7 +465,14 @@ fn object<'s>(
         rules.add(first(i), first_body);
         rules.add(then(i), then_body);
     }
-    format!(r#""{{" ws {} ws "}}""#, first(0))
+    Some(match shape {
+        Shape::Braces => format!(r#""{{" ws {} ws "}}""#, first(0)),
+        Shape::Kwargs => first(0),
+    })
+}
+
+fn python_identifier(key: &str) -> bool {
+    crate::natural::syntax::python::is_identifier(key)
 }
 
 fn json_literal(value: &Value) -> String {

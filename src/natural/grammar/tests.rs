@@ -378,7 +378,12 @@ fn parsed(text: &str, syntax: Syntax, tools: &ToolSet) -> (Vec<(String, Value)>,
 
 #[test]
 fn text_is_free_but_for_the_openers_and_calls_are_whole() {
-    for syntax in [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket] {
+    for syntax in [
+        Syntax::Tag,
+        Syntax::ToolCall,
+        Syntax::Bracket,
+        Syntax::Python,
+    ] {
         let (written, g) = grammar_of(vec![weather()], syntax, &Policy::default());
         assert!(written.lazy);
         let call = rendered(
@@ -413,6 +418,8 @@ fn text_is_free_but_for_the_openers_and_calls_are_whole() {
             "<GetWeather>\nhello",
             "<tool_call name=\"GetWeather\">oops",
             "[x]{\"nope\": 1}",
+            "[GetWeather(oops)]",
+            "[GetWeather(location=Paris)]",
         ] {
             if broken.contains(&written.triggers[0]) {
                 assert!(!g.accepts(broken), "{syntax:?}: {broken}");
@@ -443,6 +450,7 @@ fn a_call_to_an_undeclared_tool_stays_text() {
             "<GetWeather>",
             "<GetTime>\n```json\n{\"zone\": \"UTC\"}\n```\n</GetTime>",
         ),
+        (Syntax::Python, "[GetWeather(", "[GetTime(zone=\"UTC\")]"),
     ] {
         let (written, g) = grammar_of(vec![weather()], syntax, &Policy::default());
         assert_eq!(written.triggers, [trigger], "{syntax:?}");
@@ -486,7 +494,12 @@ fn names_and_keys_are_escaped_and_every_tool_has_its_call() {
         weather(),
         tool("noop", json!({"type": "object", "properties": {}})),
     ];
-    for syntax in [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket] {
+    for syntax in [
+        Syntax::Tag,
+        Syntax::ToolCall,
+        Syntax::Bracket,
+        Syntax::Python,
+    ] {
         let (_, g) = grammar_of(tools.clone(), syntax, &Policy::default());
         let call = rendered(syntax, "say\"it", &json!({"a\"b\\c": "x\"y"}));
         assert!(g.accepts(&call), "{syntax:?}: {call}");
@@ -502,7 +515,12 @@ fn names_and_keys_are_escaped_and_every_tool_has_its_call() {
 fn the_parser_reads_back_what_the_grammar_admits() {
     let tools = ToolSet::from_tools(vec![weather()]);
     let args = json!({"location": "Paris", "unit": "celsius", "days": 2});
-    for syntax in [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket] {
+    for syntax in [
+        Syntax::Tag,
+        Syntax::ToolCall,
+        Syntax::Bracket,
+        Syntax::Python,
+    ] {
         let (_, g) = grammar_of(vec![weather()], syntax, &Policy::default());
         let text = format!("Checking.\n{}", rendered(syntax, "GetWeather", &args));
         assert!(g.accepts(&text));
@@ -675,7 +693,12 @@ proptest! {
 /// character on: the grammar must read every answer from there too.
 #[test]
 fn the_grammar_reads_an_answer_from_its_trigger_on() {
-    for syntax in [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket] {
+    for syntax in [
+        Syntax::Tag,
+        Syntax::ToolCall,
+        Syntax::Bracket,
+        Syntax::Python,
+    ] {
         for parallel in [true, false] {
             let policy = Policy {
                 parallel,
@@ -902,7 +925,12 @@ fn escapes_are_the_ones_every_llama_cpp_release_reads() {
         json!({"type": "object", "properties": {"a-b^c": {"type": "string", "enum": ["x-y^z", "[q]"]}},
             "required": ["a-b^c"]}),
     );
-    for syntax in [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket] {
+    for syntax in [
+        Syntax::Tag,
+        Syntax::ToolCall,
+        Syntax::Bracket,
+        Syntax::Python,
+    ] {
         let (written, g) = grammar_of(vec![odd.clone(), weather()], syntax, &Policy::default());
         let chars: Vec<char> = written.gbnf.chars().collect();
         let mut i = 0;
@@ -956,8 +984,8 @@ proptest! {
     /// Whatever the schema, the grammar is written within the budget or
     /// refused, and its text grows at most linearly with the schema's.
     #[test]
-    fn hostile_schemas_cost_at_most_their_size(schema in hostile(10), syntax_at in 0usize..3) {
-        let syntax = [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket][syntax_at];
+    fn hostile_schemas_cost_at_most_their_size(schema in hostile(10), syntax_at in 0usize..4) {
+        let syntax = [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket, Syntax::Python][syntax_at];
         let params = json!({"type": "object", "properties": {"p": schema}});
         let input = params.to_string().len();
         let tools = ToolSet::from_tools(vec![tool("t", params)]);
@@ -972,6 +1000,97 @@ proptest! {
             }
             Ok(None) => prop_assert!(false, "no grammar"),
             Err(err) => prop_assert!(err.to_string().contains("'t'"), "{err}"),
+        }
+    }
+}
+
+// ---- the python syntax ----------------------------------------------------------
+
+/// A list holds every call of a reply (one, unless parallel); text around
+/// it is free, `[` included, and after `tool_choice: "required"` the
+/// answer is one list.
+#[test]
+fn python_calls_are_one_list_of_keyword_calls() {
+    let tools = ToolSet::from_tools(vec![weather()]);
+    let (written, g) = grammar_of(vec![weather()], Syntax::Python, &Policy::default());
+    assert!(written.lazy);
+    assert_eq!(written.triggers, ["[GetWeather("]);
+    let two =
+        r#"[GetWeather(location="Paris", unit="celsius"), GetWeather(location="Rome", days=2)]"#;
+    for text in [
+        format!("Both.\n{two}\nDone [1]."),
+        "See [1] and [GetWeather] or [x](y).".to_owned(),
+        r#"[GetWeather(location="a\"b\\c\u0001")]"#.to_owned(),
+    ] {
+        assert!(g.accepts(&text), "refused: {text}");
+    }
+    let (calls, invalid) = parsed(two, Syntax::Python, &tools);
+    assert!(!invalid);
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    for bad in [
+        r#"[GetWeather(location=Paris)]"#,
+        r#"[GetWeather("Paris")]"#,
+        r#"[GetWeather(location="Paris", unit="kelvin")]"#,
+        r#"[GetWeather(location="Paris", days="2")]"#,
+        r#"[GetWeather(location="Paris", days=true)]"#,
+        r#"[GetWeather(unit="celsius")]"#,
+        r#"[GetWeather(location="Paris", extra=1)]"#,
+        r#"[GetWeather(location="Paris") GetWeather(location="Rome")]"#,
+        r#"[GetWeather(location="a\/b")]"#,
+    ] {
+        assert!(!g.accepts(bad), "admitted: {bad}");
+    }
+    let single = Policy {
+        parallel: false,
+        ..Policy::default()
+    };
+    let (_, g) = grammar_of(vec![weather()], Syntax::Python, &single);
+    assert!(g.accepts(r#"Sure. [GetWeather(location="Paris")] ok"#));
+    assert!(!g.accepts(two));
+    let required = Policy {
+        choice: Choice::Required,
+        ..Policy::default()
+    };
+    let (written, g) = grammar_of(vec![weather()], Syntax::Python, &required);
+    assert!(!written.lazy);
+    assert!(g.accepts(two));
+    assert!(!g.accepts(&format!("Sure. {two}")));
+    assert!(!g.accepts(&format!("{two}\n{two}")));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// The python syntax's keyword arguments over generated schemas: every
+    /// value `jsonschema` accepts, written as the syntax writes a call, is
+    /// admitted; every value it rejects is refused.
+    #[test]
+    fn python_keyword_arguments_admit_exactly_what_jsonschema_accepts(
+        properties in prop::collection::btree_map("[a-z]{1,4}|[a-z]-[a-z]", schema(2), 1..4),
+        mask in any::<u8>(),
+        seed in any::<u64>(),
+    ) {
+        let required: Vec<&String> = properties.keys().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, k)| k).collect();
+        let params = json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false});
+        let validator = jsonschema::validator_for(&params).unwrap();
+        let mut rules = Rules::default();
+        let args = schema::add_kwargs(&mut rules, &mut schema::Shared::python(), "args", &params);
+        rules.add("root", format!(r#""t(" {args} ")""#));
+        let g = Grammar::parse(&rules.text());
+        let mut seed = seed;
+        let call = |value: &Value| {
+            let mut out = String::new();
+            crate::natural::syntax::python::write_call("t", value, &mut out);
+            out
+        };
+        for _ in 0..4 {
+            let good = valid(&params, &mut seed);
+            prop_assert!(validator.is_valid(&good), "{good}");
+            prop_assert!(g.accepts(&call(&good)), "refused a valid value {}\n{}", call(&good), rules.text());
+            if let Some(bad) = invalid(&params, &mut seed) {
+                prop_assert!(!validator.is_valid(&bad), "{bad}");
+                prop_assert!(!g.accepts(&call(&bad)), "admitted an invalid value {}\n{}", call(&bad), rules.text());
+            }
         }
     }
 }

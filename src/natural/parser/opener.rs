@@ -6,6 +6,7 @@
 //! further than the longest possible opener.
 
 use crate::natural::parser::names::{NameMatch, ToolNames};
+use crate::natural::parser::python;
 use crate::natural::syntax::Syntax;
 
 /// The think opener recognised when `skip_think` is on.
@@ -27,6 +28,9 @@ pub(crate) enum Opened {
     /// `<tool_call>` (rescue only): the body is `{"name": …, "arguments": …}`,
     /// closed by `</tool_call>`, as Hermes-style chat templates write calls.
     ToolCall,
+    /// `[Name(` (python syntax): a list of calls, the first of the declared
+    /// tool at this index.
+    PythonList(usize),
     /// ```` ```json ```` or ```` ``` ```` and a line break at a line start
     /// (rescue only): the body is `{"name": …, "arguments": …}`, closed by
     /// ```` ``` ````.
@@ -49,7 +53,7 @@ pub(crate) enum OpenMatch {
     Full { len: usize, opened: Opened },
 }
 
-/// Matches `bytes` (which start with `<`) against every opener active for
+/// Matches `bytes` (which start with `<`, or `[` in python syntax) against every opener active for
 /// `openers`. Think wins over a tool that happens to be called `think`; a
 /// complete opener wins over one still partial (`<tool_call>` is whole while
 /// `<tool_call name=` may still follow only if the byte after `<tool_call`
@@ -81,6 +85,11 @@ pub(crate) fn match_opener(
             [match_tool_call(bytes, names), OpenMatch::No, OpenMatch::No]
         }
         Openers::Syntax(Syntax::Bracket) => [OpenMatch::No; 3],
+        Openers::Syntax(Syntax::Python) => [
+            python::match_list_open(bytes, names),
+            OpenMatch::No,
+            OpenMatch::No,
+        ],
         Openers::Rescue => [
             match_tag(bytes, names),
             match_tool_call(bytes, names),
@@ -274,6 +283,7 @@ pub(crate) fn max_opener_len(openers: Openers, names: &ToolNames) -> usize {
         Openers::Syntax(Syntax::Tag) => names.longest() + 2,
         Openers::Syntax(Syntax::ToolCall) | Openers::Rescue => tool_call,
         Openers::Syntax(Syntax::Bracket) => 0,
+        Openers::Syntax(Syntax::Python) => python::max_opener_len(names),
     };
     call.max(THINK_CLOSE.len())
 }

@@ -3,6 +3,7 @@
 
 mod fixtures;
 mod props;
+mod python;
 
 use crate::natural::parser::{Event, Mode, Parser, ParserOptions};
 use crate::natural::syntax::Syntax;
@@ -128,6 +129,13 @@ fn check_held(parser: &Parser, opts: &ParserOptions, fed: &str) {
         );
         return;
     }
+    if !opts.rescue && opts.syntax == Syntax::Python && suffix.starts_with('[') {
+        assert!(
+            python_prefix(suffix),
+            "held {suffix:?} cannot become a call list"
+        );
+        return;
+    }
     assert!(
         suffix.starts_with('<'),
         "held {suffix:?} must start at a '<'"
@@ -153,7 +161,7 @@ fn check_held(parser: &Parser, opts: &ParserOptions, fed: &str) {
             || match opts.syntax {
                 Syntax::Tag => tag(),
                 Syntax::ToolCall => tool_call_prefix(suffix),
-                Syntax::Bracket => false,
+                Syntax::Bracket | Syntax::Python => false,
             }
     };
     assert!(ok, "held {suffix:?} cannot become an opener");
@@ -175,6 +183,19 @@ fn fence_prefix(s: &str) -> bool {
     };
     let spaces = rest.trim_start_matches([' ', '\t']);
     rest.len() - spaces.len() <= 16 && (spaces.is_empty() || spaces == "\r")
+}
+
+/// Reference for a call list's opener: `[`, at most 32 whitespace bytes,
+/// a proper prefix of a declared name and its `(`.
+fn python_prefix(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix('[') else {
+        return false;
+    };
+    let name = rest.trim_start_matches([' ', '\t', '\n', '\r']);
+    rest.len() - name.len() <= 32
+        && NAMES
+            .iter()
+            .any(|n| is_proper_prefix(name, &format!("{n}(")))
 }
 
 fn is_proper_prefix(s: &str, of: &str) -> bool {

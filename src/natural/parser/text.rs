@@ -1,7 +1,7 @@
 //! Scanning prose (and think blocks) for the next place a block may open.
 //!
 //! This is the hot path: tool-free text is skipped with `memchr` to the next
-//! `<` (or `[` in bracket syntax), and only the bytes after it are checked.
+//! `<` (or `[` in the bracket and python syntaxes), and only the bytes after it are checked.
 //! Scanning stops at an opener, at a suffix that may still become one (which
 //! the parser holds back), or at the end of the input (all of it is text).
 //!
@@ -76,6 +76,7 @@ impl Matcher<'_> {
             Openers::Syntax(Syntax::Bracket) => {
                 return self.scan_bracket_prose(input, &mut at.desc);
             }
+            Openers::Syntax(Syntax::Python) => return self.scan_python_prose(input),
             Openers::Syntax(_) => {}
         }
         let mut i = 0;
@@ -89,12 +90,33 @@ impl Matcher<'_> {
         TextStop::End
     }
 
-    /// Checks the `<` at `at`; `None` if it is plain text.
+    /// Checks the `<` (or python's `[`) at `at`; `None` if it is plain text.
     fn check_lt(&self, input: &[u8], at: usize) -> Option<TextStop> {
         match self.opener(input.get(at..)?) {
             OpenMatch::No => None,
             OpenMatch::Partial => Some(TextStop::Hold { at }),
             OpenMatch::Full { len, opened } => Some(TextStop::Open { at, len, opened }),
+        }
+    }
+
+    /// Python syntax: every `[` (a call list's start) and, when think
+    /// blocks are skipped, `<`.
+    fn scan_python_prose(&self, input: &[u8]) -> TextStop {
+        let mut i = 0;
+        loop {
+            let rest = input.get(i..).unwrap_or_default();
+            let found = if self.skip_think {
+                memchr2(b'[', b'<', rest)
+            } else {
+                memchr(b'[', rest)
+            };
+            let Some(off) = found else {
+                return TextStop::End;
+            };
+            if let Some(stop) = self.check_lt(input, i + off) {
+                return stop;
+            }
+            i += off + 1;
         }
     }
 

@@ -60,13 +60,25 @@ const PIECES: &[&str] = &[
     "<",
     ">",
     "`",
+    "[GetWeather(",
+    "[weather(l=\"B\")]",
+    "[ weather(",
+    "BookRestaurant(",
+    "l='x'",
+    "=",
+    "(",
+    ")",
+    "True",
+    "None",
+    "-1.5e3",
 ];
 
 fn syntax() -> impl Strategy<Value = Syntax> {
     prop_oneof![
         Just(Syntax::Tag),
         Just(Syntax::ToolCall),
-        Just(Syntax::Bracket)
+        Just(Syntax::Bracket),
+        Just(Syntax::Python)
     ]
 }
 
@@ -113,6 +125,10 @@ fn nasty() -> impl Strategy<Value = String> {
                 "\n",
                 "think",
                 "tool_call",
+                "(",
+                ")",
+                "=",
+                "'",
                 "é",
             ][..],
         ),
