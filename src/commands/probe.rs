@@ -81,7 +81,7 @@ impl Arm {
                 .find(|a| a.as_str() == name)
                 .ok_or_else(|| {
                     format!(
-                        "unknown syntax {name:?}; expected tag, tool_call, bracket, native or rescue"
+                        "unknown syntax {name:?}; expected tag, tool_call, bracket, python, native or rescue"
                     )
                 })?;
             if !arms.contains(&arm) {

@@ -32,6 +32,7 @@ mod natural_e2e;
 mod natural_golden;
 mod natural_history;
 mod natural_props;
+mod natural_python;
 mod natural_request;
 mod operations;
 mod operators;

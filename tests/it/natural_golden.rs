@@ -93,7 +93,12 @@ fn rewritten(syntax: Syntax, messages: Value) -> Value {
 
 #[test]
 fn system_block_golden_per_syntax() {
-    for syntax in [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket] {
+    for syntax in [
+        Syntax::Tag,
+        Syntax::ToolCall,
+        Syntax::Bracket,
+        Syntax::Python,
+    ] {
         let messages = json!([
             {"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": "What's the weather like in San Francisco today?"}
@@ -108,7 +113,12 @@ fn system_block_golden_per_syntax() {
 
 #[test]
 fn history_golden_per_syntax() {
-    for syntax in [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket] {
+    for syntax in [
+        Syntax::Tag,
+        Syntax::ToolCall,
+        Syntax::Bracket,
+        Syntax::Python,
+    ] {
         let body = rewritten(syntax, history());
         // The system block is covered above; here only the conversation.
         let messages: Vec<Value> = body["messages"].as_array().expect("messages")[1..].to_vec();

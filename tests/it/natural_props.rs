@@ -58,7 +58,8 @@ fn syntax() -> impl Strategy<Value = Syntax> {
     prop_oneof![
         Just(Syntax::Tag),
         Just(Syntax::ToolCall),
-        Just(Syntax::Bracket)
+        Just(Syntax::Bracket),
+        Just(Syntax::Python)
     ]
 }
 

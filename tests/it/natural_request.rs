@@ -577,6 +577,7 @@ fn constrained_requests_carry_a_lazy_grammar_with_the_syntax_triggers() {
         (Syntax::Tag, "<GetWeather>"),
         (Syntax::ToolCall, "<tool_call name=\"GetWeather\""),
         (Syntax::Bracket, "]{\"name\": \"GetWeather\""),
+        (Syntax::Python, "[GetWeather("),
     ] {
         let (out, plan) = run_opts(body.clone(), &constrained(syntax));
         assert!(plan.is_some());
@@ -661,7 +662,12 @@ fn a_type_bomb_is_a_small_grammar() {
     let body = json!({"model": "m", "messages": [user("hi")],
         "tools": [{"type": "function", "function": {"name": "d", "parameters": n}}]});
     assert!(serde_json::to_vec(&body).unwrap().len() < 1_100);
-    for syntax in [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket] {
+    for syntax in [
+        Syntax::Tag,
+        Syntax::ToolCall,
+        Syntax::Bracket,
+        Syntax::Python,
+    ] {
         let (out, _) = run_opts(body.clone(), &constrained(syntax));
         let grammar = out["grammar"].as_str().expect("a grammar");
         assert!(

@@ -40,8 +40,8 @@ fn call_for(prompt: &str) -> (&'static str, Value) {
     }
 }
 
-/// Tag syntax: a good call for every prompt, and an answer quoting the
-/// result once it is back. tool_call: a block whose arguments break the
+/// Tag and python syntaxes: a good call for every prompt, and an answer
+/// quoting the result once it is back. tool_call: a block whose arguments break the
 /// schema. Bracket: plain text. Native tools: the call as a fenced JSON
 /// object in the text (what Qwen2.5-Coder does), which only rescue reads.
 fn model(request: &Value) -> Reply {
@@ -77,6 +77,10 @@ fn model(request: &Value) -> Reply {
         format!("<tool_call name=\"{name}\">{{\"nope\": 1}}</tool_call>")
     } else if system.contains("<ToolName>") {
         format!("Sure.\n<{name}>\n```json\n{arguments}\n```\n</{name}>")
+    } else if system.contains("[ToolName(") {
+        let mut list = "Sure.\n[".to_owned();
+        toolgate::natural::syntax::python::write_call(name, &arguments, &mut list);
+        list + "]"
     } else {
         "Bonjour ! I cannot do that.".to_owned()
     };
@@ -92,6 +96,21 @@ fn options(arms: Vec<Arm>, runs: usize) -> probe::Options {
         runs,
         max_tokens: 64,
         timeout: Duration::from_secs(10),
+    }
+}
+
+/// An arm's report without its name and timings: what it counted.
+fn counts(arm: &Value) -> Value {
+    match arm {
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .filter(|(k, _)| *k != "syntax" && !k.contains("latency"))
+                .map(|(k, v)| (k.clone(), counts(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(counts).collect()),
+        other => other.clone(),
     }
 }
 
@@ -125,8 +144,8 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
     .unwrap();
     assert_eq!(
         seen,
-        (1..=80).collect::<Vec<_>>(),
-        "progress after every prompt: 2 runs x 8 cases x 5 arms"
+        (1..=96).collect::<Vec<_>>(),
+        "progress after every prompt: 2 runs x 8 cases x 6 arms"
     );
     let json = report.json();
 
@@ -157,10 +176,18 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
     assert_eq!(tag_agent["gateway_calls"], 6);
     assert_eq!(tag_agent["repeated_calls"], 0);
     assert_eq!(agent("bracket")["result_used"], 0, "prose, no call");
+    assert_eq!(
+        counts(&agent("python")),
+        counts(&tag_agent),
+        "a list of the same calls"
+    );
     assert_eq!(agent("native")["gateway_calls"], 0, "the JSON stays text");
     assert_eq!(agent("rescue")["result_used"], 6, "{:#}", agent("rescue"));
     // Rescue and tag tie on everything; the first listed wins.
     assert_eq!(json["best"], "tag");
+
+    // The python arm makes the tag arm's calls, as lists: the same counts.
+    assert_eq!(counts(arm(&json, "python")), counts(tag));
 
     let tool_call = arm(&json, "tool_call");
     assert_eq!(tool_call["invalid_blocks"], 10, "{tool_call:#}");
@@ -181,12 +208,12 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
     // What the upstream received: the provider's model name without the
     // probe's routing prefix, the contracts in the arm's syntax, max_tokens.
     let requests = mock.requests.lock().unwrap().clone();
-    // 50 first prompts, 16 loops (tag, rescue), agent prompts: two rounds
-    // each in tag and rescue, one in bracket and native; in tool_call the
-    // clock's `{"nope": 1}` fits its schema (it runs: two rounds), the
-    // calculator's does not.
+    // 60 first prompts, 24 loops (tag, python, rescue), agent prompts: two
+    // rounds each in tag, python and rescue, one in bracket and native; in
+    // tool_call the clock's `{"nope": 1}` fits its schema (it runs: two
+    // rounds), the calculator's does not.
     // ... and one question: does the server follow a grammar?
-    assert_eq!(requests.len(), 1 + 50 + 16 + 12 + 12 + 8 + 6 + 6);
+    assert_eq!(requests.len(), 1 + 60 + 24 + 12 + 12 + 12 + 8 + 6 + 6);
     let (grammar, requests): (Vec<_>, Vec<_>) = requests
         .into_iter()
         .partition(|r| r.json().get("grammar").is_some());
@@ -204,8 +231,8 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
         .count();
     assert_eq!(
         natural,
-        30 + 8 + 12 + 8 + 6,
-        "three natural arms, the tools as contracts"
+        40 + 16 + 24 + 8 + 6,
+        "four natural arms, the tools as contracts"
     );
     for r in &requests {
         assert_eq!(r.json()["temperature"], 0, "a probe is repeatable");
