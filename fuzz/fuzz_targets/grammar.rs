@@ -25,10 +25,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(set) = ToolSet::from_request(Some(&tools), None) else {
         return;
     };
-    let syntax = match mode % 3 {
+    let syntax = match mode % 4 {
         0 => Syntax::Tag,
         1 => Syntax::ToolCall,
-        _ => Syntax::Bracket,
+        2 => Syntax::Bracket,
+        _ => Syntax::Python,
     };
     let policy = Policy {
         choice: if mode & 4 == 0 {

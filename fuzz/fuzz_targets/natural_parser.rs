@@ -13,10 +13,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let text = String::from_utf8_lossy(rest);
-    let syntax = match mode % 3 {
+    let syntax = match mode % 4 {
         0 => Syntax::Tag,
         1 => Syntax::ToolCall,
-        _ => Syntax::Bracket,
+        2 => Syntax::Bracket,
+        _ => Syntax::Python,
     };
     let options = ParserOptions {
         syntax,

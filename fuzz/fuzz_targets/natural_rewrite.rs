@@ -18,10 +18,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let options = NaturalOptions {
-        syntax: match mode % 3 {
+        syntax: match mode % 4 {
             0 => Syntax::Tag,
             1 => Syntax::ToolCall,
-            _ => Syntax::Bracket,
+            2 => Syntax::Bracket,
+            _ => Syntax::Python,
         },
         ..NaturalOptions::default()
     };
