@@ -265,7 +265,9 @@ fn to_natural_refuses_the_python_syntax() {
         .toml();
     let err = toolgate::config::Config::from_toml(&toml).expect_err("refused");
     assert!(
-        err.to_string().contains("syntax") && err.to_string().contains("python"),
+        err.to_string().contains(
+            "\"python\" is a natural-mode syntax; to_natural writes tag, tool_call or bracket"
+        ),
         "{err}"
     );
 }
