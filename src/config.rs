@@ -893,7 +893,7 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
     if raw.constrain != Constrain::Off && raw.mode != Mode::Natural {
         return Err(ConfigError::new(
             format!("{path}.constrain"),
-            "applies to mode = \"natural\" only: llama.cpp refuses a grammar next to native `tools`, and to_natural's upstream calls natively",
+            "applies to mode = \"natural\" only: llama.cpp refuses a grammar next to native `tools`, vLLM and SGLang constrain native calls themselves, and to_natural's upstream calls natively",
         ));
     }
     Ok(ToolsConfig {
