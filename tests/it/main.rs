@@ -42,6 +42,7 @@ mod responses;
 mod round_trip;
 mod secrets;
 mod store_postgres;
+mod structural_tags;
 mod telemetry;
 mod tenancy;
 mod to_natural;
