@@ -328,3 +328,50 @@ fn xgrammar_compiles_every_syntaxs_tag_and_holds_calls_to_their_schemas() {
     }
     check(&cases);
 }
+
+/// Through the gateway: the upstream receives the tag in `response_format`
+/// (and neither `tools` nor a grammar), the call it answers comes back as a
+/// native call, and a client's own `response_format` next to tools is a
+/// `400` naming it, before anything is sent.
+#[tokio::test]
+async fn the_gateway_sends_the_tag_and_refuses_a_clients_own_format() {
+    use crate::common::{Mock, Reply, post, tools_gateway, upstream_completion};
+    let answer =
+        "Checking.\n<tool_call name=\"GetWeather\">\n{\"location\": \"Oslo\"}\n</tool_call>";
+    let mock = Mock::start(move |_| Reply::json(&upstream_completion(answer))).await;
+    let gw = tools_gateway(
+        &mock,
+        "natural",
+        "syntax = \"tool_call\"\nconstrain = \"structural_tag\"",
+    )
+    .await;
+    let mut body = json!({"model": crate::common::UP_MODEL,
+        "messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": tools()});
+    let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let call = &r.json()["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "GetWeather", "{}", r.text());
+    let sent = mock.requests.lock().unwrap()[0].json();
+    assert_eq!(
+        sent["response_format"],
+        sent_tag(Syntax::ToolCall, json!({}))
+    );
+    for field in ["tools", "grammar", "grammar_lazy", "grammar_triggers"] {
+        assert!(sent.get(field).is_none(), "{field}");
+    }
+
+    body["response_format"] = json!({"type": "json_object"});
+    let r = post(&gw.url("/v1/chat/completions"), &body.to_string()).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.json()["error"]["param"],
+        "response_format",
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        mock.requests.lock().unwrap().len(),
+        1,
+        "nothing more was sent"
+    );
+}
