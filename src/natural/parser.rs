@@ -15,14 +15,15 @@
 //!
 //! With [`ParserOptions::rescue`] the parser reads an answer written by a
 //! model with no tool format given: every syntax's openers are live, and so
-//! are JSON-object calls (`{"name": …, "arguments": …}` bare at a line
-//! start, in a fence, or in `<tool_call>`).
+//! are the formats open models write calls in ([`rescue`]: `<tool_call>`,
+//! fences, bare objects, `<|python_tag|>`, `[TOOL_CALLS]`).
 //!
 //! The submodules each hold one concept: [`names`] (declared tools), [`opener`]
 //! (opening tags and fences), [`text`] (prose scanning), [`json_scan`] (where a
 //! JSON value ends), [`block`] (tag-style block bodies and their error rules),
 //! [`json_call`] (a call written as one JSON object), [`bracket`] (the
-//! bracket syntax's description) and [`event`] (what is emitted).
+//! bracket syntax's description), [`rescue`] (the formats rescue reads) and
+//! [`event`] (what is emitted).
 
 mod block;
 mod bracket;
@@ -32,6 +33,7 @@ mod json_scan;
 mod names;
 mod opener;
 mod outcome;
+pub mod rescue;
 mod text;
 
 #[cfg(test)]
@@ -46,6 +48,7 @@ use json_call::JsonBlock;
 use names::ToolNames;
 use opener::{OpenMatch, Opened, Openers, THINK_CLOSE, match_literal, max_opener_len};
 use outcome::{Outcome, Step};
+use rescue::calls::CallsBlock;
 use text::{Matcher, Position, TextStop, scan_think};
 
 use crate::natural::syntax::Syntax;
@@ -97,6 +100,8 @@ enum Mode {
     Block(Box<Block>),
     /// A JSON-object call; `held` is its source so far.
     Json(Box<JsonBlock>),
+    /// A rescue format's calls; `held` is their source so far.
+    Rescue(Box<CallsBlock>),
 }
 
 /// Incremental natural-text tool-call parser for one message.
@@ -141,7 +146,7 @@ impl Parser {
 
     /// Whether a call block is open (its bytes are held until it closes).
     pub fn in_block(&self) -> bool {
-        matches!(self.mode, Mode::Block(_) | Mode::Json(_))
+        matches!(self.mode, Mode::Block(_) | Mode::Json(_) | Mode::Rescue(_))
     }
 
     /// Feeds the next piece of the message and appends the resulting events.
@@ -164,6 +169,7 @@ impl Parser {
                 }
                 Mode::Block(block) => block.finish(held_len),
                 Mode::Json(block) => block.finish(&self.held, &self.names),
+                Mode::Rescue(block) => block.finish(&self.held, &self.names),
             };
             if let Some(tail) = self.apply(outcome, &mut sink) {
                 self.run(&tail, &mut sink);
@@ -231,6 +237,21 @@ impl Parser {
                 Step::Continue(n) => return (n, None),
                 Step::Finished(n, outcome) => (n, outcome),
             },
+            Mode::Rescue(block) if limited.is_empty() => {
+                (0, block.too_large(&self.held, &self.names))
+            }
+            Mode::Rescue(block) => match block.step(&mut self.held, limited, &self.names) {
+                Step::Continue(n) => return (n, None),
+                Step::Finished(n, outcome) => {
+                    if let Some(next) = block.next_call() {
+                        // Another call object follows in the same block.
+                        let tail = self.apply(outcome, sink);
+                        self.mode = Mode::Rescue(Box::new(next));
+                        return (n, tail);
+                    }
+                    (n, outcome)
+                }
+            },
         };
         (used, self.apply(outcome, sink))
     }
@@ -241,19 +262,24 @@ impl Parser {
         let mut held = std::mem::take(&mut self.held);
         let json = matches!(self.mode, Mode::Json(_));
         self.mode = Mode::Text;
+        let raw_len = match &outcome {
+            Outcome::Call { raw_len, .. }
+            | Outcome::Invalid { raw_len, .. }
+            | Outcome::Text { raw_len } => *raw_len,
+        };
+        // Bytes read again after a block that ended with a line break
+        // start a line (a rescue fence or object may open there).
+        let line_start = held
+            .get(..raw_len)
+            .is_some_and(|raw| raw.trim_end_matches([' ', '\t']).ends_with('\n'));
         self.at = Position {
-            line_start: false,
+            line_start,
             // A JSON-object call may be followed by the next one's object.
             desc: if json && matches!(outcome, Outcome::Call { .. }) {
                 Desc::AfterCall
             } else {
                 Desc::Outside
             },
-        };
-        let raw_len = match &outcome {
-            Outcome::Call { raw_len, .. }
-            | Outcome::Invalid { raw_len, .. }
-            | Outcome::Text { raw_len } => *raw_len,
         };
         let tail = if raw_len < held.len() && held.is_char_boundary(raw_len) {
             Some(held.split_off(raw_len))
@@ -348,8 +374,13 @@ impl Parser {
             }
             _ => {
                 // Refuted: the held bytes are text. They hold no other `<`
-                // (names cannot contain one) or backtick, so nothing in them
-                // is re-read; and they are no longer a line's start.
+                // (names cannot contain one), backtick or `[`, so nothing in
+                // them is re-read; and they are no longer a line's start. A
+                // held `[` (a prefix of `[TOOL_CALLS]`) may begin a bracket
+                // description.
+                if self.held.starts_with('[') {
+                    self.at.desc = Desc::Inside(self.held.len() - 1);
+                }
                 sink.text(&self.held);
                 self.held.clear();
                 self.at.line_start = false;
@@ -380,13 +411,9 @@ impl Parser {
                 let close = b"</tool_call>".to_vec();
                 self.open_block(opener, Mode::Block(Box::new(Block::new(name, close))));
             }
-            (_, Opened::ToolCall) => {
-                let block = JsonBlock::enclosed(b"</tool_call>");
-                self.open_block(opener, Mode::Json(Box::new(block)));
-            }
-            (_, Opened::Fence) => {
-                let block = JsonBlock::enclosed(b"```");
-                self.open_block(opener, Mode::Json(Box::new(block)));
+            (_, Opened::Rescue(format)) => {
+                let block = CallsBlock::new(format);
+                self.open_block(opener, Mode::Rescue(Box::new(block)));
             }
         }
     }

@@ -37,6 +37,7 @@ mod operations;
 mod operators;
 mod probe;
 mod real_upstream;
+mod rescue_corpus;
 mod resilience;
 mod responses;
 mod round_trip;
