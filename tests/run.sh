@@ -46,6 +46,24 @@ echo "   openai (node) $(node -p 'require("./'"$modules"'/openai/package.json").
 export CLIENT_TESTS_PYTHON="$PWD/$venv/bin/python"
 export CLIENT_TESTS_NODE_DIR="$PWD/$clients/node"
 
+# tests/it/structural_tags.rs checks the structural tags of constrain =
+# "structural_tag" with xgrammar, the engine vLLM and SGLang use: from PyPI,
+# pinned, without torch (tests/xgrammar/requirements.txt says why).
+xgr=tests/xgrammar
+echo "== [${SECONDS} s] xgrammar ($xgr)"
+want="$(python3 --version) $(sha256sum "$xgr/requirements.txt" | cut -d' ' -f1)"
+if [ "$(cat "$xgr/.venv/.installed" 2>/dev/null)" != "$want" ] || ! "$xgr/.venv/bin/python" -c '' 2>/dev/null; then
+  start=$SECONDS
+  rm -rf "$xgr/.venv"
+  python3 -m venv "$xgr/.venv"
+  "$xgr/.venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-deps \
+    -r "$xgr/requirements.txt"
+  echo "$want" >"$xgr/.venv/.installed"
+  echo "   xgrammar venv installed in $((SECONDS - start)) s"
+fi
+echo "   xgrammar $("$xgr/.venv/bin/python" -c 'import importlib.metadata as m; print(m.version("xgrammar"))')"
+export XGRAMMAR_TESTS_PYTHON="$PWD/$xgr/.venv/bin/python"
+
 # The transcript tests run a throwaway PostgreSQL cluster (tests/it/common/postgres.rs)
 # and drive the transcript page in headless Chromium, and the limit tests a
 # throwaway Redis (tests/it/common/redis.rs): all from the distribution's

@@ -11,6 +11,7 @@ pub mod cases;
 mod grammars;
 mod report;
 pub mod score;
+mod structural_tags;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -161,7 +162,8 @@ pub async fn run(
             ));
         }
     }
-    // Passthrough, for asking whether the server follows a grammar.
+    // Passthrough, for asking whether the server follows a grammar and a
+    // structural tag.
     providers.push(variant(&base, Arm::Native, None, GRAMMAR_PROVIDER.into()));
     config.providers = providers;
     // Only the provider under test: no transcripts, no inbound keys or
@@ -193,6 +195,16 @@ pub async fn run(
     .await
     {
         Ok((status, body)) => Grammars::read(status, &body),
+        Err(why) => Grammars::Refused(why),
+    };
+    let structural_tags = match send(
+        &gateway,
+        structural_tags::request(&format!("{GRAMMAR_PROVIDER}/{model}")),
+        options.timeout,
+    )
+    .await
+    {
+        Ok((status, body)) => structural_tags::read(status, &body),
         Err(why) => Grammars::Refused(why),
     };
 
@@ -243,6 +255,7 @@ pub async fn run(
         cases: client.iter().map(|c| c.name.clone()).collect(),
         agent_cases: agent.iter().map(|c| c.name.clone()).collect(),
         grammars,
+        structural_tags,
         arms: options.arms.iter().copied().zip(tallies).collect(),
         agent: options.arms.iter().copied().zip(agent_tallies).collect(),
     })
@@ -369,7 +382,7 @@ fn source(config: &Config, name: &str) -> Result<ToolSource, String> {
     ))
 }
 
-/// The passthrough provider the grammar question goes to.
+/// The passthrough provider the grammar and structural tag questions go to.
 const GRAMMAR_PROVIDER: &str = "probe-grammar";
 
 /// The provider of an arm (and of an agent case in it).

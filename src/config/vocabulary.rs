@@ -66,6 +66,20 @@ pub enum Constrain {
     /// `grammar_lazy`, `grammar_triggers`) that admits only declared tools
     /// with arguments their schemas accept, once a call has begun.
     Gbnf,
+    /// Each request carries the same calls as an xgrammar structural tag
+    /// (vLLM's and SGLang's `response_format: {"type": "structural_tag"}`).
+    StructuralTag,
+}
+
+impl Constrain {
+    /// The name used in config files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Constrain::Off => "off",
+            Constrain::Gbnf => "gbnf",
+            Constrain::StructuralTag => "structural_tag",
+        }
+    }
 }
 
 /// Which role rewritten tool results get.

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::config::Constrain;
-use crate::natural::grammar::Grammar;
 use crate::natural::policy::Policy;
 use crate::natural::syntax::Syntax;
 use crate::natural::tools::ToolSet;
@@ -27,7 +26,7 @@ pub const DEFAULT_CAPACITY: usize = 256;
 pub const DEFAULT_MAX_BYTES: usize = 64 * 1024 * 1024;
 
 /// What a request needs from the rendering: the tools offered, the block,
-/// and the grammar's fields when calls are constrained.
+/// and the constraint's fields when calls are constrained.
 #[derive(Debug, Clone)]
 pub struct Prepared {
     /// The tools offered to the model (after policy filtering).
@@ -37,8 +36,9 @@ pub struct Prepared {
     /// `block` as it reads inside a JSON string (escaped, without quotes):
     /// written into each request as it is, not escaped again.
     pub block_json: Arc<str>,
-    /// The grammar's request fields as JSON object members
-    /// (`"grammar":…,"grammar_lazy":…`), appended to the body as they are.
+    /// The constraint's request fields as JSON object members
+    /// (`"grammar":…,"grammar_lazy":…`, or `"response_format":…`),
+    /// appended to the body as they are.
     pub grammar_fields: Option<Arc<str>>,
 }
 
@@ -57,10 +57,10 @@ impl Prepared {
         }
     }
 
-    /// With a grammar's request fields.
-    pub fn with_grammar(mut self, grammar: &Grammar) -> Self {
-        let members: Vec<String> = grammar
-            .fields()
+    /// With a constraint's request fields (a grammar's or a structural
+    /// tag's).
+    pub fn with_fields(mut self, fields: Vec<(&'static str, serde_json::Value)>) -> Self {
+        let members: Vec<String> = fields
             .into_iter()
             .map(|(name, value)| format!("\"{name}\":{value}"))
             .collect();

@@ -15,9 +15,13 @@
 //! (each distinct subschema is one rule, written once), and never more than
 //! a [`Budget`]: a request whose tools need more is refused with a `400`
 //! naming the tool, before anything is sent.
+//!
+//! `structural_tag` holds the same calls for vLLM and SGLang
+//! (`constrain = "structural_tag"`), as an xgrammar structural tag.
 
 mod gbnf;
 mod schema;
+pub mod structural_tag;
 mod text;
 
 use serde_json::{Value, json};

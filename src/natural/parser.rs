@@ -17,15 +17,16 @@
 //!
 //! With [`ParserOptions::rescue`] the parser reads an answer written by a
 //! model with no tool format given: every syntax's openers are live, and so
-//! are JSON-object calls (`{"name": …, "arguments": …}` bare at a line
-//! start, in a fence, or in `<tool_call>`).
+//! are the formats open models write calls in ([`rescue`]: `<tool_call>`,
+//! fences, bare objects, `<|python_tag|>`, `[TOOL_CALLS]`).
 //!
 //! The submodules each hold one concept: [`names`] (declared tools), [`opener`]
 //! (opening tags and fences), [`text`] (prose scanning), [`json_scan`] (where a
 //! JSON value ends), [`block`] (tag-style block bodies and their error rules),
 //! [`json_call`] (a call written as one JSON object), [`bracket`] (the
 //! bracket syntax's description), [`python`] (python syntax's call lists),
-//! [`python_literal`] (Python calls and literals read into JSON) and
+//! [`python_literal`] (Python calls and literals read into JSON), [`rescue`]
+//! (the formats rescue reads) and
 //! [`event`] (what is emitted).
 
 mod block;
@@ -38,6 +39,7 @@ mod opener;
 mod outcome;
 pub mod python;
 pub mod python_literal;
+pub mod rescue;
 mod text;
 
 #[cfg(test)]
@@ -53,6 +55,7 @@ use names::ToolNames;
 use opener::{OpenMatch, Opened, Openers, THINK_CLOSE, match_literal, max_opener_len};
 use outcome::{Outcome, Step};
 use python::PyBlock;
+use rescue::calls::CallsBlock;
 use text::{Matcher, Position, TextStop, scan_think};
 
 use crate::natural::syntax::Syntax;
@@ -106,6 +109,8 @@ enum Mode {
     Json(Box<JsonBlock>),
     /// A call of a python call list; `held` is its source so far.
     Python(Box<PyBlock>),
+    /// A rescue format's calls; `held` is their source so far.
+    Rescue(Box<CallsBlock>),
 }
 
 /// Incremental natural-text tool-call parser for one message.
@@ -150,7 +155,10 @@ impl Parser {
 
     /// Whether a call block is open (its bytes are held until it closes).
     pub fn in_block(&self) -> bool {
-        matches!(self.mode, Mode::Block(_) | Mode::Json(_) | Mode::Python(_))
+        matches!(
+            self.mode,
+            Mode::Block(_) | Mode::Json(_) | Mode::Python(_) | Mode::Rescue(_)
+        )
     }
 
     /// Feeds the next piece of the message and appends the resulting events.
@@ -174,6 +182,7 @@ impl Parser {
                 Mode::Block(block) => block.finish(held_len),
                 Mode::Json(block) => block.finish(&self.held, &self.names),
                 Mode::Python(block) => block.finish(&self.held),
+                Mode::Rescue(block) => block.finish(&self.held, &self.names),
             };
             if let Some(tail) = self.apply(outcome, &mut sink) {
                 self.run(&tail, &mut sink);
@@ -254,6 +263,21 @@ impl Parser {
                     (n, outcome)
                 }
             },
+            Mode::Rescue(block) if limited.is_empty() => {
+                (0, block.too_large(&self.held, &self.names))
+            }
+            Mode::Rescue(block) => match block.step(&mut self.held, limited, &self.names) {
+                Step::Continue(n) => return (n, None),
+                Step::Finished(n, outcome) => {
+                    if let Some(next) = block.next_call() {
+                        // Another call object follows in the same block.
+                        let tail = self.apply(outcome, sink);
+                        self.mode = Mode::Rescue(Box::new(next));
+                        return (n, tail);
+                    }
+                    (n, outcome)
+                }
+            },
         };
         (used, self.apply(outcome, sink))
     }
@@ -264,19 +288,24 @@ impl Parser {
         let mut held = std::mem::take(&mut self.held);
         let json = matches!(self.mode, Mode::Json(_));
         self.mode = Mode::Text;
+        let raw_len = match &outcome {
+            Outcome::Call { raw_len, .. }
+            | Outcome::Invalid { raw_len, .. }
+            | Outcome::Text { raw_len } => *raw_len,
+        };
+        // Bytes read again after a block that ended with a line break
+        // start a line (a rescue fence or object may open there).
+        let line_start = held
+            .get(..raw_len)
+            .is_some_and(|raw| raw.trim_end_matches([' ', '\t']).ends_with('\n'));
         self.at = Position {
-            line_start: false,
+            line_start,
             // A JSON-object call may be followed by the next one's object.
             desc: if json && matches!(outcome, Outcome::Call { .. }) {
                 Desc::AfterCall
             } else {
                 Desc::Outside
             },
-        };
-        let raw_len = match &outcome {
-            Outcome::Call { raw_len, .. }
-            | Outcome::Invalid { raw_len, .. }
-            | Outcome::Text { raw_len } => *raw_len,
         };
         let tail = if raw_len < held.len() && held.is_char_boundary(raw_len) {
             Some(held.split_off(raw_len))
@@ -371,8 +400,13 @@ impl Parser {
             }
             _ => {
                 // Refuted: the held bytes are text. They hold no other `<`
-                // (names cannot contain one) or backtick, so nothing in them
-                // is re-read; and they are no longer a line's start.
+                // (names cannot contain one), backtick or `[`, so nothing in
+                // them is re-read; and they are no longer a line's start. A
+                // held `[` (a prefix of `[TOOL_CALLS]`) may begin a bracket
+                // description.
+                if self.held.starts_with('[') {
+                    self.at.desc = Desc::Inside(self.held.len() - 1);
+                }
                 sink.text(&self.held);
                 self.held.clear();
                 self.at.line_start = false;
@@ -403,10 +437,6 @@ impl Parser {
                 let close = b"</tool_call>".to_vec();
                 self.open_block(opener, Mode::Block(Box::new(Block::new(name, close))));
             }
-            (_, Opened::ToolCall) => {
-                let block = JsonBlock::enclosed(b"</tool_call>");
-                self.open_block(opener, Mode::Json(Box::new(block)));
-            }
             (_, Opened::PythonList(index)) => {
                 let name = self.names.get(index).unwrap_or_default().to_owned();
                 // The opener ends with the name and its `(`.
@@ -414,9 +444,9 @@ impl Parser {
                 let block = PyBlock::opened(name, call_start);
                 self.open_block(opener, Mode::Python(Box::new(block)));
             }
-            (_, Opened::Fence) => {
-                let block = JsonBlock::enclosed(b"```");
-                self.open_block(opener, Mode::Json(Box::new(block)));
+            (_, Opened::Rescue(format)) => {
+                let block = CallsBlock::new(format);
+                self.open_block(opener, Mode::Rescue(Box::new(block)));
             }
         }
     }

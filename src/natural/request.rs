@@ -11,7 +11,7 @@ pub use crate::natural::cache::ContractCache;
 use crate::natural::cache::{KeyRef, Prepared};
 pub use crate::natural::error::RequestError;
 use crate::natural::fields::{self, Fields};
-use crate::natural::grammar;
+use crate::natural::grammar::{self, structural_tag};
 use crate::natural::history::{self, HistoryOptions};
 use crate::natural::policy::{Choice, Policy};
 use crate::natural::prompt::{self, CONTRACTS_PLACEHOLDER};
@@ -22,6 +22,24 @@ use crate::natural::tools::ToolSet;
 /// `constrain = "gbnf"` the gateway writes the grammar, and a client's
 /// would be lost, so a request with tools may not send one.
 const GRAMMAR_FIELDS: [&str; 4] = ["grammar", "grammar_lazy", "grammar_triggers", "json_schema"];
+
+/// The request fields that carry a client's own constraint on vLLM and
+/// SGLang: with `constrain = "structural_tag"` the gateway sends its tag in
+/// `response_format`, which the servers take alongside none of these (vLLM:
+/// `structured_outputs` and the older `guided_*`; SGLang: `regex`, `ebnf`,
+/// `json_schema`), so a request with tools may not send one. A
+/// `response_format` of type `"text"` asks for nothing and is replaced.
+const STRUCTURED_FIELDS: [&str; 9] = [
+    "response_format",
+    "structured_outputs",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "regex",
+    "ebnf",
+    "json_schema",
+];
 
 /// The request fields that only native tool calling understands. They are
 /// removed; their meaning moves into the system prompt.
@@ -45,7 +63,7 @@ pub struct NaturalOptions {
     pub max_tool_result_chars: usize,
     /// The role of rewritten tool results.
     pub result_role: ResultRole,
-    /// Whether the body carries a grammar for the calls.
+    /// Whether the body carries a grammar or a structural tag for the calls.
     pub constrain: Constrain,
 }
 
@@ -162,17 +180,11 @@ pub fn rewrite(
         .map(|prepared| response_plan(&fields, prepared, &policy, declared))
         .transpose()?;
     let grammar = prepared.as_ref().and_then(|p| p.grammar_fields.as_deref());
-    if grammar.is_some()
-        && let Some(field) = GRAMMAR_FIELDS.iter().find(|f| fields.get(f).is_some())
-    {
-        return Err(RequestError::invalid(
-            *field,
-            format!(
-                "`{field}` cannot be sent with tools to this provider: it constrains tool calls with a grammar of its own (constrain = \"gbnf\")"
-            ),
-        ));
+    let mut drop = TOOL_FIELDS.to_vec();
+    if grammar.is_some() {
+        drop.extend(refuse_constraints(&fields, options.constrain)?);
     }
-    let mut body = fields.write(&TOOL_FIELDS, "messages", &messages);
+    let mut body = fields.write(&drop, "messages", &messages);
     if let Some(prepared) = splice {
         prompt::splice(&mut body, placeholder, &prepared.block_json);
     }
@@ -202,6 +214,49 @@ pub fn plan(
 }
 
 /// Appends JSON object members (`"a":1,"b":2`) to the object in `body`.
+/// Refuses a client's own constraint where the gateway sends one
+/// (`constrain`); returns the fields to drop as they constrain nothing (a
+/// `response_format` of type `"text"`).
+fn refuse_constraints(
+    fields: &Fields<'_>,
+    constrain: Constrain,
+) -> Result<Option<&'static str>, RequestError> {
+    let (names, what, field): (&[&str], _, _) = match constrain {
+        Constrain::Off => return Ok(None),
+        Constrain::Gbnf => (&GRAMMAR_FIELDS, "a grammar", "`grammar`"),
+        Constrain::StructuralTag => (&STRUCTURED_FIELDS, "a structural tag", "`response_format`"),
+    };
+    let mut plain = None;
+    for &name in names {
+        let Some(raw) = fields.get(name) else {
+            continue;
+        };
+        if name == "response_format" && is_text_format(raw.get()) {
+            plain = Some(name);
+            continue;
+        }
+        let mode = constrain.as_str();
+        return Err(RequestError::invalid(
+            name,
+            format!(
+                "`{name}` cannot be sent with tools to this provider: it constrains tool calls with {what} of its own in {field} (constrain = \"{mode}\")"
+            ),
+        ));
+    }
+    Ok(plain)
+}
+
+/// `null` or `{"type": "text"}`: a `response_format` that asks for nothing.
+fn is_text_format(raw: &str) -> bool {
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Null) => true,
+        Ok(Value::Object(format)) => {
+            format.len() == 1 && format.get("type").and_then(Value::as_str) == Some("text")
+        }
+        _ => false,
+    }
+}
+
 fn append_members(body: &mut Vec<u8>, members: &str) {
     if body.last() != Some(&b'}') {
         return;
@@ -306,13 +361,18 @@ fn prepare(
                 options.instructions.as_deref(),
             )?
         };
-        let grammar = match options.constrain {
+        let fields = match options.constrain {
             Constrain::Off => None,
-            Constrain::Gbnf => grammar::for_tools(&offered, options.syntax, policy)?,
+            Constrain::Gbnf => {
+                grammar::for_tools(&offered, options.syntax, policy)?.map(|g| g.fields())
+            }
+            Constrain::StructuralTag => {
+                structural_tag::for_tools(&offered, options.syntax, policy).map(|t| t.fields())
+            }
         };
         let prepared = Prepared::new(Arc::new(offered), block);
-        Ok(match grammar {
-            Some(grammar) => prepared.with_grammar(&grammar),
+        Ok(match fields {
+            Some(fields) => prepared.with_fields(fields),
             None => prepared,
         })
     })?;

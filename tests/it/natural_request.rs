@@ -633,6 +633,91 @@ fn a_clients_own_grammar_next_to_tools_is_refused_not_dropped() {
     }
 }
 
+// ---- constrained calls (constrain = "structural_tag") -----------------------
+
+fn tagged(syntax: Syntax) -> NaturalOptions {
+    NaturalOptions {
+        syntax,
+        constrain: Constrain::StructuralTag,
+        ..NaturalOptions::default()
+    }
+}
+
+#[test]
+fn structural_tag_requests_carry_response_format_and_no_grammar() {
+    let body = json!({"model": "m", "messages": [user("weather in Paris?")], "tools": [weather(), clock()]});
+    for (syntax, trigger) in [
+        (Syntax::Tag, "<GetWeather>"),
+        (Syntax::ToolCall, "<tool_call name=\"GetWeather\""),
+        (Syntax::Bracket, "{\"name\": \"GetWeather\""),
+    ] {
+        let (out, plan) = run_opts(body.clone(), &tagged(syntax));
+        assert!(plan.is_some());
+        let format = &out["response_format"];
+        assert_eq!(format["type"], "structural_tag", "{syntax:?}: {out}");
+        assert_eq!(format["format"]["type"], "triggered_tags");
+        let triggers = format["format"]["triggers"].as_array().unwrap();
+        assert!(
+            triggers.contains(&json!(trigger)),
+            "{syntax:?}: {triggers:?}"
+        );
+        assert_eq!(format["format"]["tags"].as_array().unwrap().len(), 2);
+        for field in ["grammar", "grammar_lazy", "grammar_triggers", "tools"] {
+            assert!(out.get(field).is_none(), "{syntax:?}: {field}");
+        }
+    }
+    let body = json!({"model": "m", "messages": [user("go")], "tools": [weather()], "tool_choice": "required"});
+    let (out, _) = run_opts(body, &tagged(Syntax::Tag));
+    assert_eq!(
+        out["response_format"]["format"]["type"],
+        "tags_with_separator"
+    );
+    let body = json!({"model": "m", "messages": [user("go")], "tools": [weather()], "tool_choice": "none"});
+    let (out, plan) = run_opts(body, &tagged(Syntax::Tag));
+    assert!(plan.is_none() && out.get("response_format").is_none());
+}
+
+#[test]
+fn a_clients_own_response_format_next_to_tools_is_refused_not_dropped() {
+    for (field, value) in [
+        (
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
+        ),
+        ("response_format", json!({"type": "json_object"})),
+        ("structured_outputs", json!({"regex": "[a-z]+"})),
+        ("guided_json", json!({"type": "object"})),
+        ("regex", json!("[a-z]+")),
+        ("ebnf", json!("root ::= \"x\"")),
+    ] {
+        let mut body = json!({"model": "m", "messages": [user("go")], "tools": [weather()]});
+        body[field] = value.clone();
+        match run_with(body.clone(), &tagged(Syntax::ToolCall)) {
+            Err(err) => {
+                assert_eq!(err.status(), 400);
+                assert_eq!(err.param(), Some(field));
+                assert!(err.to_string().contains("structural_tag"), "{err}");
+            }
+            other => panic!("{field}: expected an error, got {other:?}"),
+        }
+        // Unconstrained, and without tools, it goes upstream as it came.
+        let (out, _) = run(body);
+        assert_eq!(out[field], value);
+        let plain = json!({"model": "m", "messages": [user("go")], "tools": [weather()], "tool_choice": "none", field: value});
+        let (out, _) = run_opts(plain, &tagged(Syntax::ToolCall));
+        assert_eq!(out[field], value, "{field}");
+    }
+    // `{"type": "text"}` asks for nothing: the tag takes its place.
+    let body = json!({"model": "m", "messages": [user("go")], "tools": [weather()], "response_format": {"type": "text"}});
+    let (out, _) = run_opts(body, &tagged(Syntax::Tag));
+    assert_eq!(out["response_format"]["type"], "structural_tag");
+    // A llama.cpp grammar field is not a structural tag's business (and
+    // gbnf's refusals stay its own).
+    let body = json!({"model": "m", "messages": [user("go")], "tools": [weather()], "response_format": {"type": "json_object"}});
+    let (out, _) = run_opts(body, &constrained(Syntax::Tag));
+    assert_eq!(out["response_format"]["type"], "json_object");
+}
+
 #[test]
 fn the_contract_cache_keeps_constrained_and_free_renderings_apart() {
     let cache = ContractCache::default();

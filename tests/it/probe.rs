@@ -11,6 +11,7 @@ use common::{Mock, Reply, TestConfig, upstream_completion};
 use serde_json::{Value, json};
 use toolgate::commands::probe::{self, Arm};
 use toolgate::config::Config;
+use toolgate::natural::syntax::Syntax;
 
 /// The call a cooperative model makes for each built-in prompt.
 fn call_for(prompt: &str) -> (&'static str, Value) {
@@ -45,6 +46,12 @@ fn call_for(prompt: &str) -> (&'static str, Value) {
 /// schema. Bracket: plain text. Native tools: the call as a fenced JSON
 /// object in the text (what Qwen2.5-Coder does), which only rescue reads.
 fn model(request: &Value) -> Reply {
+    if request["response_format"]["type"] == "structural_tag" {
+        // llama.cpp takes no structural tag.
+        return refuse(
+            "response_format type must be one of \"text\" or \"json_object\", but got: structural_tag",
+        );
+    }
     if let Some(grammar) = request.get("grammar") {
         // A server that follows the grammar: the one string it admits.
         let only = grammar.as_str().unwrap().split('"').nth(1).unwrap();
@@ -85,6 +92,31 @@ fn model(request: &Value) -> Reply {
         "Bonjour ! I cannot do that.".to_owned()
     };
     Reply::json(&upstream_completion(&text))
+}
+
+/// A 400 with an OpenAI-shaped error.
+fn refuse(message: &str) -> Reply {
+    Reply::Full {
+        status: 400,
+        headers: vec![("content-type", "application/json".into())],
+        body: json!({"error": {"message": message, "type": "invalid_request_error"}})
+            .to_string()
+            .into(),
+    }
+}
+
+/// The one answer a structural tag of `triggered_tags` admits, when it
+/// must open with its only tag and stop after it.
+fn only_answer(format: &Value) -> Option<String> {
+    let tag = &format["tags"][0];
+    (format["type"] == "triggered_tags" && format["at_least_one"] == true).then(|| {
+        format!(
+            "{}{}{}",
+            tag["begin"].as_str().unwrap(),
+            tag["content"]["value"].as_str().unwrap(),
+            tag["end"].as_str().unwrap()
+        )
+    })
 }
 
 fn options(arms: Vec<Arm>, runs: usize) -> probe::Options {
@@ -212,14 +244,21 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
     // rounds each in tag, python and rescue, one in bracket and native; in
     // tool_call the clock's `{"nope": 1}` fits its schema (it runs: two
     // rounds), the calculator's does not.
-    // ... and one question: does the server follow a grammar?
-    assert_eq!(requests.len(), 1 + 60 + 24 + 12 + 12 + 12 + 8 + 6 + 6);
+    // ... and two questions: does the server follow a grammar, and a
+    // structural tag?
+    assert_eq!(requests.len(), 2 + 60 + 24 + 12 + 12 + 12 + 8 + 6 + 6);
     let (grammar, requests): (Vec<_>, Vec<_>) = requests
         .into_iter()
         .partition(|r| r.json().get("grammar").is_some());
     assert_eq!(grammar.len(), 1);
     assert_eq!(grammar[0].json()["model"], "small-model");
     assert_eq!(json["grammars"], "followed");
+    let (tagged, requests): (Vec<_>, Vec<_>) = requests
+        .into_iter()
+        .partition(|r| r.json().get("response_format").is_some());
+    assert_eq!(tagged.len(), 1);
+    assert_eq!(tagged[0].json()["model"], "small-model");
+    assert_eq!(json["structural_tags"], "refused");
     for r in &requests {
         let body = r.json();
         assert_eq!(body["model"], "small-model");
@@ -261,6 +300,83 @@ async fn probe_counts_each_syntax_through_the_gateways_own_path() {
     ))
     .expect("the recommendation pastes into a config");
     assert!(table.lines().any(|l| l.starts_with("rescue ")), "{table}");
+}
+
+/// A server like vLLM or SGLang: it ignores llama.cpp's `grammar` field and
+/// follows a structural tag in `response_format`; one that takes only the
+/// older shape of the field refuses it. The probe tells them apart and
+/// recommends `constrain = "structural_tag"` for the first only.
+#[tokio::test]
+async fn probe_recognises_a_server_that_follows_structural_tags() {
+    for follows in [true, false] {
+        let mock = Mock::start(move |r| {
+            let request = r.json();
+            let format = &request["response_format"];
+            if format["type"] == "structural_tag" {
+                if !follows || format.get("format").is_none() {
+                    return refuse(
+                        "1 validation error: response_format.structures: Field required",
+                    );
+                }
+                return match only_answer(&format["format"]) {
+                    Some(answer) => Reply::json(&upstream_completion(&answer)),
+                    None => Reply::json(&upstream_completion("Hello!")),
+                };
+            }
+            // Unknown fields, `grammar` among them, are ignored; a natural
+            // request gets a good tag call, a native one none.
+            let messages = request["messages"].as_array().unwrap();
+            let user = messages.last().unwrap()["content"]
+                .as_str()
+                .unwrap_or_default();
+            let system = messages[0]["content"].as_str().unwrap_or_default();
+            if system.contains("<ToolName>") && !user.contains("<tool_response") {
+                let (name, arguments) = call_for(user);
+                let text = format!("<{name}>\n```json\n{arguments}\n```\n</{name}>");
+                return Reply::json(&upstream_completion(&text));
+            }
+            Reply::json(&upstream_completion("Hello! The tool says so."))
+        })
+        .await;
+        let toml = TestConfig::new()
+            .provider("local", &mock.url(), "[\"small-model\"]", "")
+            .toml();
+        let config = Config::from_toml(&toml).unwrap();
+        let mut o = options(vec![Arm::Natural(Syntax::Tag)], 1);
+        o.cases.agent.clear();
+        let report = probe::run(config, &o, &mut |_| {}).await.unwrap();
+        let json = report.json();
+        assert_eq!(json["grammars"], "ignored", "{json:#}");
+        let recommendation = report.recommendation();
+        let table = report.table();
+        if follows {
+            assert_eq!(json["structural_tags"], "followed");
+            assert!(
+                recommendation.ends_with("constrain = \"structural_tag\"\n"),
+                "{recommendation}"
+            );
+            assert!(
+                table.contains(
+                    "structural tags: followed: `constrain = \"structural_tag\"` works here"
+                ),
+                "{table}"
+            );
+            Config::from_toml(&format!(
+                "[[providers]]\nname = \"x\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodels = [\"x\"]\n{recommendation}"
+            ))
+            .expect("the recommendation pastes into a config");
+        } else {
+            assert_eq!(json["structural_tags"], "refused");
+            assert!(
+                !recommendation.lines().any(|l| l.starts_with("constrain")),
+                "{recommendation}"
+            );
+            assert!(
+                recommendation.contains("# Structural tags: refused (400: 1 validation error"),
+                "{recommendation}"
+            );
+        }
+    }
 }
 
 #[tokio::test]
@@ -339,9 +455,12 @@ fn the_binary_probes_the_demo_model_with_a_cases_file() {
     assert_eq!(report["provider"], "demo");
     // The demo answers as it always does, grammar or not.
     assert_eq!(report["grammars"], "ignored");
+    assert_eq!(report["structural_tags"], "ignored");
     let recommendation = report["recommendation"].as_str().unwrap();
     assert!(
-        recommendation.contains("# Grammars: ignored") && !recommendation.contains("constrain = "),
+        recommendation.contains("# Grammars: ignored")
+            && recommendation.contains("# Structural tags: ignored")
+            && !recommendation.lines().any(|l| l.starts_with("constrain")),
         "{recommendation}"
     );
     for name in ["bracket", "native"] {

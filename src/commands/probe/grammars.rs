@@ -1,11 +1,14 @@
 //! Does the upstream follow a llama.cpp GBNF grammar (what
 //! `constrain = "gbnf"` sends)? One request carries a grammar that admits a
 //! single string no model writes unasked; the answer says which of three
-//! things the server does with it (pure: the request and the reading).
+//! things the server does with it (pure: the request and the reading). The
+//! same three answers tell what it does with a structural tag
+//! (`structural_tags`).
 
 use serde_json::{Value, json};
 
 use super::score::Outcome;
+use crate::config::Constrain;
 
 /// The one answer the test grammar admits.
 const ONLY: &str = "tg-grammar-ok";
@@ -37,8 +40,13 @@ impl Grammars {
 
     /// Reads the answer to [`Grammars::request`] as the probe reads any answer.
     pub fn read(status: u16, body: &[u8]) -> Grammars {
+        Grammars::read_admitting(status, body, ONLY)
+    }
+
+    /// Reads an answer to a request whose constraint admits `only`.
+    pub(super) fn read_admitting(status: u16, body: &[u8], only: &str) -> Grammars {
         match Outcome::from_response(status, body) {
-            Outcome::NoCall(text) if text.trim() == ONLY => Grammars::Followed,
+            Outcome::NoCall(text) if text.trim() == only => Grammars::Followed,
             Outcome::NoCall(text) => Grammars::Ignored(format!(
                 "answered {:?}",
                 text.chars().take(60).collect::<String>()
@@ -52,12 +60,18 @@ impl Grammars {
         *self == Grammars::Followed
     }
 
-    /// One line for the table and the recommendation.
-    pub fn describe(&self) -> String {
+    /// One line for the table and the recommendation, on the
+    /// constraint `constrain` would send.
+    pub fn describe(&self, constrain: Constrain) -> String {
+        let constrain = constrain.as_str();
         match self {
-            Grammars::Followed => "followed: `constrain = \"gbnf\"` works here".into(),
-            Grammars::Ignored(why) => format!("ignored ({why}): leave `constrain` off"),
-            Grammars::Refused(why) => format!("refused ({why}): leave `constrain` off"),
+            Grammars::Followed => format!("followed: `constrain = \"{constrain}\"` works here"),
+            Grammars::Ignored(why) => {
+                format!("ignored ({why}): `constrain = \"{constrain}\"` would not hold here")
+            }
+            Grammars::Refused(why) => {
+                format!("refused ({why}): `constrain = \"{constrain}\"` would fail here")
+            }
         }
     }
 

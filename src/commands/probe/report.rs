@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::Arm;
 use super::grammars::Grammars;
 use super::score::{AgentTally, Tally, median};
+use crate::config::Constrain;
 
 /// Every arm's tallies, per case.
 #[derive(Debug, Clone)]
@@ -18,6 +19,8 @@ pub struct Report {
     pub agent_cases: Vec<String>,
     /// What the server did with a grammar (`constrain = "gbnf"`).
     pub grammars: Grammars,
+    /// What the server did with a structural tag (`constrain = "structural_tag"`).
+    pub structural_tags: Grammars,
     /// Per arm, one tally per case (in `cases` order).
     pub arms: Vec<(Arm, Vec<Tally>)>,
     /// Per arm, one tally per agent case (in `agent_cases` order).
@@ -168,7 +171,16 @@ impl Report {
             }
             let _ = writeln!(out, "{line}");
         }
-        let _ = writeln!(out, "# Grammars: {}.", self.grammars.describe());
+        let _ = writeln!(
+            out,
+            "# Grammars: {}.",
+            self.grammars.describe(Constrain::Gbnf)
+        );
+        let _ = writeln!(
+            out,
+            "# Structural tags: {}.",
+            self.structural_tags.describe(Constrain::StructuralTag)
+        );
         let _ = writeln!(
             out,
             "# Under the [[providers]] entry named {:?}:",
@@ -176,9 +188,16 @@ impl Report {
         );
         out.push_str("[providers.tools]\n");
         out.push_str(&best.tools_block());
-        if matches!(best, Arm::Natural(_)) && self.grammars.followed() {
-            // Constrained, a call the model starts is a valid one.
-            out.push_str("constrain = \"gbnf\"\n");
+        // Constrained, a call the model starts is a valid one.
+        let constrain = if self.grammars.followed() {
+            Some(Constrain::Gbnf)
+        } else {
+            self.structural_tags
+                .followed()
+                .then_some(Constrain::StructuralTag)
+        };
+        if let (Arm::Natural(_), Some(constrain)) = (best, constrain) {
+            let _ = writeln!(out, "constrain = \"{}\"", constrain.as_str());
         }
         out
     }
@@ -194,7 +213,12 @@ impl Report {
             self.cases.len(),
             self.runs
         );
-        let _ = writeln!(out, "grammars: {}\n", self.grammars.describe());
+        let _ = writeln!(
+            out,
+            "grammars: {}\nstructural tags: {}\n",
+            self.grammars.describe(Constrain::Gbnf),
+            self.structural_tags.describe(Constrain::StructuralTag)
+        );
         let mut header = format!("{:<10}", "syntax");
         for (name, _) in COLUMNS {
             let _ = write!(header, "  {name:>10}");
@@ -327,6 +351,7 @@ impl Report {
             "model": self.model,
             "runs": self.runs,
             "grammars": self.grammars.as_str(),
+            "structural_tags": self.structural_tags.as_str(),
             "syntaxes": arms,
             "agent": agent,
             "best": self.best().map(Arm::as_str),

@@ -1,8 +1,6 @@
 //! A call written as one JSON object, `{"name": "Tool", "arguments": {...}}`:
-//! bracket syntax's object after a `[description]`, and, in rescue, the
-//! shapes models without a parsed tool format write on their own: a bare
-//! object at a line start, the same in a ```` ```json ```` fence, or inside a
-//! `<tool_call>` tag as Hermes-style chat templates ask.
+//! bracket syntax's object after a `[description]`, and the object rule the
+//! rescue formats ([`rescue`](crate::natural::parser::rescue)) read calls by.
 //!
 //! The object decides: a `"name"` that is a declared tool and `"arguments"`
 //! (or `"parameters"`) that is an object, missing or `null` (no arguments),
@@ -10,199 +8,54 @@
 //! other arguments is `Invalid(NotAnObject)`; JSON that breaks is `Invalid`
 //! if a top-level `"name"` of a declared tool could be read before the
 //! break, and text otherwise; anything else is text.
-//!
-//! After the object, a block with a closer (the fence, `</tool_call>`)
-//! expects whitespace and then the closer. A call whose closer never comes,
-//! because other text follows or the message ends, is still the call (its
-//! intent is plain): its raw ends with the object, and the bytes looked at
-//! after it are read again as text.
 
 use crate::natural::parser::event::InvalidReason;
 use crate::natural::parser::json_scan::{JsonScanner, Scan};
 use crate::natural::parser::names::ToolNames;
 use crate::natural::parser::outcome::{Outcome, Step};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Whitespace before the object (only after an opener).
-    Lead,
-    /// Inside the object, which started at held offset `start`.
-    Value { start: usize },
-    /// After the object (which ended at held offset `end`), `matched` bytes
-    /// of the closer seen.
-    Trailer { end: usize, matched: usize },
-}
-
-/// An open JSON-object call. Its bytes live in the parser's held buffer,
-/// opener included; offsets index into it.
+/// An open JSON-object call. Its bytes live in the parser's held buffer;
+/// the object starts at its first byte.
 #[derive(Debug)]
 pub(crate) struct JsonBlock {
     scanner: JsonScanner,
-    /// What must follow the object; empty when nothing does.
-    closer: &'static [u8],
-    phase: Phase,
-    /// The object's verdict, once it is complete and a closer is awaited.
-    decided: Option<Outcome>,
 }
 
 impl JsonBlock {
-    /// The object starts at the next byte (bracket syntax, a bare object).
+    /// The object starts at the next byte.
     pub(crate) fn bare() -> Self {
         JsonBlock {
             scanner: JsonScanner::new(),
-            closer: b"",
-            phase: Phase::Value { start: 0 },
-            decided: None,
-        }
-    }
-
-    /// An opener is held; whitespace, the object, then `closer` follow.
-    pub(crate) fn enclosed(closer: &'static [u8]) -> Self {
-        JsonBlock {
-            scanner: JsonScanner::new(),
-            closer,
-            phase: Phase::Lead,
-            decided: None,
         }
     }
 
     /// Consumes a prefix of `input`, appending it to `held`.
     pub(crate) fn step(&mut self, held: &mut String, input: &str, names: &ToolNames) -> Step {
-        match self.phase {
-            Phase::Lead => {
-                let bytes = input.as_bytes();
-                let n = bytes.iter().take_while(|b| b.is_ascii_whitespace()).count();
-                push(held, input, n);
-                match bytes.get(n) {
-                    None => Step::Continue(n),
-                    Some(b'{') => {
-                        self.phase = Phase::Value { start: held.len() };
-                        Step::Continue(n)
-                    }
-                    // Not an object: the opener was prose after all.
-                    Some(_) => Step::Finished(
-                        n,
-                        Outcome::Text {
-                            raw_len: held.len(),
-                        },
-                    ),
-                }
-            }
-            Phase::Value { start } => match self.scanner.scan(input.as_bytes()) {
-                Scan::NeedMore => {
-                    held.push_str(input);
-                    Step::Continue(input.len())
-                }
-                Scan::Done { consumed } => {
-                    push(held, input, consumed);
-                    let value = held.get(start..).unwrap_or_default();
-                    let outcome = classify(value, names).shifted(start, held.len());
-                    if self.closer.is_empty() || !matches!(outcome, Outcome::Call { .. }) {
-                        return Step::Finished(consumed, outcome);
-                    }
-                    self.decided = Some(outcome);
-                    self.phase = Phase::Trailer {
-                        end: held.len(),
-                        matched: 0,
-                    };
-                    Step::Continue(consumed)
-                }
-                Scan::Error { at, reason } => {
-                    push(held, input, at);
-                    let value = held.get(start..).unwrap_or_default();
-                    let outcome = broken(value, names, InvalidReason::BadJson(reason.into()));
-                    Step::Finished(at, outcome.shifted(start, held.len()))
-                }
-            },
-            Phase::Trailer { end, mut matched } => {
-                for (i, &b) in input.as_bytes().iter().enumerate() {
-                    if matched == 0 && b.is_ascii_whitespace() {
-                        continue;
-                    }
-                    if self.closer.get(matched) == Some(&b) {
-                        matched += 1;
-                        if matched == self.closer.len() {
-                            push(held, input, i + 1);
-                            return Step::Finished(i + 1, self.take(held.len()));
-                        }
-                        continue;
-                    }
-                    // Something else follows: the call ends with its object.
-                    push(held, input, i);
-                    return Step::Finished(i, self.take(end));
-                }
+        match self.scanner.scan(input.as_bytes()) {
+            Scan::NeedMore => {
                 held.push_str(input);
-                self.phase = Phase::Trailer { end, matched };
                 Step::Continue(input.len())
             }
-        }
-    }
-
-    /// The decided call, its raw the first `raw_len` held bytes.
-    fn take(&mut self, raw_len: usize) -> Outcome {
-        match self.decided.take() {
-            Some(Outcome::Call {
-                name, arguments, ..
-            }) => Outcome::Call {
-                name,
-                arguments,
-                raw_len,
-            },
-            // Only calls await their closer.
-            other => other.unwrap_or(Outcome::Text { raw_len }),
+            Scan::Done { consumed } => {
+                push(held, input, consumed);
+                Step::Finished(consumed, classify(held, names))
+            }
+            Scan::Error { at, reason } => {
+                push(held, input, at);
+                let outcome = broken(held, names, InvalidReason::BadJson(reason.into()));
+                Step::Finished(at, outcome)
+            }
         }
     }
 
     /// The block grew too large.
-    pub(crate) fn too_large(&mut self, held: &str, names: &ToolNames) -> Outcome {
-        self.ended(held, names, InvalidReason::TooLarge)
+    pub(crate) fn too_large(&self, held: &str, names: &ToolNames) -> Outcome {
+        broken(held, names, InvalidReason::TooLarge)
     }
 
     /// The message ended inside the block.
-    pub(crate) fn finish(&mut self, held: &str, names: &ToolNames) -> Outcome {
-        self.ended(held, names, InvalidReason::Unclosed)
-    }
-
-    fn ended(&mut self, held: &str, names: &ToolNames, reason: InvalidReason) -> Outcome {
-        match self.phase {
-            Phase::Lead => Outcome::Text {
-                raw_len: held.len(),
-            },
-            Phase::Value { start } => {
-                let value = held.get(start..).unwrap_or_default();
-                broken(value, names, reason).shifted(start, held.len())
-            }
-            Phase::Trailer { end, .. } => self.take(end),
-        }
-    }
-}
-
-impl Outcome {
-    /// An outcome about a value that starts `start` bytes into the held
-    /// buffer: text and invalid blocks cover the opener too; a call's raw
-    /// is the held bytes up to `held_len`.
-    fn shifted(self, start: usize, held_len: usize) -> Outcome {
-        match self {
-            Outcome::Call {
-                name, arguments, ..
-            } => Outcome::Call {
-                name,
-                arguments,
-                raw_len: held_len,
-            },
-            Outcome::Invalid {
-                name,
-                reason,
-                raw_len,
-            } => Outcome::Invalid {
-                name,
-                reason,
-                raw_len: start + raw_len,
-            },
-            Outcome::Text { raw_len } => Outcome::Text {
-                raw_len: start + raw_len,
-            },
-        }
+    pub(crate) fn finish(&self, held: &str, names: &ToolNames) -> Outcome {
+        broken(held, names, InvalidReason::Unclosed)
     }
 }
 
@@ -247,7 +100,7 @@ pub(crate) fn classify(raw: &str, names: &ToolNames) -> Outcome {
 }
 
 /// A broken object is a failed call if it visibly named a declared tool.
-fn broken(raw: &str, names: &ToolNames, reason: InvalidReason) -> Outcome {
+pub(crate) fn broken(raw: &str, names: &ToolNames, reason: InvalidReason) -> Outcome {
     match name_hint(raw.as_bytes(), names) {
         Some(name) => Outcome::Invalid {
             name: Some(name),
@@ -369,80 +222,5 @@ mod tests {
         ));
         assert!(matches!(classify(r#"{"a": 1}"#, &n), Outcome::Text { .. }));
         assert!(matches!(classify("{ok}", &n), Outcome::Text { .. }));
-    }
-
-    /// Feeds `input` a byte at a time after `opener` is held; the outcome
-    /// and how many held bytes it covers.
-    fn run(block: &mut JsonBlock, opener: &str, input: &str) -> (Outcome, usize) {
-        let n = names();
-        let mut held = opener.to_owned();
-        let mut at = 0;
-        while at < input.len() {
-            let end = (at + 1..=input.len())
-                .find(|&e| input.is_char_boundary(e))
-                .unwrap();
-            match block.step(&mut held, &input[at..end], &n) {
-                Step::Continue(used) => at += used,
-                Step::Finished(used, outcome) => return (outcome, at + used),
-            }
-        }
-        (block.finish(&held, &n), input.len())
-    }
-
-    #[test]
-    fn an_enclosed_call_runs_to_its_closer_or_ends_with_its_object() {
-        let object = r#"{"name": "weather", "arguments": {"location": "Paris"}}"#;
-        let fence = "```json\n";
-        let (outcome, used) = run(
-            &mut JsonBlock::enclosed(b"```"),
-            fence,
-            &format!("{object}\n```\nmore"),
-        );
-        assert!(
-            matches!(outcome, Outcome::Call { raw_len, .. } if raw_len == fence.len() + object.len() + 4)
-        );
-        assert_eq!(
-            used,
-            object.len() + 4,
-            "the closing fence belongs to the call"
-        );
-
-        // Text after the object instead of the closer: the call, raw up to
-        // the object; what follows is read again.
-        let (outcome, used) = run(
-            &mut JsonBlock::enclosed(b"</tool_call>"),
-            "<tool_call>",
-            &format!("\n{object} and more"),
-        );
-        assert!(
-            matches!(outcome, Outcome::Call { raw_len, .. } if raw_len == 11 + 1 + object.len())
-        );
-        assert_eq!(used, 1 + object.len() + 1);
-
-        // The message ends before the closer: still the call.
-        let (outcome, _) = run(
-            &mut JsonBlock::enclosed(b"```"),
-            fence,
-            &format!("{object}\n``"),
-        );
-        assert!(
-            matches!(outcome, Outcome::Call { raw_len, .. } if raw_len == fence.len() + object.len())
-        );
-
-        // Not a call: the opener and the object are text.
-        let (outcome, _) = run(&mut JsonBlock::enclosed(b"```"), fence, "{\"a\": 1}\n```");
-        assert!(matches!(outcome, Outcome::Text { raw_len } if raw_len == fence.len() + 8));
-        let (outcome, used) = run(&mut JsonBlock::enclosed(b"```"), fence, "print(1)\n```");
-        assert!(matches!(outcome, Outcome::Text { raw_len } if raw_len == fence.len()));
-        assert_eq!(used, 0);
-        // Broken JSON naming a declared tool is an invalid call, opener included.
-        let (outcome, _) = run(
-            &mut JsonBlock::enclosed(b"```"),
-            fence,
-            "{\"name\": \"weather\", \"arguments\": {\"location\": }",
-        );
-        assert!(
-            matches!(outcome, Outcome::Invalid { name: Some(_), raw_len, .. } if raw_len > fence.len())
-        );
     }
 }

@@ -7,6 +7,7 @@
 
 use crate::natural::parser::names::{NameMatch, ToolNames};
 use crate::natural::parser::python;
+use crate::natural::parser::rescue::{self, Format};
 use crate::natural::syntax::Syntax;
 
 /// The think opener recognised when `skip_think` is on.
@@ -25,20 +26,16 @@ pub(crate) enum Opened {
     Tag(usize),
     /// `<tool_call name="Name">`: closed by `</tool_call>`.
     NamedToolCall(usize),
-    /// `<tool_call>` (rescue only): the body is `{"name": …, "arguments": …}`,
-    /// closed by `</tool_call>`, as Hermes-style chat templates write calls.
-    ToolCall,
     /// `[Name(` (python syntax): a list of calls, the first of the declared
     /// tool at this index.
     PythonList(usize),
-    /// ```` ```json ```` or ```` ``` ```` and a line break at a line start
-    /// (rescue only): the body is `{"name": …, "arguments": …}`, closed by
-    /// ```` ``` ````.
-    Fence,
+    /// A rescue format's opener (rescue only): `<tool_call>`, a fence,
+    /// `<|python_tag|>`, `[TOOL_CALLS]`, or (no bytes) a `{` at a line start.
+    Rescue(Format),
 }
 
 /// Which openers are live: one syntax's, or (rescue) every syntax's plus
-/// the bare `<tool_call>` of chat templates.
+/// the rescue formats' own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Openers {
     Syntax(Syntax),
@@ -72,10 +69,12 @@ pub(crate) fn match_opener(
     if let OpenMatch::Full { .. } = think {
         return think;
     }
-    if bytes.first() == Some(&b'`') {
-        // Only the rescue scanner holds a backtick, and only at a line start.
+    if matches!(bytes.first(), Some(b'`' | b'[')) {
+        // Only the rescue scanner holds a backtick (at a line start), and
+        // only it and the python syntax's a `[`.
         return match openers {
-            Openers::Rescue => match_fence(bytes),
+            Openers::Rescue => rescue::match_opener(bytes),
+            Openers::Syntax(Syntax::Python) => python::match_list_open(bytes, names),
             Openers::Syntax(_) => OpenMatch::No,
         };
     }
@@ -85,15 +84,12 @@ pub(crate) fn match_opener(
             [match_tool_call(bytes, names), OpenMatch::No, OpenMatch::No]
         }
         Openers::Syntax(Syntax::Bracket) => [OpenMatch::No; 3],
-        Openers::Syntax(Syntax::Python) => [
-            python::match_list_open(bytes, names),
-            OpenMatch::No,
-            OpenMatch::No,
-        ],
+        // Its `[` was matched above; a `<` here is think's only.
+        Openers::Syntax(Syntax::Python) => [OpenMatch::No; 3],
         Openers::Rescue => [
             match_tag(bytes, names),
             match_tool_call(bytes, names),
-            match_bare_tool_call(bytes),
+            rescue::match_opener(bytes),
         ],
     };
     let mut partial = think == OpenMatch::Partial;
@@ -108,51 +104,6 @@ pub(crate) fn match_opener(
         OpenMatch::Partial
     } else {
         OpenMatch::No
-    }
-}
-
-/// ```` ``` ````, an optional `json` (any case), spaces, a line break.
-fn match_fence(bytes: &[u8]) -> OpenMatch {
-    let mut c = Cursor { bytes, pos: 0 };
-    let fence = (|| -> Result<bool, NeedMore> {
-        if !c.literal(b"```")? {
-            return Ok(false);
-        }
-        if matches!(c.bytes.get(c.pos), Some(b'j' | b'J')) {
-            for want in b"json" {
-                match c.bytes.get(c.pos) {
-                    None => return Err(NeedMore),
-                    Some(b) if b.to_ascii_lowercase() == *want => c.pos += 1,
-                    Some(_) => return Ok(false),
-                }
-            }
-        }
-        if !c.spaces(0)? {
-            return Ok(false);
-        }
-        if c.bytes.get(c.pos) == Some(&b'\r') {
-            c.pos += 1;
-        }
-        c.literal(b"\n")
-    })();
-    match fence {
-        Err(NeedMore) => OpenMatch::Partial,
-        Ok(false) => OpenMatch::No,
-        Ok(true) => OpenMatch::Full {
-            len: c.pos,
-            opened: Opened::Fence,
-        },
-    }
-}
-
-/// `<tool_call>`, exactly.
-fn match_bare_tool_call(bytes: &[u8]) -> OpenMatch {
-    match match_literal(bytes, b"<tool_call>") {
-        OpenMatch::Full { len, .. } => OpenMatch::Full {
-            len,
-            opened: Opened::ToolCall,
-        },
-        other => other,
     }
 }
 
@@ -281,7 +232,8 @@ pub(crate) fn max_opener_len(openers: Openers, names: &ToolNames) -> usize {
     let tool_call = b"<tool_call name=\"\">".len() + names.longest() + 4 * MAX_TAG_SPACE;
     let call = match openers {
         Openers::Syntax(Syntax::Tag) => names.longest() + 2,
-        Openers::Syntax(Syntax::ToolCall) | Openers::Rescue => tool_call,
+        Openers::Syntax(Syntax::ToolCall) => tool_call,
+        Openers::Rescue => tool_call.max(rescue::longest_opener()),
         Openers::Syntax(Syntax::Bracket) => 0,
         Openers::Syntax(Syntax::Python) => python::max_opener_len(names),
     };
@@ -376,7 +328,7 @@ mod tests {
             r("<tool_call>\n{"),
             OpenMatch::Full {
                 len: 11,
-                opened: Opened::ToolCall
+                opened: Opened::Rescue(Format::Hermes)
             }
         );
         assert_eq!(r("<tool_call"), OpenMatch::Partial);
@@ -391,7 +343,7 @@ mod tests {
         let fence = |s: &str| match r(s) {
             OpenMatch::Full {
                 len,
-                opened: Opened::Fence,
+                opened: Opened::Rescue(Format::Fence),
             } => Some(len),
             _ => None,
         };

@@ -136,6 +136,13 @@ fn check_held(parser: &Parser, opts: &ParserOptions, fed: &str) {
         );
         return;
     }
+    if opts.rescue && suffix.starts_with('[') {
+        assert!(
+            is_proper_prefix(suffix, "[TOOL_CALLS]"),
+            "held {suffix:?} cannot become [TOOL_CALLS]"
+        );
+        return;
+    }
     assert!(
         suffix.starts_with('<'),
         "held {suffix:?} must start at a '<'"
@@ -156,6 +163,7 @@ fn check_held(parser: &Parser, opts: &ParserOptions, fed: &str) {
             || tag()
             || tool_call_prefix(suffix)
             || is_proper_prefix(suffix, "<tool_call>")
+            || is_proper_prefix(suffix, "<|python_tag|>")
     } else {
         (opts.skip_think && is_proper_prefix(suffix, "<think>"))
             || match opts.syntax {

@@ -5,9 +5,10 @@
 //! Scanning stops at an opener, at a suffix that may still become one (which
 //! the parser holds back), or at the end of the input (all of it is text).
 //!
-//! Rescue (every syntax at once, and JSON-object calls) looks at each byte:
-//! besides `<` and bracket descriptions, a line that starts (after spaces)
-//! with `{` or a ```` ``` ```` fence may be a call.
+//! Rescue (every syntax at once, and the rescue formats) looks at each byte:
+//! besides `<` and bracket descriptions, a `[` may open `[TOOL_CALLS]`, and a
+//! line that starts (after spaces) with `{` or a ```` ``` ```` fence may be a
+//! call.
 
 use memchr::{memchr, memchr2};
 
@@ -16,6 +17,7 @@ use crate::natural::parser::names::ToolNames;
 use crate::natural::parser::opener::{
     OpenMatch, Opened, Openers, THINK_CLOSE, match_literal, match_opener,
 };
+use crate::natural::parser::rescue::Format;
 use crate::natural::syntax::Syntax;
 
 /// Where scanning stopped. Bytes before `at` are text.
@@ -229,7 +231,11 @@ impl Matcher<'_> {
                     }
                     b'{' => {
                         at.line_start = false;
-                        return TextStop::Json { at: i };
+                        return TextStop::Open {
+                            at: i,
+                            len: 0,
+                            opened: Opened::Rescue(Format::Bare),
+                        };
                     }
                     b'`' => match self.opener(input.get(i..).unwrap_or_default()) {
                         OpenMatch::Full { len, opened } => {
@@ -254,7 +260,14 @@ impl Matcher<'_> {
                         return stop;
                     }
                 }
-                (b'[', _) => at.desc = Desc::Inside(0),
+                (b'[', _) => match self.opener(input.get(i..).unwrap_or_default()) {
+                    OpenMatch::Full { len, opened } => {
+                        at.desc = Desc::Outside;
+                        return TextStop::Open { at: i, len, opened };
+                    }
+                    OpenMatch::Partial => return TextStop::Hold { at: i },
+                    OpenMatch::No => at.desc = Desc::Inside(0),
+                },
                 (b']', Desc::Inside(_)) => at.desc = Desc::Closed,
                 (_, Desc::Inside(n)) if n >= MAX_DESC => at.desc = Desc::Outside,
                 (_, Desc::Inside(n)) => at.desc = Desc::Inside(n + 1),

@@ -461,6 +461,78 @@ fn rescue_reads_every_shape_a_model_writes_on_its_own() {
     );
 }
 
+/// The formats open models write when their server's parser missed them:
+/// each call native, the openers, separators, closers and end tokens
+/// around them part of the calls, nothing else hidden.
+#[test]
+fn rescue_reads_the_formats_of_open_models() {
+    let rescue = ParserOptions {
+        rescue: true,
+        ..ParserOptions::default()
+    };
+    let paris = r#"C:GetWeather:{"location":"Paris"}"#;
+    let table = r#"C:BookRestaurant:{"people":2}"#;
+    let cases: &[(&str, &[&str])] = &[
+        // Hermes / Qwen: one block per call, whitespace between them hidden.
+        (
+            "<tool_call>\n{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"BookRestaurant\", \"arguments\": {\"people\": 2}}\n</tool_call>",
+            &[paris, table],
+        ),
+        // Two objects in one block.
+        (
+            "<tool_call>\n{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Paris\"}}\n{\"name\": \"BookRestaurant\", \"arguments\": {\"people\": 2}}\n</tool_call><|im_end|>",
+            &[paris, table],
+        ),
+        // Llama 3.x: bare JSON with `parameters`, `;` between calls, end tokens.
+        (
+            "{\"name\": \"GetWeather\", \"parameters\": {\"location\": \"Paris\"}}; {\"name\": \"BookRestaurant\", \"parameters\": {\"people\": 2}}<|eot_id|>",
+            &[paris, table],
+        ),
+        (
+            "<|python_tag|>{\"name\": \"GetWeather\", \"parameters\": {\"location\": \"Paris\"}}<|eom_id|>",
+            &[paris],
+        ),
+        (
+            "Sure.\n<|python_tag|>{\"name\": \"GetWeather\", \"parameters\": {\"location\": \"Paris\"}};{\"name\": \"BookRestaurant\", \"parameters\": {\"people\": 2}}",
+            &["T:Sure.\n", paris, table],
+        ),
+        // Mistral before v11: a list after [TOOL_CALLS].
+        (
+            "[TOOL_CALLS] [{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Paris\"}}, {\"name\": \"BookRestaurant\", \"arguments\": {\"people\": 2}}]</s>",
+            &[paris, table],
+        ),
+        // Mistral v11+: a name, [ARGS] (after an optional [CALL_ID]), the arguments.
+        (
+            "[TOOL_CALLS]GetWeather[ARGS]{\"location\": \"Paris\"}[TOOL_CALLS]BookRestaurant[CALL_ID]a1B2c3D4e[ARGS]{\"people\": 2}",
+            &[paris, table],
+        ),
+        // A fence holding a list.
+        (
+            "Calling both:\n```json\n[\n  {\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Paris\"}},\n  {\"name\": \"BookRestaurant\", \"arguments\": {\"people\": 2}}\n]\n```\nDone.",
+            &["T:Calling both:\n", paris, table, "T:\nDone."],
+        ),
+        // A list element that is no call ends the calls there; it stays
+        // text (the separator before it went with the call before).
+        (
+            "[TOOL_CALLS][{\"name\": \"GetWeather\", \"arguments\": {\"location\": \"Paris\"}}, {\"name\": \"other\"}]",
+            &[paris, "T:{\"name\": \"other\"}]"],
+        ),
+    ];
+    for (input, want) in cases {
+        check_opts(&rescue, input, want);
+    }
+    // Not calls: every byte stays text.
+    for text in [
+        "[TOOL_CALLS]Unknown[ARGS]{\"a\": 1}",
+        "[TOOL_CALLS] maybe later",
+        "<|python_tag|>brave_search.call(query=\"x\")",
+        "[TOOLS are listed]{not json}",
+        "```json\n[{\"name\": \"example\", \"arguments\": {}}]\n```",
+    ] {
+        check_opts(&rescue, text, &[&format!("T:{text}")]);
+    }
+}
+
 #[test]
 fn rescue_leaves_everything_else_as_it_was() {
     let rescue = ParserOptions {
