@@ -250,18 +250,18 @@ def grounded(value, question):
 
 
 def normalised(text):
-    """Text as the grounding check compares it: case-folded, every run of
+    """Text as the grounding check compares it: lower-cased, every run of
     whitespace one space, no space at either end."""
-    return " ".join(str(text).casefold().split())
+    return " ".join(str(text).lower().split())
 
 
 def conversation_of(case):
     """What the client wrote in the case's first turn, normalised: the
-    content of its system and user messages (text parts of a list
-    content), joined by a line break."""
+    content of its system, developer and user messages (text parts of a
+    list content), joined by a line break."""
     texts = []
     for m in case["question"][0]:
-        if m.get("role") not in ("system", "user"):
+        if m.get("role") not in ("system", "developer", "user"):
             continue
         content = m.get("content") or ""
         if isinstance(content, list):
