@@ -309,6 +309,9 @@ def ungrounded_calls(case, calls):
     return out
 
 
+ALL = "all arms without -ask"
+
+
 def grounding(paths):
     """The grounding check on recorded answers: per arm, calls on
     irrelevance cases, calls of passing cases and calls of failing
@@ -333,7 +336,9 @@ def grounding(paths):
             group = ("irrelevance" if "irrelevance" in r["category"]
                      else "correct" if r["passed"] else "wrong")
             flags = ungrounded_calls(known[r["id"]], calls)
-            for arm in (r["arm"], "all arms"):
+            # The sum is of the arms the check would act on (not those
+            # that already ask: their calls are the second answers).
+            for arm in (r["arm"],) + (() if r["arm"].endswith("-ask") else (ALL,)):
                 calls_by[arm][group][0] += sum(1 for f in flags if f)
                 calls_by[arm][group][1] += len(flags)
                 cases_by[arm][group][0] += any(flags)
@@ -345,7 +350,7 @@ def grounding(paths):
     for title, table in (("calls", calls_by), ("cases (one flagged call flags the case)", cases_by)):
         print(f"| {title}: flagged/all | " + " | ".join(g[1] for g in groups) + " |")
         print("|" + "---|" * (len(groups) + 1))
-        for arm in [a for a in table if a != "all arms"] + ["all arms"]:
+        for arm in [a for a in table if a != ALL] + [ALL]:
             print(f"| {arm} | " + " | ".join(
                 f"{table[arm][g][0]}/{table[arm][g][1]}" for g, _ in groups) + " |")
         print()
