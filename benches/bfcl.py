@@ -6,7 +6,12 @@ chosen case's first turn through toolgate's chat door, the case's functions
 given as OpenAI tools the way BFCL's own OpenAI handler converts them, reads
 the native `tool_calls` that come back, and judges them with BFCL's
 `ast_checker` (or, for the irrelevance categories, BFCL's rule: no call is
-right). The data, the type conversion and the checker are the `bfcl-eval`
+right). The `harness` arm is BFCL's own prompt mode instead, sent straight
+to llama-server (`--llama`), not through toolgate: the case's functions
+with BFCL's language hint, its system prompt
+(`system_prompt_pre_processing_chat_model`), no tools, and the answer's text
+decoded by `default_decode_ast_prompting` (a Python list of calls), judged
+by the same checker. The data, the type conversion and the checker are the `bfcl-eval`
 package's, used as a library (installed without its model SDKs: the
 checker's one need from them, the model config table, is given here).
 
@@ -14,6 +19,7 @@ checker's one need from them, the model config table, is given here).
         --categories simple_python,... --n 25 --out DIR
 
     python benches/bfcl.py --report DIR/cases.jsonl   # judge a run again
+    python benches/bfcl.py --grounding DIR/cases.jsonl...   # which calls are grounded
 
 Every k-th case of a category is taken (k = its size // n), so runs compare.
 Prints two Markdown tables (arm x category: passes/cases; arm x failure
@@ -40,18 +46,29 @@ from collections import defaultdict
 # model SDK: this model's entry is given instead.
 MODEL = "toolgate"
 model_config = types.ModuleType("bfcl_eval.constants.model_config")
+HARNESS = "harness"
 model_config.MODEL_CONFIG_MAPPING = {
     # OpenAI-style tool names: BFCL's `a.b` functions are called `a_b`.
     MODEL: types.SimpleNamespace(underscore_to_dot=True),
+    # BFCL's prompt mode: the model writes `a.b(...)` as the docs name it.
+    HARNESS: types.SimpleNamespace(underscore_to_dot=False),
 }
 sys.modules["bfcl_eval.constants.model_config"] = model_config
 
 import bfcl_eval  # noqa: E402
-from bfcl_eval.constants.enums import Language, ModelStyle  # noqa: E402
+from bfcl_eval.constants.enums import Language, ModelStyle, ReturnFormat  # noqa: E402
 from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI  # noqa: E402
 from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker  # noqa: E402
-from bfcl_eval.model_handler.utils import convert_to_tool  # noqa: E402
-from bfcl_eval.utils import is_empty_output  # noqa: E402
+from bfcl_eval.model_handler.utils import (  # noqa: E402
+    convert_to_tool,
+    default_decode_ast_prompting,
+    system_prompt_pre_processing_chat_model,
+)
+from bfcl_eval.utils import (  # noqa: E402
+    add_language_specific_hint_to_function_doc,
+    is_empty_output,
+    is_function_calling_format_output,
+)
 
 DATA = os.path.join(os.path.dirname(bfcl_eval.__file__), "data")
 
@@ -89,7 +106,19 @@ def tools_of(case):
     )
 
 
-def ask(base, model, case, max_tokens, timeout):
+def harness_messages(case):
+    """The case's first turn as BFCL's prompt mode sends it: the functions
+    with the language hint its generation step adds, described in its
+    default system prompt (put before, or merged into, the case's own)."""
+    hinted = add_language_specific_hint_to_function_doc([copy.deepcopy(case)])[0]
+    return system_prompt_pre_processing_chat_model(
+        copy.deepcopy(case["question"][0]), hinted["function"], case["id"]
+    )
+
+
+def ask(base, model, case, max_tokens, timeout, harness=False):
+    """One chat request: through toolgate (`base`, tools as OpenAI tools),
+    or with `harness`, BFCL's prompt straight to llama-server (`base`)."""
     body = {
         "model": model,
         "messages": case["question"][0],
@@ -97,6 +126,9 @@ def ask(base, model, case, max_tokens, timeout):
         "temperature": 0,
         "max_tokens": max_tokens,
     }
+    if harness:
+        body["messages"] = harness_messages(case)
+        del body["tools"]
     request = urllib.request.Request(
         base + "/v1/chat/completions",
         data=json.dumps(body).encode(),
@@ -113,10 +145,17 @@ def ask(base, model, case, max_tokens, timeout):
     return body, status, answer, time.monotonic() - started
 
 
-def calls_of(answer):
+def calls_of(answer, arm=None):
     """The answer's calls as BFCL decodes an OpenAI answer:
-    `[{name: arguments}]`; `None` when an argument string is not JSON."""
+    `[{name: arguments}]`; `None` when an argument string is not JSON. For
+    the harness arm, the text decoded as BFCL's prompt mode decodes it;
+    `None` when it does not decode (BFCL's evaluator: no call)."""
     message = ((answer.get("choices") or [{}])[0]).get("message") or {}
+    if arm == HARNESS:
+        try:
+            return default_decode_ast_prompting(message.get("content") or "", ReturnFormat.PYTHON)
+        except Exception:
+            return None
     out = []
     for call in message.get("tool_calls") or []:
         try:
@@ -126,27 +165,32 @@ def calls_of(answer):
     return out
 
 
-def judge(category, case, truth, status, answer):
+def judge(category, case, truth, status, answer, arm=None):
     """(passed, why, mode) for one answer; `mode` (see `MODES`) names how a
     failure failed, `None` for a pass."""
     if status != 200:
         return False, f"http {status}: {(answer.get('error') or {}).get('code')}", "request failed"
-    calls = calls_of(answer)
+    calls = calls_of(answer, arm)
     if "irrelevance" in category:
         if calls is None or is_empty_output(calls):
             return True, "no call", None
+        if not is_function_calling_format_output(calls):  # BFCL counts it as a call
+            return False, "called (not a list of calls)", "called, a value not in the question"
         names = ", ".join(next(iter(c)) for c in calls)
         question = question_of(case)
         mode = "called, every value in the question" if all(
             grounded(value, question) for c in calls for value in leaves(next(iter(c.values())))
         ) else "called, a value not in the question"
         return False, "called " + names, mode
+    if arm == HARNESS and (calls is None or not is_function_calling_format_output(calls)):
+        return False, "not a list of calls", "answered in text"
     if calls is None:
         return False, "arguments not JSON", "wrong or missing value"
     if not calls:
         return False, "no call", "call outside the syntax" if call_like(answer) else "answered in text"
     verdict = ast_checker(
-        case["function"], calls, truth, Language.PYTHON, category, MODEL
+        case["function"], calls, truth, Language.PYTHON, category,
+        HARNESS if arm == HARNESS else MODEL,
     )
     why = "; ".join(map(str, verdict.get("error", []))) or "ok"
     if verdict["valid"]:
@@ -203,6 +247,117 @@ def grounded(value, question):
         text = f"{value:g}" if isinstance(value, float) else str(value)
         return text in question.replace(",", "")
     return str(value).lower() in question
+
+
+def normalised(text):
+    """Text as the grounding check compares it: lower-cased, every run of
+    whitespace one space, no space at either end."""
+    return " ".join(str(text).lower().split())
+
+
+def conversation_of(case):
+    """What the client wrote in the case's first turn, normalised: the
+    content of its system, developer and user messages (text parts of a
+    list content), joined by a line break."""
+    texts = []
+    for m in case["question"][0]:
+        if m.get("role") not in ("system", "developer", "user"):
+            continue
+        content = m.get("content") or ""
+        if isinstance(content, list):
+            content = " ".join(p.get("text") or "" for p in content if isinstance(p, dict))
+        texts.append(normalised(content))
+    return "\n".join(texts)
+
+
+def ungrounded_strings(value, schema, conversation):
+    """The string values inside `value` (an argument object, walked with
+    its schema) that are ungrounded: not empty once normalised, not a
+    substring of the normalised conversation, and neither one of the
+    schema's `enum` values nor its `default` at that place."""
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        for key, v in value.items():
+            yield from ungrounded_strings(v, properties.get(key), conversation)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from ungrounded_strings(v, schema.get("items"), conversation)
+    elif isinstance(value, str):
+        text = normalised(value)
+        allowed = [normalised(e) for e in schema.get("enum") or [] if isinstance(e, str)]
+        if isinstance(schema.get("default"), str):
+            allowed.append(normalised(schema["default"]))
+        if text and text not in conversation and text not in allowed:
+            yield value
+
+
+def ungrounded_calls(case, calls):
+    """For each call (`{name: arguments}`), its ungrounded string values
+    (see `ungrounded_strings`), against the case's own function docs (a
+    call's `a_b` found as `a.b`)."""
+    conversation = conversation_of(case)
+    docs = {}
+    for f in case["function"]:
+        docs[f["name"]] = f
+        docs[f["name"].replace(".", "_")] = f
+    out = []
+    for call in calls:
+        name, arguments = next(iter(call.items()))
+        schema = (docs.get(name) or {}).get("parameters") or {}
+        out.append(list(ungrounded_strings(arguments, schema, conversation)))
+    return out
+
+
+ALL = "all arms without -ask"
+
+
+def grounding(paths):
+    """The grounding check on recorded answers: per arm, calls on
+    irrelevance cases, calls of passing cases and calls of failing
+    (relevant) cases, each as flagged/all (a call is flagged when one of
+    its string values is ungrounded), then the same per case (a case is
+    flagged when one of its calls is)."""
+    calls_by = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    cases_by = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    examples = defaultdict(list)
+    for path in paths:
+        records, _, _ = rejudge(path)
+        known = {}
+        for category in {r["category"] for r in records}:
+            for case, _ in sample(category, 10**9):
+                known[case["id"]] = case
+        for r in records:
+            if r["status"] != 200:
+                continue
+            calls = calls_of(r["answer"], r["arm"])
+            if not calls or not is_function_calling_format_output(calls):
+                continue
+            group = ("irrelevance" if "irrelevance" in r["category"]
+                     else "correct" if r["passed"] else "wrong")
+            flags = ungrounded_calls(known[r["id"]], calls)
+            # The sum is of the arms the check would act on (not those
+            # that already ask: their calls are the second answers).
+            for arm in (r["arm"],) + (() if r["arm"].endswith("-ask") else (ALL,)):
+                calls_by[arm][group][0] += sum(1 for f in flags if f)
+                calls_by[arm][group][1] += len(flags)
+                cases_by[arm][group][0] += any(flags)
+                cases_by[arm][group][1] += 1
+            if any(flags) and group != "irrelevance":
+                examples[group].append((r["arm"], r["id"], [v for f in flags for v in f][:3]))
+    groups = [("irrelevance", "calls on irrelevance cases"), ("correct", "calls of passing cases"),
+              ("wrong", "calls of failing relevant cases")]
+    for title, table in (("calls", calls_by), ("cases (one flagged call flags the case)", cases_by)):
+        print(f"| {title}: flagged/all | " + " | ".join(g[1] for g in groups) + " |")
+        print("|" + "---|" * (len(groups) + 1))
+        for arm in [a for a in table if a != ALL] + [ALL]:
+            print(f"| {arm} | " + " | ".join(
+                f"{table[arm][g][0]}/{table[arm][g][1]}" for g, _ in groups) + " |")
+        print()
+    for group in ("correct", "wrong"):
+        print(f"flagged {group} cases (arm, id, ungrounded values):")
+        for arm, case_id, values in examples[group]:
+            print(f"  {arm} {case_id} {values!r}")
 
 
 def call_like(answer):
@@ -282,6 +437,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--report", metavar="CASES_JSONL",
                    help="judge an earlier run's cases.jsonl again and print its tables; nothing is sent")
+    p.add_argument("--grounding", metavar="CASES_JSONL", nargs="+",
+                   help="the grounding check on earlier runs' calls, as tables; nothing is sent")
     p.add_argument("--base")
     p.add_argument("--model", help="the upstream model's name (after ARM/)")
     p.add_argument("--arms")
@@ -292,7 +449,7 @@ def main():
     p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--toolgate", help="the binary whose grammars --check-grammars renders")
-    p.add_argument("--llama", help="llama-server's URL, for --check-grammars")
+    p.add_argument("--llama", help="llama-server's URL, for the harness arm and --check-grammars")
     p.add_argument("--check-grammars", action="store_true",
                    help="first send every case's grammar (each constrained arm's syntax) to llama-server")
     p.add_argument("--grammar-categories", default="",
@@ -301,12 +458,19 @@ def main():
     if args.report:
         report(*rejudge(args.report))
         return
+    if args.grounding:
+        grounding(args.grounding)
+        return
     if not (args.base and args.model and args.arms and args.categories and args.out):
         p.error("--base, --model, --arms, --categories and --out are needed to run (or --report)")
     arms = args.arms.split(",")
     categories = args.categories.split(",")
+    if HARNESS in arms and not args.llama:
+        p.error("the harness arm needs --llama (it is sent straight to llama-server)")
     if args.check_grammars:
-        syntaxes = [arm.removesuffix("-gbnf") for arm in arms if arm.endswith("-gbnf")]
+        syntaxes = list(dict.fromkeys(
+            arm.removesuffix("-ask").removesuffix("-gbnf") for arm in arms if arm.removesuffix("-ask").endswith("-gbnf")
+        ))
         checked = args.grammar_categories.split(",") if args.grammar_categories else categories
         if checked == ["all"]:
             checked = SINGLE_TURN
@@ -330,10 +494,15 @@ def main():
 
     def one(item):
         arm, category, case, truth = item
-        body, status, answer, seconds = ask(
-            args.base, f"{arm}/{args.model}", case, args.max_tokens, args.timeout
-        )
-        passed, why, mode = judge(category, case, truth, status, answer)
+        if arm == HARNESS:
+            body, status, answer, seconds = ask(
+                args.llama, args.model, case, args.max_tokens, args.timeout, harness=True
+            )
+        else:
+            body, status, answer, seconds = ask(
+                args.base, f"{arm}/{args.model}", case, args.max_tokens, args.timeout
+            )
+        passed, why, mode = judge(category, case, truth, status, answer, arm)
         return {
             "arm": arm, "category": category, "id": case["id"], "passed": passed,
             "why": why, "mode": mode, "status": status, "seconds": round(seconds, 2),
@@ -363,7 +532,9 @@ def rejudge(path):
             cases[case["id"]] = (case, truth)
     for r in records:
         case, truth = cases[r["id"]]
-        r["passed"], r["why"], r["mode"] = judge(r["category"], case, truth, r["status"], r["answer"])
+        r["passed"], r["why"], r["mode"] = judge(
+            r["category"], case, truth, r["status"], r["answer"], r["arm"]
+        )
     arms = list(dict.fromkeys(r["arm"] for r in records))
     categories = list(dict.fromkeys(r["category"] for r in records))
     return records, arms, categories

@@ -12,11 +12,14 @@
 #   GRAMMAR_CATEGORIES=all BFCL_N=0 bash benches/bfcl.sh  # only: does llama-server read every grammar?
 #   CHECK_GRAMMARS=0 ARMS=tag-gbnf bash benches/bfcl.sh   # constrained, without that check first
 #
-# Arms: native (llama.cpp's own tool calling, passthrough), tag, tool_call,
-# bracket (natural mode in that syntax), rescue (passthrough with
-# rescue_text_calls), and each natural syntax with `-gbnf` (constrain =
-# "gbnf"). With a constrained arm, every case of the categories (all
-# single-turn ones with GRAMMAR_CATEGORIES=all) first has its grammar sent
+# Arms: native (llama.cpp's own tool calling, passthrough), any natural
+# syntax by its name (tag, tool_call, bracket, python...: natural mode in
+# that syntax), with `-gbnf` (constrain = "gbnf") and then `-ask`
+# (on_ungrounded = "ask"), rescue (passthrough with rescue_text_calls), and
+# harness (BFCL's own prompt mode: its system prompt sent straight to
+# llama-server, not through toolgate, the answer's text decoded by its
+# `default_decode_ast_prompting`). With a constrained arm, every case of
+# the categories (all single-turn ones with GRAMMAR_CATEGORIES=all) first has its grammar sent
 # to llama-server, which must read each (the run stops otherwise). Results:
 # per model on stdout, passes per arm and category and how the failures
 # failed (benches/bfcl.py's MODES); every case's request, answer, verdict and
@@ -28,7 +31,7 @@ cd "$(dirname "$0")/.."
 
 BFCL_EVAL=2026.3.23
 MODELS=${MODELS:-qwen}
-ARMS=${ARMS:-native,tag,tool_call,bracket,rescue,tag-gbnf,tool_call-gbnf,bracket-gbnf}
+ARMS=${ARMS:-harness,native,tag,tool_call,bracket,rescue,tag-gbnf,tool_call-gbnf,bracket-gbnf}
 CATEGORIES=${CATEGORIES:-simple_python,multiple,parallel,parallel_multiple,irrelevance}
 BFCL_N=${BFCL_N:-25}
 PARALLEL=${PARALLEL:-2}
@@ -58,13 +61,16 @@ for name in $MODELS; do
   {
     printf '[server]\nlisten = "127.0.0.1:%s"\nfirst_byte_timeout_secs = 900\nstream_idle_timeout_secs = 900\nmax_body_bytes = 33554432\n\n' "$gw_port"
     for arm in ${ARMS//,/ }; do
+      [ "$arm" = harness ] && continue # straight to llama-server
       printf '[[providers]]\nname = "%s"\nbase_url = "http://127.0.0.1:%s/v1"\n\n[providers.tools]\n' "$arm" "$port"
-      case $arm in
+      syntax=${arm%-ask}
+      case $syntax in
         native) printf 'mode = "passthrough"\n' ;;
         rescue) printf 'mode = "passthrough"\nrescue_text_calls = true\n' ;;
-        *-gbnf) printf 'mode = "natural"\nsyntax = "%s"\nconstrain = "gbnf"\n' "${arm%-gbnf}" ;;
-        *) printf 'mode = "natural"\nsyntax = "%s"\n' "$arm" ;;
+        *-gbnf) printf 'mode = "natural"\nsyntax = "%s"\nconstrain = "gbnf"\n' "${syntax%-gbnf}" ;;
+        *) printf 'mode = "natural"\nsyntax = "%s"\n' "$syntax" ;;
       esac
+      [ "$syntax" = "$arm" ] || printf 'on_ungrounded = "ask"\n' 
       printf '\n'
     done
   } >"$config"
@@ -79,9 +85,10 @@ for name in $MODELS; do
   echo "== BFCL ($name): $CATEGORIES, $BFCL_N cases each (every k-th), arms $ARMS"
   start=$SECONDS
   grammars=()
-  case ,$ARMS,${CHECK_GRAMMARS:-1} in *-gbnf,*1) grammars=(--check-grammars --toolgate "$bin" --llama "http://127.0.0.1:$port"
+  case ,${ARMS//-ask,/,},${CHECK_GRAMMARS:-1} in *-gbnf,*1) grammars=(--check-grammars --toolgate "$bin"
     --grammar-categories "${GRAMMAR_CATEGORIES:-$CATEGORIES}") ;; esac
-  "$venv/bin/python" benches/bfcl.py --base "http://127.0.0.1:$gw_port" --model "$name" "${grammars[@]}" \
+  "$venv/bin/python" benches/bfcl.py --base "http://127.0.0.1:$gw_port" --llama "http://127.0.0.1:$port" \
+    --model "$name" "${grammars[@]}" \
     --arms "$ARMS" --categories "$CATEGORIES" --n "$BFCL_N" --parallel "$PARALLEL" \
     --out "$OUT/$name"
   echo "   $((SECONDS - start)) s; cases: $OUT/$name/cases.jsonl"

@@ -39,7 +39,7 @@ pub use auth::{Auth, Caller, Tenant};
 pub use gateway_tools::{
     GatewaySettings, HttpToolConfig, McpServerConfig, McpTransport, ToolSource,
 };
-pub use raw::{Api, Mode, OnInvalid, RawConfig, Readiness, Record, ShowGatewayTools};
+pub use raw::{Api, Mode, OnInvalid, OnUngrounded, RawConfig, Readiness, Record, ShowGatewayTools};
 pub use store::StoreConfig;
 pub use telemetry::TelemetryConfig;
 pub use upstream::{HealthPolicy, RetryPolicy, UpstreamTarget};
@@ -196,6 +196,9 @@ pub struct ToolsConfig {
     pub mode: Mode,
     pub syntax: Syntax,
     pub on_invalid: OnInvalid,
+    /// Natural mode: a call with a value the conversation does not hold is
+    /// asked about once (`ask`), or not (`off`).
+    pub on_ungrounded: OnUngrounded,
     /// Natural mode: how calls are held to their schemas as they are written.
     pub constrain: Constrain,
     pub fallback: Option<FallbackConfig>,
@@ -899,6 +902,12 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
             "applies to mode = \"passthrough\" only (natural mode already reads calls written as text)",
         ));
     }
+    if raw.on_ungrounded != OnUngrounded::Off && raw.mode != Mode::Natural {
+        return Err(ConfigError::new(
+            format!("{path}.on_ungrounded"),
+            "applies to mode = \"natural\" only: it asks the model about the calls natural mode reads from its text",
+        ));
+    }
     if raw.constrain != Constrain::Off && raw.mode != Mode::Natural {
         return Err(ConfigError::new(
             format!("{path}.constrain"),
@@ -915,6 +924,7 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
         mode: raw.mode,
         syntax,
         on_invalid: raw.on_invalid,
+        on_ungrounded: raw.on_ungrounded,
         constrain: raw.constrain,
         fallback,
         instructions: raw.instructions.clone(),

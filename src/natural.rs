@@ -5,6 +5,7 @@
 //! model's natural-text calls are parsed out of its streamed reply and
 //! emitted as native `tool_calls`.
 
+pub mod ask;
 pub mod cache;
 pub mod complete;
 pub mod content;
@@ -14,6 +15,7 @@ pub(crate) mod engine;
 pub mod error;
 pub mod fields;
 pub mod grammar;
+pub mod grounding;
 pub mod history;
 pub mod parser;
 pub mod policy;

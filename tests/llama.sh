@@ -142,7 +142,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # free loopback port, its pid added to the caller's `pids`, once it answers
 # /health; sets `port` and `log`. With SLOTS, that many parallel slots of
 # LLAMA_CTX (8192) tokens each; without, the server's default slots sharing
-# LLAMA_CTX.
+# LLAMA_CTX. LLAMA_THREADS (default: every core) sets its threads: on a
+# machine busy with other work, 1 decoded 25 times faster than 2 (its
+# threads wait for each other by spinning).
 llama_start() {
   local model template
   case $1 in
@@ -161,7 +163,7 @@ llama_start() {
   log=$(mktemp -t llama-server.XXXXXX.log)
   echo "== $1: llama-server on 127.0.0.1:$port (log $log)"
   "$server" -m "$model" --host 127.0.0.1 --port "$port" --jinja "${template[@]}" "${slots[@]}" \
-    -t "$(nproc)" --no-webui >"$log" 2>&1 &
+    -t "${LLAMA_THREADS:-$(nproc)}" --no-webui >"$log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 240); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0

@@ -309,6 +309,19 @@ pub enum OnInvalid {
     Text,
 }
 
+/// Natural mode: what a call whose string values the conversation does not
+/// hold leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnUngrounded {
+    /// The call goes to the client as the model wrote it.
+    #[default]
+    Off,
+    /// The model is asked once, in the same request, whether a tool fits
+    /// and what value the user gave; its second answer is the answer.
+    Ask,
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawTools {
@@ -317,6 +330,9 @@ pub struct RawTools {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub syntax: Option<Syntax>,
     pub on_invalid: OnInvalid,
+    /// Natural mode: `ask` asks the model again about a call with a string
+    /// value found nowhere in the conversation.
+    pub on_ungrounded: OnUngrounded,
     /// Natural mode: `gbnf` sends llama.cpp a grammar that keeps every call
     /// the model starts valid.
     pub constrain: Constrain,
@@ -365,6 +381,7 @@ impl Default for RawTools {
             mode: Mode::Passthrough,
             syntax: None,
             on_invalid: OnInvalid::Error,
+            on_ungrounded: OnUngrounded::Off,
             constrain: Constrain::Off,
             fallback: None,
             fallback_attempts: 1,

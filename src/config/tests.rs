@@ -96,6 +96,14 @@ fn bad_values_name_their_key() {
             "providers[0].tools.constrain",
         ),
         (
+            "[[providers]]\nname = \"a\"\nbase_url = \"http://x\"\n[providers.tools]\nrescue_text_calls = true\non_ungrounded = \"ask\"",
+            "providers[0].tools.on_ungrounded",
+        ),
+        (
+            "[[providers]]\nname = \"a\"\nbase_url = \"http://x\"\n[providers.tools]\nmode = \"natural\"\non_ungrounded = \"maybe\"",
+            "providers[0].tools.on_ungrounded",
+        ),
+        (
             "[[providers]]\nname = \"a\"\nbase_url = \"http://x\"\n[providers.tools]\nmode = \"natural\"\nconstrain = \"regex\"",
             "providers[0].tools.constrain",
         ),

@@ -13,8 +13,9 @@ use http::{HeaderValue, Request, Response, header};
 use http_body_util::{BodyExt, Full};
 
 use crate::body::{self, Body};
-use crate::config::{Config, Mode, OnInvalid, Provider};
+use crate::config::{Config, Mode, OnInvalid, OnUngrounded, Provider};
 use crate::error::GatewayError;
+use crate::natural::ask::Ask;
 use crate::natural::cache::ContractCache;
 use crate::natural::parser::ParserOptions;
 use crate::natural::repair::Repairer;
@@ -91,6 +92,7 @@ impl Engine {
                         max_tool_result_chars: t.max_tool_result_chars,
                         result_role: t.result_role,
                         constrain: t.constrain,
+                        ground: t.on_ungrounded == OnUngrounded::Ask,
                     },
                     parser: ParserOptions {
                         syntax: t.syntax,
@@ -157,6 +159,28 @@ impl Engine {
                 .await;
         };
         let client_auth = parts.headers.get(header::AUTHORIZATION).cloned();
+        if let Some(conversation) = plan.conversation.clone() {
+            // on_ungrounded = "ask": both answers are read whole.
+            let repairer = self.repairer(upstreams, config, provider, &plan, client_auth);
+            let settings = ReplySettings::new(
+                &provider.name,
+                &plan,
+                state.parser.clone(),
+                provider.tools.on_invalid,
+                repairer.as_ref().map_or(0, |r| r.max_calls),
+                self.schemas.clone(),
+            );
+            let ask = Ask {
+                upstreams,
+                provider,
+                settings: &settings,
+                repairer,
+                tools: &plan.tools,
+                conversation: &conversation,
+                include_usage: plan.include_usage,
+            };
+            return ask.run(parts, &body).await;
+        }
         let response = upstreams.send_to_read(provider, parts, body).await?;
         if !response.status().is_success() {
             return Ok(response);

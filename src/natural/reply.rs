@@ -510,6 +510,7 @@ mod tests {
             parallel_tool_calls: true,
             include_usage: false,
             legacy_functions: false,
+            conversation: None,
         };
         ReplySettings::new(
             "p",

@@ -12,6 +12,7 @@ use crate::natural::cache::{KeyRef, Prepared};
 pub use crate::natural::error::RequestError;
 use crate::natural::fields::{self, Fields};
 use crate::natural::grammar::{self, structural_tag};
+use crate::natural::grounding::Conversation;
 use crate::natural::history::{self, HistoryOptions};
 use crate::natural::policy::{Choice, Policy};
 use crate::natural::prompt::{self, CONTRACTS_PLACEHOLDER};
@@ -65,6 +66,9 @@ pub struct NaturalOptions {
     pub result_role: ResultRole,
     /// Whether the body carries a grammar or a structural tag for the calls.
     pub constrain: Constrain,
+    /// `on_ungrounded = "ask"`: the plan keeps what the client wrote, for
+    /// the grounding check of the reply's calls.
+    pub ground: bool,
 }
 
 impl Default for NaturalOptions {
@@ -75,6 +79,7 @@ impl Default for NaturalOptions {
             max_tool_result_chars: DEFAULT_MAX_TOOL_RESULT_CHARS,
             result_role: ResultRole::default(),
             constrain: Constrain::default(),
+            ground: false,
         }
     }
 }
@@ -107,6 +112,9 @@ pub struct ResponsePlan {
     /// The request declared legacy `functions` (and no `tools`): the reply
     /// carries one `function_call`, not `tool_calls`.
     pub legacy_functions: bool,
+    /// What the client wrote, when its calls are checked for grounding
+    /// (`NaturalOptions::ground`).
+    pub conversation: Option<Arc<Conversation>>,
 }
 
 /// The result of [`rewrite`].
@@ -151,6 +159,9 @@ pub fn rewrite(
         Some(_) => return Err(RequestError::wrong_type("messages", "an array")),
         None => return Err(RequestError::missing("messages")),
     };
+    // Read before the instructions and the tool history go in.
+    let conversation =
+        (options.ground && prepared.is_some()).then(|| Arc::new(Conversation::from_messages(list)));
     let history_options = HistoryOptions {
         syntax: options.syntax,
         max_tool_result_chars: options.max_tool_result_chars,
@@ -178,7 +189,11 @@ pub fn rewrite(
     let plan = prepared
         .as_ref()
         .map(|prepared| response_plan(&fields, prepared, &policy, declared))
-        .transpose()?;
+        .transpose()?
+        .map(|plan| ResponsePlan {
+            conversation,
+            ..plan
+        });
     let grammar = prepared.as_ref().and_then(|p| p.grammar_fields.as_deref());
     let mut drop = TOOL_FIELDS.to_vec();
     if grammar.is_some() {
@@ -300,6 +315,7 @@ fn response_plan(
         parallel_tool_calls: policy.parallel,
         include_usage,
         legacy_functions: declared_some(declared.functions) && !declared_some(declared.tools),
+        conversation: None,
     })
 }
 

@@ -21,6 +21,7 @@ mod fallback;
 mod fidelity;
 mod gateway;
 mod gateway_tools;
+mod grounding;
 mod key_policy;
 mod keys;
 mod limits;
