@@ -914,12 +914,6 @@ fn tools(path: &str, raw: &raw::RawTools) -> Result<ToolsConfig, ConfigError> {
             "applies to mode = \"natural\" only: llama.cpp refuses a grammar next to native `tools`, vLLM and SGLang constrain native calls themselves, and to_natural's upstream calls natively",
         ));
     }
-    if raw.constrain == Constrain::StructuralTag && syntax == Syntax::Python {
-        return Err(ConfigError::new(
-            format!("{path}.constrain"),
-            "\"structural_tag\" is not written for syntax = \"python\" yet (its keyword arguments are no JSON Schema content); use constrain = \"gbnf\" on llama.cpp, or another syntax",
-        ));
-    }
     Ok(ToolsConfig {
         mode: raw.mode,
         syntax,

@@ -115,10 +115,6 @@ fn bad_values_name_their_key() {
             "[[providers]]\nname = \"a\"\nbase_url = \"http://x\"\n[providers.tools]\nmode = \"to_natural\"\nconstrain = \"structural_tag\"",
             "providers[0].tools.constrain",
         ),
-        (
-            "[[providers]]\nname = \"a\"\nbase_url = \"http://x\"\n[providers.tools]\nmode = \"natural\"\nsyntax = \"python\"\nconstrain = \"structural_tag\"",
-            "providers[0].tools.constrain",
-        ),
     ];
     for (text, path) in cases {
         let err = Config::from_toml(text).unwrap_err();
@@ -130,6 +126,15 @@ fn bad_values_name_their_key() {
 fn structural_tags_constrain_natural_mode() {
     let config = Config::from_toml(
         "[[providers]]\nname = \"a\"\nbase_url = \"http://x\"\n[providers.tools]\nmode = \"natural\"\nconstrain = \"structural_tag\"",
+    )
+    .unwrap();
+    assert_eq!(
+        config.providers[0].tools.constrain,
+        crate::config::Constrain::StructuralTag
+    );
+    // Python's calls have their own tags (keyword-argument grammars).
+    let config = Config::from_toml(
+        "[[providers]]\nname = \"a\"\nbase_url = \"http://x\"\n[providers.tools]\nmode = \"natural\"\nsyntax = \"python\"\nconstrain = \"structural_tag\"",
     )
     .unwrap();
     assert_eq!(

@@ -119,7 +119,7 @@ pub fn within(
     };
     let mut calls = Vec::with_capacity(offered.tools.len());
     for (i, tool) in offered.tools.iter().enumerate() {
-        calls.push(add_call(&mut rules, &mut shared, syntax, tool, i));
+        calls.push(add_call(&mut rules, &mut shared, syntax, tool, i).0);
         refuse_over(&rules, budget, &tool.name)?;
     }
     rules.add("call", calls.join(" | "));
@@ -205,6 +205,66 @@ pub fn within(
     }))
 }
 
+/// The python syntax's calls for structural tags (xgrammar's EBNF, which
+/// reads these rules as GBNF writes them): for each tool, in order, the
+/// grammar of what follows its trigger `[name(` up to the list's closing
+/// `]`: its keyword arguments, `)`, and, when `parallel`, further calls to
+/// any declared tool (`, other(…)`). The rules are the GBNF grammar's
+/// ([`add_call`]); with `parallel` every tool's grammar holds every tool's
+/// rules, so the total (tools × rules) is what [`Budget`] bounds.
+pub(crate) fn python_tag_grammars(
+    offered: &ToolSet,
+    parallel: bool,
+    budget: Budget,
+) -> Result<Vec<String>, RequestError> {
+    let tools: Vec<(usize, &Tool)> = offered.tools.iter().enumerate().collect();
+    let mut grammars = Vec::with_capacity(tools.len());
+    let mut bytes = 0;
+    let mut push = |grammar: String, name: &str| {
+        bytes += grammar.len();
+        if bytes > budget.bytes {
+            return Err(RequestError::GrammarTooLarge {
+                name: name.to_owned(),
+                limit: format!("{} bytes", budget.bytes),
+            });
+        }
+        grammars.push(grammar);
+        Ok(())
+    };
+    // Parallel: one text of every call's rules, a root per tool.
+    // Otherwise each tool's rules alone.
+    let groups: Vec<&[(usize, &Tool)]> = if parallel {
+        vec![&tools[..]]
+    } else {
+        tools.chunks(1).collect()
+    };
+    for group in groups {
+        let mut rules = Rules::new(budget);
+        let mut shared = schema::Shared::python();
+        let mut calls = Vec::with_capacity(group.len());
+        let mut args = Vec::with_capacity(group.len());
+        for &(i, tool) in group {
+            let (call, arg) = add_call(&mut rules, &mut shared, Syntax::Python, tool, i);
+            refuse_over(&rules, budget, &tool.name)?;
+            calls.push(call);
+            args.push(arg);
+        }
+        let rest = if parallel {
+            rules.add("call", calls.join(" | "));
+            r#" ("," ws call)*"#
+        } else {
+            ""
+        };
+        let last = group.last().map_or("", |(_, tool)| tool.name.as_str());
+        refuse_over(&rules, budget, last)?;
+        let text = rules.text();
+        for (arg, (_, tool)) in args.iter().zip(group) {
+            push(format!("root ::= {arg} \")\"{rest}\n{text}"), &tool.name)?;
+        }
+    }
+    Ok(grammars)
+}
+
 /// The `400` for a grammar that crossed its budget at tool `name`.
 fn refuse_over(rules: &Rules, budget: Budget, name: &str) -> Result<(), RequestError> {
     let limit = match rules.over() {
@@ -252,7 +312,7 @@ fn triggers(offered: &ToolSet, syntax: Syntax) -> Vec<String> {
 }
 
 /// One tool's call rule, in the form the syntax's parser reads; returns
-/// its name.
+/// its name and its arguments' rule.
 ///
 /// A tag-style block holds one argument object, then its closing tag. The
 /// parser also reads several objects in one block (models write that), but
@@ -265,7 +325,7 @@ fn add_call<'s>(
     syntax: Syntax,
     tool: &'s Tool,
     index: usize,
-) -> String {
+) -> (String, String) {
     let args = gbnf::name("args", &[&index.to_string()]);
     let args = match (&tool.parameters, syntax) {
         // Keyword arguments, from the schema's properties.
@@ -316,7 +376,7 @@ fn add_call<'s>(
     };
     let call = gbnf::name("call", &[&index.to_string()]);
     rules.add(&call, body);
-    call
+    (call, args)
 }
 
 #[cfg(test)]

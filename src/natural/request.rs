@@ -383,7 +383,7 @@ fn prepare(
                 grammar::for_tools(&offered, options.syntax, policy)?.map(|g| g.fields())
             }
             Constrain::StructuralTag => {
-                structural_tag::for_tools(&offered, options.syntax, policy).map(|t| t.fields())
+                structural_tag::for_tools(&offered, options.syntax, policy)?.map(|t| t.fields())
             }
         };
         let prepared = Prepared::new(Arc::new(offered), block);

@@ -650,6 +650,7 @@ fn structural_tag_requests_carry_response_format_and_no_grammar() {
         (Syntax::Tag, "<GetWeather>"),
         (Syntax::ToolCall, "<tool_call name=\"GetWeather\""),
         (Syntax::Bracket, "{\"name\": \"GetWeather\""),
+        (Syntax::Python, "[GetWeather("),
     ] {
         let (out, plan) = run_opts(body.clone(), &tagged(syntax));
         assert!(plan.is_some());

@@ -18,7 +18,12 @@ use toolgate::natural::request::{ContractCache, NaturalOptions, Rewrite, rewrite
 use toolgate::natural::syntax::Syntax;
 use toolgate::natural::tools::ToolSet;
 
-const SYNTAXES: [Syntax; 3] = [Syntax::Tag, Syntax::ToolCall, Syntax::Bracket];
+const SYNTAXES: [Syntax; 4] = [
+    Syntax::Tag,
+    Syntax::ToolCall,
+    Syntax::Bracket,
+    Syntax::Python,
+];
 
 /// The golden history's tools (tests/golden/natural).
 fn tools() -> Value {
@@ -236,10 +241,15 @@ fn xgrammar_compiles_every_syntaxs_tag_and_holds_calls_to_their_schemas() {
             weather.clone(),
             true,
         );
+        // Python's calls are one list; the others', one after another.
+        let two = |first: &str, second: &str| match syntax {
+            Syntax::Python => format!("{}, {}", &first[..first.len() - 1], &second[1..]),
+            _ => format!("{first}\n{second}"),
+        };
         case(
             format!("{s}: required, two calls"),
             &required,
-            format!("{weather}\n{}", booking(good.clone())),
+            two(&weather, &booking(good.clone())),
             true,
         );
         case(
@@ -298,7 +308,7 @@ fn xgrammar_compiles_every_syntaxs_tag_and_holds_calls_to_their_schemas() {
         case(
             format!("{s}: two calls, not parallel"),
             &single,
-            format!("{weather}\n{weather}"),
+            two(&weather, &weather),
             false,
         );
         let open = &weather[..weather.len() - 3];
@@ -313,12 +323,29 @@ fn xgrammar_compiles_every_syntaxs_tag_and_holds_calls_to_their_schemas() {
             true,
         );
         assert_eq!(parsed(&undeclared, syntax), (vec![], false), "{s}");
+        if syntax == Syntax::Python {
+            // Inside a list a trigger opened, every call is a declared one.
+            case(
+                format!("{s}: auto, an undeclared tool after a declared one"),
+                &auto,
+                two(&weather, &undeclared),
+                false,
+            );
+        }
 
         // The matcher reads the schema toolgate sends: with `location` an
         // integer in the tag, the valid call is refused.
         let mut broken = auto.clone();
-        broken["format"]["tags"][0]["content"]["json_schema"]["properties"]["location"]["type"] =
-            json!("integer");
+        let content = &mut broken["format"]["tags"][0]["content"];
+        if syntax == Syntax::Python {
+            // The keyword's value rule, a string in the grammar sent.
+            let grammar = content["grammar"].as_str().unwrap();
+            let string = "args-0-0 ::= py-string\n";
+            assert!(grammar.contains(string), "{grammar}");
+            content["grammar"] = json!(grammar.replace(string, "args-0-0 ::= py-int\n"));
+        } else {
+            content["json_schema"]["properties"]["location"]["type"] = json!("integer");
+        }
         case(
             format!("{s}: a tag whose schema wants an integer"),
             &broken,

@@ -14,14 +14,18 @@
 //! tool (`tags_with_separator`, at least one): the answer is calls, one per
 //! line. Without `parallel_tool_calls`, the first call ends the answer.
 //!
-//! Every syntax's arguments are a JSON object between a fixed opener and
-//! closer, so every tag's content is `json_schema`. A syntax whose
-//! arguments are not JSON (Python keyword arguments) would add a
-//! [`Content`] of xgrammar's `grammar` type, written from the same schema;
-//! the tags around it stay as they are.
+//! The JSON syntaxes' arguments are a JSON object between a fixed opener
+//! and closer, so their tags' content is `json_schema`. Python's calls are
+//! one list, `[a(k=v), b(…)]`: a tag per tool begins with its trigger
+//! `[name(`, its content is xgrammar's `grammar` type (the EBNF of the GBNF
+//! grammar's rules: that tool's keyword arguments, `)`, and with
+//! `parallel_tool_calls` further calls to any declared tool), and `]` ends
+//! it. Eager, the answer is one list.
 
 use serde_json::{Value, json};
 
+use super::Budget;
+use crate::natural::error::RequestError;
 use crate::natural::policy::{Choice, Policy};
 use crate::natural::syntax::{self, Syntax};
 use crate::natural::tools::{Tool, ToolSet};
@@ -52,6 +56,8 @@ enum Content<'t> {
     JsonSchema(&'t Value),
     /// A tool that declares no parameters: an empty object.
     NoArguments,
+    /// Text an EBNF grammar accepts (xgrammar's `grammar`).
+    Grammar(String),
 }
 
 impl Content<'_> {
@@ -61,6 +67,7 @@ impl Content<'_> {
             Content::NoArguments => {
                 json!({"type": "object", "properties": {}, "additionalProperties": false})
             }
+            Content::Grammar(grammar) => return json!({"type": "grammar", "grammar": grammar}),
         };
         json!({"type": "json_schema", "json_schema": schema})
     }
@@ -89,19 +96,42 @@ impl Call<'_> {
 }
 
 /// The structural tag for calls to `offered` in `syntax` under `policy`;
-/// `None` when nothing may be called.
-pub fn for_tools(offered: &ToolSet, syntax: Syntax, policy: &Policy) -> Option<StructuralTag> {
-    // The config refuses structural_tag with the python syntax, whose
-    // keyword arguments are no JSON Schema content.
-    if offered.tools.is_empty() || policy.choice == Choice::None || syntax == Syntax::Python {
-        return None;
+/// `None` when nothing may be called. Python's grammars over
+/// [`Budget::DEFAULT`] are refused, naming the tool that crossed it.
+pub fn for_tools(
+    offered: &ToolSet,
+    syntax: Syntax,
+    policy: &Policy,
+) -> Result<Option<StructuralTag>, RequestError> {
+    if offered.tools.is_empty() || policy.choice == Choice::None {
+        return Ok(None);
     }
     let eager = matches!(policy.choice, Choice::Required | Choice::Named(_));
-    let calls: Vec<Call<'_>> = offered
-        .tools
-        .iter()
-        .map(|tool| call(syntax, tool, eager))
-        .collect();
+    let calls: Vec<Call<'_>> = if syntax == Syntax::Python {
+        let grammars = super::python_tag_grammars(offered, policy.parallel, Budget::DEFAULT)?;
+        offered
+            .tools
+            .iter()
+            .zip(grammars)
+            .map(|(tool, grammar)| {
+                let begin = format!("[{}(", tool.name);
+                Call {
+                    trigger: begin.clone(),
+                    begin,
+                    content: Content::Grammar(grammar),
+                    end: "]".to_owned(),
+                }
+            })
+            .collect()
+    } else {
+        offered
+            .tools
+            .iter()
+            .map(|tool| call(syntax, tool, eager))
+            .collect()
+    };
+    // A python list holds all of an answer's calls: eager, one list.
+    let stop_after_first = !policy.parallel || (eager && syntax == Syntax::Python);
     let tags: Vec<Value> = calls.iter().map(Call::tag).collect();
     let format = if eager {
         json!({
@@ -109,7 +139,7 @@ pub fn for_tools(offered: &ToolSet, syntax: Syntax, policy: &Policy) -> Option<S
             "tags": tags,
             "separator": "\n",
             "at_least_one": true,
-            "stop_after_first": !policy.parallel,
+            "stop_after_first": stop_after_first,
         })
     } else {
         let triggers: Vec<&str> = calls.iter().map(|c| c.trigger.as_str()).collect();
@@ -118,10 +148,10 @@ pub fn for_tools(offered: &ToolSet, syntax: Syntax, policy: &Policy) -> Option<S
             "triggers": triggers,
             "tags": tags,
             "at_least_one": false,
-            "stop_after_first": !policy.parallel,
+            "stop_after_first": stop_after_first,
         })
     };
-    Some(StructuralTag { format })
+    Ok(Some(StructuralTag { format }))
 }
 
 /// `tool`'s call as the instructions show it.
@@ -141,7 +171,10 @@ fn call(syntax: Syntax, tool: &Tool, eager: bool) -> Call<'_> {
     }
     syntax.write_call_close(name, &mut end);
     let trigger = match syntax {
-        Syntax::Tag | Syntax::Python => format!("<{name}>"),
+        Syntax::Tag => format!("<{name}>"),
+        // A list's opening bracket and its first call's name (`for_tools`
+        // writes python's tags).
+        Syntax::Python => format!("[{name}("),
         // Up to the quote that closes the name: no trigger is a prefix of
         // another's, and an undeclared name starts none.
         Syntax::ToolCall | Syntax::Bracket => {
@@ -181,6 +214,7 @@ mod tests {
 
     fn tag_of(syntax: Syntax, policy: &Policy) -> Value {
         for_tools(&ToolSet::from_tools(vec![weather()]), syntax, policy)
+            .unwrap()
             .expect("a tag")
             .format
     }
@@ -240,10 +274,10 @@ mod tests {
             ..Policy::default()
         };
         let tools = ToolSet::from_tools(vec![weather()]);
-        assert_eq!(for_tools(&tools, Syntax::Tag, &none), None);
+        assert_eq!(for_tools(&tools, Syntax::Tag, &none), Ok(None));
         assert_eq!(
             for_tools(&ToolSet::default(), Syntax::Tag, &Policy::default()),
-            None
+            Ok(None)
         );
     }
 
@@ -257,6 +291,7 @@ mod tests {
             Syntax::ToolCall,
             &Policy::default(),
         )
+        .unwrap()
         .unwrap();
         let fields = tag.fields();
         assert_eq!(fields.len(), 1);
@@ -265,6 +300,62 @@ mod tests {
         assert_eq!(
             fields[0].1["format"]["tags"][0]["content"]["json_schema"]["additionalProperties"],
             false
+        );
+    }
+
+    #[test]
+    fn python_tags_hold_keyword_arguments_then_the_rest_of_the_list() {
+        let format = tag_of(Syntax::Python, &Policy::default());
+        assert_eq!(format["type"], "triggered_tags");
+        assert_eq!(format["triggers"], json!(["[get_weather("]));
+        let tag = &format["tags"][0];
+        assert_eq!(tag["begin"], "[get_weather(");
+        assert_eq!(tag["end"], "]");
+        assert_eq!(tag["content"]["type"], "grammar");
+        let grammar = tag["content"]["grammar"].as_str().unwrap();
+        assert!(
+            grammar.starts_with("root ::= args-0-first-0 \")\" (\",\" ws call)*\n"),
+            "{grammar}"
+        );
+        assert!(grammar.contains("\"city=\""), "{grammar}");
+        assert!(grammar.contains("call-0 ::= \"get_weather(\""), "{grammar}");
+
+        // Not parallel: the call, then `]`. Eager: one list.
+        let single = Policy {
+            parallel: false,
+            ..Policy::default()
+        };
+        let format = tag_of(Syntax::Python, &single);
+        let grammar = format["tags"][0]["content"]["grammar"].as_str().unwrap();
+        assert!(
+            grammar.starts_with("root ::= args-0-first-0 \")\"\n"),
+            "{grammar}"
+        );
+        let required = Policy {
+            choice: Choice::Required,
+            ..Policy::default()
+        };
+        let format = tag_of(Syntax::Python, &required);
+        assert_eq!(format["type"], "tags_with_separator");
+        assert_eq!(format["stop_after_first"], true);
+    }
+
+    #[test]
+    fn python_grammars_over_the_budget_are_refused() {
+        let tools = ToolSet::from_tools(vec![weather(), weather()]);
+        let small = Budget {
+            bytes: 600,
+            ..Budget::DEFAULT
+        };
+        assert!(matches!(
+            super::super::python_tag_grammars(&tools, true, small),
+            Err(RequestError::GrammarTooLarge { .. })
+        ));
+        assert_eq!(
+            super::super::python_tag_grammars(&tools, true, Budget::DEFAULT)
+                .unwrap()
+                .len(),
+            2
         );
     }
 }
