@@ -18,7 +18,8 @@
 //! With [`ParserOptions::rescue`] the parser reads an answer written by a
 //! model with no tool format given: every syntax's openers are live, and so
 //! are the formats open models write calls in ([`rescue`]: `<tool_call>`,
-//! fences, bare objects, `<|python_tag|>`, `[TOOL_CALLS]`).
+//! fences, bare objects, `<|python_tag|>`, `[TOOL_CALLS]`, and Python call
+//! lists, which run as the python syntax's block).
 //!
 //! The submodules each hold one concept: [`names`] (declared tools), [`opener`]
 //! (opening tags and fences), [`text`] (prose scanning), [`json_scan`] (where a
@@ -229,7 +230,7 @@ impl Parser {
             .get(..floor_char_boundary(input, room))
             .unwrap_or_default();
         let (used, outcome) = match &mut self.mode {
-            Mode::Text | Mode::Think => return (self.step_text(input, sink), None),
+            Mode::Text | Mode::Think => return self.step_text(input, sink),
             Mode::Block(block) if limited.is_empty() => (0, block.too_large(held_len)),
             Mode::Json(block) if limited.is_empty() => {
                 (0, block.too_large(&self.held, &self.names))
@@ -330,8 +331,9 @@ impl Parser {
         tail
     }
 
-    /// Prose or think text: release everything that cannot open something.
-    fn step_text(&mut self, input: &str, sink: &mut Sink<'_>) -> usize {
+    /// Prose or think text: release everything that cannot open something;
+    /// returns the bytes consumed and held bytes to read again.
+    fn step_text(&mut self, input: &str, sink: &mut Sink<'_>) -> (usize, Option<String>) {
         if !self.held.is_empty() {
             return self.continue_held(input, sink);
         }
@@ -353,7 +355,7 @@ impl Parser {
             }
         };
         sink.text(before);
-        match stop {
+        let used = match stop {
             TextStop::End => input.len(),
             TextStop::Hold { .. } => {
                 self.held.push_str(rest);
@@ -368,11 +370,12 @@ impl Parser {
                 self.opened(opener, opened, sink);
                 at + opener.len()
             }
-        }
+        };
+        (used, None)
     }
 
     /// A possible opener is held: see whether `input` completes or refutes it.
-    fn continue_held(&mut self, input: &str, sink: &mut Sink<'_>) -> usize {
+    fn continue_held(&mut self, input: &str, sink: &mut Sink<'_>) -> (usize, Option<String>) {
         let held_len = self.held.len();
         let take = input
             .len()
@@ -387,30 +390,35 @@ impl Parser {
             self.matcher().opener(&self.scratch)
         };
         match found {
-            OpenMatch::Full { len, opened } if len > held_len => {
+            // (`<|python_tag|>` is whole once the byte after it is not a list.)
+            OpenMatch::Full { len, opened } if len >= held_len => {
                 let used = len - held_len;
                 let mut opener = std::mem::take(&mut self.held);
                 opener.push_str(input.get(..used).unwrap_or_default());
                 self.opened(&opener, opened, sink);
-                used
+                (used, None)
             }
             OpenMatch::Partial if take == input.len() => {
                 self.held.push_str(input);
-                input.len()
+                (input.len(), None)
             }
             _ => {
                 // Refuted: the held bytes are text. They hold no other `<`
-                // (names cannot contain one), backtick or `[`, so nothing in
-                // them is re-read; and they are no longer a line's start. A
-                // held `[` (a prefix of `[TOOL_CALLS]`) may begin a bracket
-                // description.
-                if self.held.starts_with('[') {
-                    self.at.desc = Desc::Inside(self.held.len() - 1);
-                }
+                // (names cannot contain one), backtick or `[`, and are no
+                // longer a line's start. A held `[` (a prefix of
+                // `[TOOL_CALLS]` or of a Python list's `[ name(`) may begin a
+                // bracket description, and a line break in a list's lead
+                // starts a line: the bytes after it are read again.
+                let again = if self.held.starts_with('[') {
+                    self.at.desc = Desc::Inside(0);
+                    Some(self.held.split_off(1)).filter(|rest| !rest.is_empty())
+                } else {
+                    None
+                };
                 sink.text(&self.held);
                 self.held.clear();
                 self.at.line_start = false;
-                0
+                (0, again)
             }
         }
     }
@@ -441,7 +449,13 @@ impl Parser {
                 let name = self.names.get(index).unwrap_or_default().to_owned();
                 // The opener ends with the name and its `(`.
                 let call_start = opener.len().saturating_sub(name.len() + 1);
-                let block = PyBlock::opened(name, call_start);
+                // Rescue: end tokens a server left after the list are its.
+                let end_tokens = if self.options.rescue {
+                    rescue::TERMINATORS
+                } else {
+                    &[]
+                };
+                let block = PyBlock::opened(name, call_start, end_tokens);
                 self.open_block(opener, Mode::Python(Box::new(block)));
             }
             (_, Opened::Rescue(format)) => {

@@ -23,9 +23,8 @@ use toolgate::natural::request::{ContractCache, NaturalOptions, plan};
 use toolgate::natural::stream::StreamRewriter;
 use toolgate::natural::validate::SchemaCache;
 
-/// Folders of formats whose recognizer is not in toolgate yet: `pythonic`
-/// waits for the `python` syntax's parser.
-const AWAITING: &[&str] = &["pythonic"];
+/// Folders of formats whose recognizer is not in toolgate yet (none now).
+const AWAITING: &[&str] = &[];
 
 /// Random splits per case.
 const SPLITS: u64 = 200;

@@ -26,8 +26,9 @@ pub(crate) enum Opened {
     Tag(usize),
     /// `<tool_call name="Name">`: closed by `</tool_call>`.
     NamedToolCall(usize),
-    /// `[Name(` (python syntax): a list of calls, the first of the declared
-    /// tool at this index.
+    /// `[Name(` (python syntax, and rescue's pythonic format, also after
+    /// `<|python_tag|>`): a list of calls, the first of the declared tool at
+    /// this index.
     PythonList(usize),
     /// A rescue format's opener (rescue only): `<tool_call>`, a fence,
     /// `<|python_tag|>`, `[TOOL_CALLS]`, or (no bytes) a `{` at a line start.
@@ -73,7 +74,7 @@ pub(crate) fn match_opener(
         // Only the rescue scanner holds a backtick (at a line start), and
         // only it and the python syntax's a `[`.
         return match openers {
-            Openers::Rescue => rescue::match_opener(bytes),
+            Openers::Rescue => rescue::match_opener(bytes, names),
             Openers::Syntax(Syntax::Python) => python::match_list_open(bytes, names),
             Openers::Syntax(_) => OpenMatch::No,
         };
@@ -89,7 +90,7 @@ pub(crate) fn match_opener(
         Openers::Rescue => [
             match_tag(bytes, names),
             match_tool_call(bytes, names),
-            rescue::match_opener(bytes),
+            rescue::match_opener(bytes, names),
         ],
     };
     let mut partial = think == OpenMatch::Partial;
@@ -233,7 +234,7 @@ pub(crate) fn max_opener_len(openers: Openers, names: &ToolNames) -> usize {
     let call = match openers {
         Openers::Syntax(Syntax::Tag) => names.longest() + 2,
         Openers::Syntax(Syntax::ToolCall) => tool_call,
-        Openers::Rescue => tool_call.max(rescue::longest_opener()),
+        Openers::Rescue => tool_call.max(rescue::longest_opener(names)),
         Openers::Syntax(Syntax::Bracket) => 0,
         Openers::Syntax(Syntax::Python) => python::max_opener_len(names),
     };

@@ -80,6 +80,9 @@ enum Phase {
     Trailer { end: usize },
     /// After the `,` that follows a call ending at held offset `end`.
     AfterComma,
+    /// After the list's `]` (held bytes up to `end` are the call's), where
+    /// end tokens may follow; one may have started at held offset `token`.
+    Closed { end: usize, token: Option<usize> },
 }
 
 /// Where the structure of a call stands.
@@ -162,11 +165,19 @@ pub(crate) struct PyBlock {
     decided: Option<Outcome>,
     /// Another call of the list follows this one.
     more: bool,
+    /// Special tokens a server may leave after the list (rescue): they
+    /// belong to its last call.
+    end_tokens: &'static [&'static [u8]],
 }
 
 impl PyBlock {
-    /// After the opener `[ Name(` (held, `call_start` bytes before `Name`).
-    pub(crate) fn opened(name: String, call_start: usize) -> Self {
+    /// After the opener `[ Name(` (held, `call_start` bytes before `Name`);
+    /// `end_tokens` after the list's `]` are its last call's.
+    pub(crate) fn opened(
+        name: String,
+        call_start: usize,
+        end_tokens: &'static [&'static [u8]],
+    ) -> Self {
         PyBlock {
             name: Ok(name),
             phase: Phase::Args,
@@ -177,11 +188,12 @@ impl PyBlock {
             call_start,
             decided: None,
             more: false,
+            end_tokens,
         }
     }
 
     /// A later call of the list, from its name.
-    fn later() -> Self {
+    fn later(end_tokens: &'static [&'static [u8]]) -> Self {
         PyBlock {
             name: Err(String::new()),
             phase: Phase::Name,
@@ -189,13 +201,14 @@ impl PyBlock {
             call_start: 0,
             decided: None,
             more: false,
+            end_tokens,
         }
     }
 
     /// After this call ended at a `,` with a name after it: the block that
     /// reads that call.
     pub(crate) fn next_call(&self) -> Option<PyBlock> {
-        self.more.then(PyBlock::later)
+        self.more.then(|| PyBlock::later(self.end_tokens))
     }
 
     fn tool(&self) -> Option<String> {
@@ -262,7 +275,7 @@ impl PyBlock {
                         }
                         b']' => {
                             push(held, input, i + 1);
-                            return Step::Finished(i + 1, self.take(held.len()));
+                            return self.list_closed(held, i + 1);
                         }
                         // Other text: the list ends with this call.
                         _ => {
@@ -279,15 +292,61 @@ impl PyBlock {
                     if is_ws(b) {
                         continue;
                     }
-                    let used = if b == b']' { i + 1 } else { i };
-                    push(held, input, used);
+                    if b == b']' {
+                        push(held, input, i + 1);
+                        return self.list_closed(held, i + 1);
+                    }
+                    push(held, input, i);
                     self.more = b.is_ascii_alphabetic() || b == b'_';
-                    return Step::Finished(used, self.take(held.len()));
+                    return Step::Finished(i, self.take(held.len()));
                 }
                 held.push_str(input);
                 Step::Continue(input.len())
             }
+            Phase::Closed { mut end, mut token } => {
+                let base = held.len();
+                for (i, &b) in bytes.iter().enumerate() {
+                    let at = base + i;
+                    if token.is_none() {
+                        if is_ws(b) {
+                            continue;
+                        }
+                        token = Some(at);
+                    }
+                    let start = token.unwrap_or(at);
+                    let mut read = held.as_bytes().get(start..).unwrap_or_default().to_vec();
+                    read.extend_from_slice(
+                        bytes
+                            .get(start.saturating_sub(base)..=i)
+                            .unwrap_or_default(),
+                    );
+                    if self.end_tokens.contains(&read.as_slice()) {
+                        end = at + 1;
+                        token = None;
+                    } else if !self.end_tokens.iter().any(|t| t.starts_with(&read)) {
+                        // Other text: the list ends with what it had.
+                        push(held, input, i);
+                        return Step::Finished(i, self.take(end));
+                    }
+                }
+                held.push_str(input);
+                self.phase = Phase::Closed { end, token };
+                Step::Continue(input.len())
+            }
         }
+    }
+
+    /// The list's `]` was read (`used` bytes of this input): the call ends
+    /// there, or after the end tokens that follow.
+    fn list_closed(&mut self, held: &str, used: usize) -> Step {
+        if self.end_tokens.is_empty() {
+            return Step::Finished(used, self.take(held.len()));
+        }
+        self.phase = Phase::Closed {
+            end: held.len(),
+            token: None,
+        };
+        Step::Continue(used)
     }
 
     /// What the complete call in `held` is.
@@ -342,8 +401,11 @@ impl PyBlock {
     }
 
     /// The block grew too large.
-    pub(crate) fn too_large(&self, held: &str) -> Outcome {
-        self.invalid(InvalidReason::TooLarge, held.len())
+    pub(crate) fn too_large(&mut self, held: &str) -> Outcome {
+        match self.phase {
+            Phase::Closed { end, .. } => self.take(end),
+            _ => self.invalid(InvalidReason::TooLarge, held.len()),
+        }
     }
 
     /// The message ended inside the block.
@@ -352,6 +414,7 @@ impl PyBlock {
             Phase::Name | Phase::Args => self.invalid(InvalidReason::Unclosed, held.len()),
             Phase::Trailer { end } => self.take(end),
             Phase::AfterComma => self.take(held.len()),
+            Phase::Closed { end, .. } => self.take(end),
         }
     }
 }

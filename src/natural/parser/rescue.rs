@@ -4,18 +4,22 @@
 //! Each format is a [`Recognizer`]: a name, where it opens (its opener) and
 //! the [`Shape`] of what follows, which [`calls::CallsBlock`] reads. Adding a
 //! format is one entry in [`RECOGNIZERS`] (and, for a body that is not JSON,
-//! a reader of its own behind [`Format`]).
+//! a reader of its own behind [`Format`]). Calls in a Python list
+//! ([`Format::Pythonic`]) are read by the `python` syntax's own block.
 //!
 //! The rule that tells a call from JSON shown to the user (the irrelevance
 //! rule) is the same for every format: a call names a declared tool
 //! (`"name"`, exactly as declared) and its arguments (`"arguments"` or
 //! `"parameters"`: an object, a string holding one, or missing) fit the
 //! tool's schema, which the reply checks. Anything else is text, opener
-//! included.
+//! included. A pythonic call names a declared tool by construction (its
+//! opener needs one) and its keyword arguments are its arguments.
 
 pub(crate) mod calls;
 
+use crate::natural::parser::names::ToolNames;
 use crate::natural::parser::opener::{OpenMatch, Opened};
+use crate::natural::parser::python;
 
 /// Special tokens a server may leave in the text after a call (it did not
 /// treat them as the end of the message): they belong to the call.
@@ -41,6 +45,11 @@ pub(crate) enum Format {
     /// or a declared name, `[ARGS]` and the arguments object (v11+, with an
     /// optional `[CALL_ID]id` before `[ARGS]`), one call per `[TOOL_CALLS]`.
     Mistral,
+    /// A Python list of calls, `[get_weather(city="Paris"), get_time(tz="UTC")]`
+    /// (Llama 3.2+, BFCL's prompt mode), also after `<|python_tag|>`. It
+    /// opens as [`Opened::PythonList`] and runs as the `python` syntax's
+    /// block, never as a [`calls::CallsBlock`].
+    Pythonic,
 }
 
 /// Where a format opens.
@@ -53,6 +62,9 @@ pub(crate) enum Opener {
     Fence,
     /// A `{` at a line start (nothing is consumed before the object).
     LineStartObject,
+    /// `[`, whitespace and a declared name followed by `(`: the `python`
+    /// syntax's list opener.
+    PythonList,
 }
 
 /// What follows a format's opener.
@@ -81,9 +93,7 @@ pub struct Recognizer {
 }
 
 /// Every format rescue reads, in no particular order (their openers are
-/// distinct). Calls in a Python list (`[f(a=1)]`, BFCL and Llama 3.2's
-/// pythonic form) are not here yet: that recognizer takes the `python`
-/// syntax's parser.
+/// distinct: `[TOOL_CALLS]` is no declared name's list).
 pub const RECOGNIZERS: &[Recognizer] = &[
     Recognizer {
         name: "hermes",
@@ -109,6 +119,11 @@ pub const RECOGNIZERS: &[Recognizer] = &[
         name: "mistral",
         format: Format::Mistral,
         opener: Opener::Literal(b"[TOOL_CALLS]"),
+    },
+    Recognizer {
+        name: "pythonic",
+        format: Format::Pythonic,
+        opener: Opener::PythonList,
     },
 ];
 
@@ -150,6 +165,8 @@ impl Format {
                 again: b"[TOOL_CALLS]",
                 ..shape
             },
+            // Read by the python syntax's block; no `CallsBlock` has it.
+            Format::Pythonic => shape,
         }
     }
 }
@@ -157,15 +174,23 @@ impl Format {
 /// Matches the rescue formats' openers at the start of `bytes` (a `<`, a
 /// `[`, or a backtick at a line start; a `{` at a line start opens
 /// [`Format::Bare`] without a matcher).
-pub(crate) fn match_opener(bytes: &[u8]) -> OpenMatch {
+pub(crate) fn match_opener(bytes: &[u8], names: &ToolNames) -> OpenMatch {
     let mut partial = false;
     for r in RECOGNIZERS {
         let found = match r.opener {
             Opener::Literal(literal) => match_literal(bytes, literal),
             Opener::Fence => match_fence(bytes),
             Opener::LineStartObject => None,
+            Opener::PythonList => match python::match_list_open(bytes, names) {
+                full @ OpenMatch::Full { .. } => return full,
+                OpenMatch::Partial => Some(None),
+                OpenMatch::No => None,
+            },
         };
         match found {
+            Some(Some(len)) if r.format == Format::PythonTag => {
+                return python_tag_list(bytes, len, names);
+            }
             Some(Some(len)) => {
                 return OpenMatch::Full {
                     len,
@@ -183,14 +208,40 @@ pub(crate) fn match_opener(bytes: &[u8]) -> OpenMatch {
     }
 }
 
-/// The longest literal opener (a fence line is bounded by its own rule).
-pub(crate) fn longest_opener() -> usize {
+/// `<|python_tag|>` (`tag` bytes) and what follows: a Python list of calls
+/// opens with the tag as part of its opener; anything else is the JSON
+/// form's. Held until the byte after the tag tells them apart.
+fn python_tag_list(bytes: &[u8], tag: usize, names: &ToolNames) -> OpenMatch {
+    let python_tag = OpenMatch::Full {
+        len: tag,
+        opened: Opened::Rescue(Format::PythonTag),
+    };
+    match bytes.get(tag..) {
+        None | Some([]) => OpenMatch::Partial,
+        Some(rest) => match python::match_list_open(rest, names) {
+            OpenMatch::Full { len, opened } => OpenMatch::Full {
+                len: tag + len,
+                opened,
+            },
+            OpenMatch::Partial => OpenMatch::Partial,
+            OpenMatch::No => python_tag,
+        },
+    }
+}
+
+/// The longest opener for these names (a fence line is bounded by its own
+/// rule; `<|python_tag|>` may be followed by a list's opener).
+pub(crate) fn longest_opener(names: &ToolNames) -> usize {
     RECOGNIZERS
         .iter()
         .map(|r| match r.opener {
+            Opener::Literal(l) if r.format == Format::PythonTag => {
+                l.len() + python::max_opener_len(names)
+            }
             Opener::Literal(l) => l.len(),
             Opener::Fence => FENCE_MAX,
             Opener::LineStartObject => 0,
+            Opener::PythonList => python::max_opener_len(names),
         })
         .max()
         .unwrap_or(0)
@@ -248,6 +299,14 @@ fn match_fence(bytes: &[u8]) -> Option<Option<usize>> {
 mod tests {
     use super::*;
 
+    fn names() -> ToolNames {
+        ToolNames::new(["get_weather", "get_time"])
+    }
+
+    fn match_opener(bytes: &[u8]) -> OpenMatch {
+        super::match_opener(bytes, &names())
+    }
+
     fn full(s: &str) -> Option<(usize, Format)> {
         match match_opener(s.as_bytes()) {
             OpenMatch::Full {
@@ -274,6 +333,10 @@ mod tests {
             "``",
             "```js",
             "```json ",
+            "[",
+            "[ get_wea",
+            "<|python_tag|>",
+            "<|python_tag|>[get_",
         ] {
             assert_eq!(
                 match_opener(partial.as_bytes()),
@@ -289,11 +352,31 @@ mod tests {
             "```jsonl\n",
             "``` x\n",
             "<|eot_id|>",
+            "[1]",
+            "[get_weather]",
+            "[get_weather docs](https://x)",
+            "[search_web(q=1)]",
         ] {
             assert_eq!(match_opener(no.as_bytes()), OpenMatch::No, "{no}");
         }
-        assert!(longest_opener() >= "<|python_tag|>".len());
+        // A Python list opens as the python syntax's block, after the tag too.
+        assert_eq!(
+            match_opener(b"[get_time(tz"),
+            OpenMatch::Full {
+                len: 10,
+                opened: Opened::PythonList(0)
+            }
+        );
+        assert_eq!(
+            match_opener(b"<|python_tag|>[get_weather(a"),
+            OpenMatch::Full {
+                len: 27,
+                opened: Opened::PythonList(1)
+            }
+        );
+        assert_eq!(full("<|python_tag|>[{"), Some((14, Format::PythonTag)));
+        assert!(longest_opener(&names()) >= "<|python_tag|>[ get_weather(".len());
         assert!(recognizer("mistral").is_some());
-        assert!(recognizer("pythonic").is_none());
+        assert!(recognizer("pythonic").is_some());
     }
 }

@@ -138,8 +138,8 @@ fn check_held(parser: &Parser, opts: &ParserOptions, fed: &str) {
     }
     if opts.rescue && suffix.starts_with('[') {
         assert!(
-            is_proper_prefix(suffix, "[TOOL_CALLS]"),
-            "held {suffix:?} cannot become [TOOL_CALLS]"
+            is_proper_prefix(suffix, "[TOOL_CALLS]") || python_prefix(suffix),
+            "held {suffix:?} cannot become [TOOL_CALLS] or a call list"
         );
         return;
     }
@@ -164,6 +164,11 @@ fn check_held(parser: &Parser, opts: &ParserOptions, fed: &str) {
             || tool_call_prefix(suffix)
             || is_proper_prefix(suffix, "<tool_call>")
             || is_proper_prefix(suffix, "<|python_tag|>")
+            // The tag waits for the byte after it: a call list may follow.
+            || suffix == "<|python_tag|>"
+            || suffix
+                .strip_prefix("<|python_tag|>")
+                .is_some_and(python_prefix)
     } else {
         (opts.skip_think && is_proper_prefix(suffix, "<think>"))
             || match opts.syntax {

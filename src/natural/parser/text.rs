@@ -6,9 +6,9 @@
 //! the parser holds back), or at the end of the input (all of it is text).
 //!
 //! Rescue (every syntax at once, and the rescue formats) looks at each byte:
-//! besides `<` and bracket descriptions, a `[` may open `[TOOL_CALLS]`, and a
-//! line that starts (after spaces) with `{` or a ```` ``` ```` fence may be a
-//! call.
+//! besides `<` and bracket descriptions, a `[` may open `[TOOL_CALLS]` or a
+//! Python list of calls (`[` and a declared name's `(`), and a line that
+//! starts (after spaces) with `{` or a ```` ``` ```` fence may be a call.
 
 use memchr::{memchr, memchr2};
 
