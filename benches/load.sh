@@ -539,6 +539,8 @@ if [ -n "$SCALE" ]; then
     SC[events.tnat]=$(sdescribe slow_toolify_events)
     FD_LIMIT=$(ulimit -n)
     [ "$FD_LIMIT" = unlimited ] && FD_LIMIT=1048576
+    # No cap on requests in flight (4096 by default): every stream is let in.
+    export TOOLGATE_SERVER__MAX_CONCURRENT_REQUESTS=0
     read -r SGW_PORT SGW_PID < <(MOCK_PORT=$SMOCK_PORT start_toolgate scale "")
     PIDS+=("$SGW_PID")
     declare -A SADDR SPID
