@@ -50,11 +50,21 @@
 # the store's own metrics. The output is Markdown for README's Performance
 # section. Knobs: DURATION (s per wrk run, default 3), REPEAT (default 3),
 # CHUNKS (default 32), STREAMS (default 1000), NGINX (default 1), REDIS (default 1),
-# ONLY (=limits: only the limits rows; the other tables are then empty),
+# ONLY (=limits: only the limits rows; =scale: only the scale rows),
+# MOCK_BIN and CLIENT_BIN (the two helpers, already built: no cargo bench),
 # TOOLGATE_LOG (default info; the log goes to a temp file), TOOLIFY_BIN,
 # TOOLGATE_BIN (a release binary to measure instead of building one),
 # BASE_BIN (an earlier build, measured as one more hop with the plain config:
 # what a change costs, in the same run).
+#
+# The scale rows: for each N in SCALE (default "2000 10000"; SCALE=0 skips
+# them), N whole slow streams at once (SCALE_TICKS ticks SCALE_MS ms apart,
+# default 16 and 500: about 8 s each), passthrough and natural mode, through
+# a fresh toolgate, nginx and (with TOOLIFY_BIN) toolify-rs, all on a second
+# mock that paces whole streams. An N beyond what the open-file limit allows
+# (two descriptors a stream in each proxy) is lowered to fit, and the table
+# says so. Memory per open stream is (peak RSS while the streams run − RSS
+# before) / N, RSS read every 50 ms from /proc (nginx: its one worker).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,6 +72,10 @@ DURATION=${DURATION:-3}
 REPEAT=${REPEAT:-3}
 CHUNKS=${CHUNKS:-32}
 STREAMS=${STREAMS:-1000}
+SCALE=${SCALE:-2000 10000}
+[ "$SCALE" = 0 ] && SCALE=
+SCALE_TICKS=${SCALE_TICKS:-16}
+SCALE_MS=${SCALE_MS:-500}
 NGINX=${NGINX:-1}
 REDIS=${REDIS:-1}
 TOOLIFY_BIN=${TOOLIFY_BIN:-}
@@ -96,12 +110,17 @@ trap cleanup EXIT
 # The helpers first: building a bench target turns on dev-dependency features
 # (tokio's test-util), so toolgate itself is built last, exactly as
 # `cargo build --release` builds it, and copied aside.
-log "building the helpers (cargo bench --no-run)"
-cargo bench --no-run --bench mock_upstream --bench load_client --message-format=json \
-    >"$TMP/build.json"
-exe() { sed -n "s/.*\"executable\":\"\([^\"]*\/deps\/$1-[^\"]*\)\".*/\1/p" "$TMP/build.json" | tail -1; }
-MOCK=$(exe mock_upstream)
-CLIENT=$(exe load_client)
+if [ -n "${MOCK_BIN:-}" ] && [ -n "${CLIENT_BIN:-}" ]; then
+    MOCK=$MOCK_BIN
+    CLIENT=$CLIENT_BIN
+else
+    log "building the helpers (cargo bench --no-run)"
+    cargo bench --no-run --bench mock_upstream --bench load_client --message-format=json \
+        >"$TMP/build.json"
+    exe() { sed -n "s/.*\"executable\":\"\([^\"]*\/deps\/$1-[^\"]*\)\".*/\1/p" "$TMP/build.json" | tail -1; }
+    MOCK=$(exe mock_upstream)
+    CLIENT=$(exe load_client)
+fi
 if [ -n "${TOOLGATE_BIN:-}" ]; then
     log "toolgate: $TOOLGATE_BIN"
     cp "$TOOLGATE_BIN" "$TMP/toolgate"
@@ -324,13 +343,13 @@ upstream_services:
     base_url: "http://127.0.0.1:$MOCK_PORT/v1"
     api_key: "unused"
     fc_mode: "native"
-    models: ["bench-json", "bench-sse"]
+    models: ["bench-json", "bench-sse", "bench-slow"]
   - name: "nat"
     provider: "openai"
     base_url: "http://127.0.0.1:$MOCK_PORT/v1"
     api_key: "unused"
     fc_mode: "inject"
-    models: ["bench-toolify"]
+    models: ["bench-toolify", "bench-slow-toolify"]
 client_authentication:
   allowed_keys: ["sk-bench"]
 features:
@@ -466,8 +485,9 @@ cell() {
     done
 }
 
-log "warming up"
 RSS_IDLE=$(status_kb "$GW_PID" VmRSS)
+if [ "${ONLY:-}" != scale ]; then
+log "warming up"
 for b in json sse natural tools; do
     for hop in direct toolgate full two traced keyed memlimited ${REDLIM_PORT:+redislimited} ${BASE_PORT:+base}; do wrk_run "${ADDR[$hop]}" "$b" 8 1 >/dev/null; done
 done
@@ -500,6 +520,98 @@ log "$STREAMS open natural-mode streams"
 HOLD_NAT=$("$CLIENT" hold "${ADDR[toolgate]}" "$TMP/slow-natural.json" "$STREAMS" "$GW_PID")
 sleep 1
 RSS_END=$(status_kb "$GW_PID" VmRSS)
+fi
+
+# --- scale: N whole slow streams at once -----------------------------------------
+# Fresh processes on a second mock that paces whole streams; each warmed by
+# 100 streams first.
+declare -A SC
+SCALE_NS=
+if [ -n "$SCALE" ]; then
+    "$MOCK" serve --listen 127.0.0.1:0 --threads 1 --chunks "$CHUNKS" --slow-ms "$SCALE_MS" \
+        --slow-count "$SCALE_TICKS" >"$TMP/smock.out" 2>"$TMP/smock.err" &
+    PIDS+=($!)
+    for _ in $(seq 100); do grep -q listening "$TMP/smock.out" && break; sleep 0.05; done
+    SMOCK_PORT=$(awk '/listening/ {print $2}' "$TMP/smock.out")
+    sdescribe() { "$MOCK" describe --chunks "$CHUNKS" --slow-count "$SCALE_TICKS" | awk -v k="$1" '$1 == k {print $2}'; }
+    SC[events.pt]=$(sdescribe slow_events)
+    SC[events.nat]=$(sdescribe slow_natural_events)
+    SC[events.tnat]=$(sdescribe slow_toolify_events)
+    FD_LIMIT=$(ulimit -n)
+    [ "$FD_LIMIT" = unlimited ] && FD_LIMIT=1048576
+    # No cap on requests in flight (4096 by default): every stream is let in.
+    export TOOLGATE_SERVER__MAX_CONCURRENT_REQUESTS=0
+    read -r SGW_PORT SGW_PID < <(MOCK_PORT=$SMOCK_PORT start_toolgate scale "")
+    PIDS+=("$SGW_PID")
+    declare -A SADDR SPID
+    SADDR[toolgate]="127.0.0.1:$SGW_PORT"; SPID[toolgate]=$SGW_PID
+    if [ -n "$BASE_PORT" ]; then
+        read -r port pid < <(MOCK_PORT=$SMOCK_PORT BIN="$TMP/toolgate-base" start_toolgate sbase "")
+        PIDS+=("$pid")
+        SADDR[base]="127.0.0.1:$port"; SPID[base]=$pid
+    fi
+    if [ -n "$NGINX_PORT" ]; then
+        port=$("$CLIENT" freeport)
+        mkdir -p "$TMP/snginx"
+        sed -e "s|listen 127.0.0.1:$NGINX_PORT;|listen 127.0.0.1:$port;|" \
+            -e "s|server 127.0.0.1:$MOCK_PORT;|server 127.0.0.1:$SMOCK_PORT;|" \
+            -e "s|pid $TMP/nginx/nginx.pid;|pid $TMP/snginx/nginx.pid; worker_rlimit_nofile $FD_LIMIT;|" \
+            -e "s|worker_connections 4096;|worker_connections $FD_LIMIT;|" \
+            -e "s|error_log $TMP/nginx/error.log;|error_log $TMP/snginx/error.log;|" \
+            "$TMP/nginx/nginx.conf" >"$TMP/snginx/nginx.conf"
+        "$NGINX_BIN" -c "$TMP/snginx/nginx.conf" -g 'daemon off;' 2>"$TMP/snginx/stderr" &
+        PIDS+=($!)
+        for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/v1/chat/completions" -d '{"model":"bench-json"}' >/dev/null 2>&1 && break; sleep 0.05; done
+        pid=$(pgrep -P "$(cat "$TMP/snginx/nginx.pid" 2>/dev/null || echo 0)" | head -1 || true)
+        if [ -n "$pid" ]; then SADDR[nginx]="127.0.0.1:$port"; SPID[nginx]=$pid; fi
+    fi
+    if [ -n "$TOOLIFY_PORT" ]; then
+        port=$("$CLIENT" freeport)
+        mkdir -p "$TMP/stoolify"
+        sed -e "s|port: $TOOLIFY_PORT|port: $port|" -e "s|127.0.0.1:$MOCK_PORT|127.0.0.1:$SMOCK_PORT|" \
+            "$TMP/toolify/config.yaml" >"$TMP/stoolify/config.yaml"
+        (cd "$TMP/stoolify" && exec "$TOOLIFY_BIN") >"$TMP/stoolify/out" 2>&1 &
+        pid=$!
+        PIDS+=("$pid")
+        for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/" >/dev/null 2>&1 && break; sleep 0.05; done
+        if curl -fs "http://127.0.0.1:$port/" >/dev/null 2>&1; then SADDR[toolify]="127.0.0.1:$port"; SPID[toolify]=$pid; fi
+    fi
+    echo "{\"model\":\"bench-slow-toolify\",\"stream\":true,$MSG,$TOOLS}" >"$TMP/slow-toolify.json"
+    # hop -> "pt body, expected text | nat body, expected text"
+    sbody() {
+        case $1/$2 in
+            */pt) echo "slow [DONE]" ;;
+            toolgate/nat | base/nat | toolify/nat) echo "$([ "$1" = toolify ] && echo slow-toolify || echo slow-natural) \"finish_reason\":\"tool_calls\"" ;;
+            nginx/nat) echo "slow-natural [DONE]" ;;
+        esac
+    }
+    log "scale: warming up each hop with 100 streams"
+    warming=()
+    for hop in "${!SADDR[@]}"; do
+        (
+            for mode in pt nat; do
+                read -r b e <<<"$(sbody "$hop" "$mode")"
+                "$CLIENT" scale "${SADDR[$hop]}" "$TMP/$b.json" 100 "${SPID[$hop]}" "$e" >/dev/null
+            done
+        ) &
+        warming+=($!)
+    done
+    wait "${warming[@]}"
+    for asked in $SCALE; do
+        n=$(( asked < (FD_LIMIT - 200) / 2 ? asked : (FD_LIMIT - 200) / 2 ))
+        SCALE_NS+=" $n"
+        SC[asked.$n]=$asked
+        for mode in pt nat; do
+            for hop in toolgate base nginx toolify; do
+                [ -n "${SADDR[$hop]:-}" ] || continue
+                read -r b e <<<"$(sbody "$hop" "$mode")"
+                log "scale: $n $mode streams through $hop"
+                SC[$n.$mode.$hop]=$("$CLIENT" scale "${SADDR[$hop]}" "$TMP/$b.json" "$n" "${SPID[$hop]}" "$e")
+                log "  ${SC[$n.$mode.$hop]}"
+            done
+        done
+    done
+fi
 STORE_METRICS=$(curl -fs "http://127.0.0.1:$FULL_PORT/metrics" || true)
 # Redis calls per request through the Redis-limited gateway: its scripts
 # (EVALSHA, and EVAL the first time) over the requests it served.
@@ -551,6 +663,61 @@ have() { [ -n "${M[$1.rps]:-}" ]; }
 # req/s of the recording gateway over the plain one: ratio ROW CONNS
 ratio() { awk -v a="${M[$1/$2/full.rps]:-0}" -v b="${M[$1/$2/toolgate.rps]:-1}" 'BEGIN {printf "%.2f", a / b}'; }
 
+# The scale rows: one line per N, mode and hop.
+scale_table() {
+    [ -n "$SCALE_NS" ] || return 0
+    echo "| scale: N whole streams at once ($SCALE_TICKS ticks ${SCALE_MS} ms apart) | N | memory per open stream | RSS before → peak → after | most open at once | streams complete | CPU per upstream chunk |"
+    echo "|---|---|---|---|---|---|---|"
+    local n mode hop line name ev kb
+    for n in $SCALE_NS; do
+        for mode in pt nat; do
+            for hop in toolgate base nginx toolify; do
+                line=${SC[$n.$mode.$hop]:-}
+                [ -n "$line" ] || continue
+                case $mode/$hop in
+                    pt/base) name="BASE_BIN ($(basename "$BASE_BIN")), passthrough"; ev=${SC[events.pt]} ;;
+                    nat/base) name="BASE_BIN ($(basename "$BASE_BIN")), natural mode"; ev=${SC[events.nat]} ;;
+                    pt/*) name="$hop, passthrough"; ev=${SC[events.pt]} ;;
+                    nat/nginx) name="nginx, the natural-mode upstream stream (plain hop)"; ev=${SC[events.nat]} ;;
+                    nat/toolify) name="toolify-rs, its prompt-injected calling"; ev=${SC[events.tnat]} ;;
+                    nat/*) name="$hop, natural mode (tag, a call parsed)"; ev=${SC[events.nat]} ;;
+                esac
+                kb=$(awk -v p="$(field rss_peak_kb "$line")" -v b="$(field rss_before_kb "$line")" -v n="$n" 'BEGIN {printf "%.1f", (p - b) / n}')
+                printf '| %s | %s%s | %s KB | %s → %s → %s MB | %s | %s / %s | %s µs |\n' "$name" "$n" \
+                    "$([ "${SC[asked.$n]}" = "$n" ] || echo " (${SC[asked.$n]} asked; open-file limit $FD_LIMIT)")" "$kb" \
+                    "$(mb "$(field rss_before_kb "$line")")" "$(mb "$(field rss_peak_kb "$line")")" "$(mb "$(field rss_after_kb "$line")")" \
+                    "$(field max_open "$line")" "$(field complete "$line")" "$n" \
+                    "$(awk -v t="$(field ticks "$line")" -v hz="$HZ" -v c="$(field complete "$line")" -v e="$ev" 'BEGIN {if (c * e > 0) printf "%.2f", t / hz * 1e6 / (c * e); else print "–"}')"
+            done
+        done
+    done
+}
+# scale_kb N MODE HOP: memory per open stream, KB
+scale_kb() {
+    local line=${SC[$1.$2.$3]:-}
+    [ -n "$line" ] || { echo; return; }
+    awk -v p="$(field rss_peak_kb "$line")" -v b="$(field rss_before_kb "$line")" -v n="$1" 'BEGIN {printf "%.1f", (p - b) / n}'
+}
+
+# The scale rows' targets, as rows of the target table.
+scale_targets() {
+    for n in $SCALE_NS; do
+        ng=$(scale_kb "$n" pt nginx)
+        [ -n "$ng" ] || continue
+        pt=$(scale_kb "$n" pt toolgate)
+        nat=$(scale_kb "$n" nat toolgate)
+        echo "| $n streams, passthrough: memory per open stream vs nginx's | $pt KB | $ng KB | $(verdict "$pt" "<=" "$ng") |"
+        lim=$(awk -v a="$ng" 'BEGIN {printf "%.1f", 1.5 * a}')
+        echo "| $n streams, natural mode: memory per open stream vs 1.5 × nginx's passthrough | $nat KB | $lim KB | $(verdict "$nat" "<=" "$lim") |"
+        for mode in pt nat; do
+            line=${SC[$n.$mode.toolgate]}
+            echo "| $n streams, $mode: streams complete | $(field complete "$line") | $n | $(verdict "$(field complete "$line")" ">=" "$n") |"
+            d=$(awk -v a="$(field rss_after_kb "$line")" -v b="$(field rss_before_kb "$line")" 'BEGIN {printf "%.1f", (a - b) / 1024}')
+            echo "| $n streams, $mode: RSS after − before | $d MB | 10 MB | $(verdict "$d" "<=" 10) |"
+        done
+    done
+}
+
 CPU_MODEL=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 NGINX_VERSION=$("$NGINX_BIN" -v 2>&1 | sed 's|.*/||' || echo "not run")
 PEER_NOTE="toolify-rs: not run (set TOOLIFY_BIN)."
@@ -567,6 +734,16 @@ done; done)
 Redis script calls per request through the Redis-limited gateway: $REDIS_CALLS (each call carries the admissions and settlements of the tenant that queued while its last call was in Redis), each taking $REDIS_USEC µs of Redis's own CPU (on the same cores): $(awk -v c="$REDIS_CALLS" -v u="$REDIS_USEC" 'BEGIN {if (c + 0 > 0) printf "%.1f", c * u; else print "–"}') µs a request; limiter errors: $LIMITER_ERRORS.
 EOF
 )
+if [ "${ONLY:-}" = scale ]; then
+    echo "### Scale rows ($(date -u +%Y-%m-%d), toolgate $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- src 2>/dev/null || echo '+changes'))"
+    echo
+    scale_table
+    echo
+    echo "| target | measured | limit | met |"
+    echo "|---|---|---|---|"
+    scale_targets
+    exit 0
+fi
 if [ "${ONLY:-}" = limits ]; then
     echo "### Limits rows ($(date -u +%Y-%m-%d), toolgate $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
     echo
@@ -606,6 +783,8 @@ done)
 | $(field open "$HOLD_PT") open passthrough streams | $(mb "$(field rss_kb "$HOLD_PT")") MB | $(mb "$(field hwm_kb "$HOLD_PT")") MB |
 | $(field open "$HOLD_NAT") open natural-mode streams | $(mb "$(field rss_kb "$HOLD_NAT")") MB | $(mb "$(field hwm_kb "$HOLD_NAT")") MB |
 | after the streams closed | $(mb "$RSS_END") MB | |
+
+$(scale_table)
 
 | front doors, same upstream stream, one tool declared: req/s share · added p50 | c | chat door, natural-mode provider (the reference) | Responses door | Messages door |
 |---|---|---|---|---|
@@ -676,4 +855,6 @@ if have ljson/32/redislimited; then
     echo "| non-stream c=32: req/s with limits in Redis ÷ the same key without limits | $r | 0.90 | $(verdict "$r" ">=" 0.9) |"
 fi
 echo "| RSS after the load | $(mb "$RSS_AFTER") MB | 15 MB | $(verdict "$(mb "$RSS_AFTER")" "<=" 15) |"
+echo "| peak RSS (VmHWM) after the load | $(mb "$HWM_AFTER") MB | 15 MB | $(verdict "$(mb "$HWM_AFTER")" "<=" 15) |"
+scale_targets
 echo "| RSS with $(field open "$HOLD_NAT") open natural-mode streams | $(mb "$(field rss_kb "$HOLD_NAT")") MB | 40 MB | $(verdict "$(mb "$(field rss_kb "$HOLD_NAT")")" "<=" 40) |"

@@ -5,8 +5,8 @@
 //! Under plain `cargo bench` (which passes `--bench`) it exits at once.
 //!
 //! ```text
-//! mock_upstream serve [--listen 127.0.0.1:0] [--threads 1] [--chunks 32] [--slow-ms 1000]
-//! mock_upstream describe        # prints the canned streams' event counts
+//! mock_upstream serve [--listen 127.0.0.1:0] [--threads 1] [--chunks 32] [--slow-ms 1000] [--slow-count 0]
+//! mock_upstream describe [--chunks 32] [--slow-count 16]   # prints the canned streams' event counts
 //! ```
 //!
 //! `serve` prints `listening <port>` on stdout once bound. Every request body
@@ -18,7 +18,7 @@
 //! | `bench-natural` | SSE whose content is prose then a `<GetWeather>` call (tag syntax)  |
 //! | `bench-tools`   | SSE of a native `tool_calls` call to `GetWeather`, arguments in 4-byte fragments |
 //! | `bench-toolify` | the natural-mode reply in the peer gateway toolify-rs's call format: the same prose, then the trigger its prompt announced and a `<function_calls>` block |
-//! | `bench-slow*`   | SSE that stays open: one content chunk every `--slow-ms`            |
+//! | `bench-slow`, `bench-slow-natural`, `bench-slow-toolify` | with `--slow-count 0` (the default), SSE that stays open: one content chunk every `--slow-ms`; with `--slow-count K`, a whole stream paced over K ticks `--slow-ms` apart (the role chunk at once; `bench-slow`: K content chunks; `-natural`: the natural-mode reply; `-toolify`: toolify-rs's), its finish and `[DONE]` with the last |
 //! | anything else   | a non-streaming chat completion (JSON)                             |
 //!
 //! Streams are sent one event per body frame, as a real upstream produces
@@ -99,6 +99,10 @@ struct Canned {
     slow_first: Bytes,
     slow_next: Bytes,
     slow_every: Duration,
+    /// Ticks of a paced stream (`--slow-count`); 0: the slow streams never end.
+    slow_count: usize,
+    slow: Arc<[Bytes]>,
+    slow_natural: Arc<[Bytes]>,
 }
 
 fn chunk(model: &str, delta: &str, finish: Option<&str>) -> Bytes {
@@ -125,6 +129,32 @@ fn toolify_stream(model: &str, request: &[u8]) -> Option<Arc<[Bytes]>> {
     pieces.push(trigger);
     pieces.extend(tokens(&call));
     Some(stream(model, &pieces))
+}
+
+/// A whole stream (`frames`: the role chunk first, then content, a finish
+/// and `[DONE]`) paced over `count` ticks: the role chunk at once, the
+/// content split as evenly as it goes over the ticks, the finish and
+/// `[DONE]` with the last one. Each item is one write.
+fn paced(frames: &[Bytes], count: usize) -> Arc<[Bytes]> {
+    let (role, rest) = frames.split_first().expect("a role chunk");
+    let content = &rest[..rest.len() - 2];
+    let count = count.max(1);
+    let mut ticks = vec![role.clone()];
+    for i in 0..count {
+        let group = &content[content.len() * i / count..content.len() * (i + 1) / count];
+        ticks.push(group.concat().into());
+    }
+    let last = ticks.pop().expect("count >= 1");
+    ticks.push(
+        [
+            last,
+            rest[rest.len() - 2].clone(),
+            rest[rest.len() - 1].clone(),
+        ]
+        .concat()
+        .into(),
+    );
+    ticks.into()
 }
 
 /// `frames` with OpenAI's usage chunk (`choices: []`) before `[DONE]`.
@@ -196,7 +226,8 @@ pub fn tokens(text: &str) -> Vec<&str> {
 }
 
 impl Canned {
-    fn new(chunks: usize, slow_ms: u64) -> Self {
+    fn new(chunks: usize, slow_ms: u64, slow_count: usize) -> Self {
+        let ticks = vec![" tick"; slow_count.max(1)];
         let json = format!(
             "{{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion\",\"created\":{CREATED},\
 \"model\":\"bench-json\",\"system_fingerprint\":\"fp_bench\",\"choices\":[{{\"index\":0,\"message\":\
@@ -214,6 +245,12 @@ with a light breeze from the west.\",\"refusal\":null}},\"logprobs\":null,\"fini
             slow_first: chunk("bench-slow", r#"{"role":"assistant","content":""}"#, None),
             slow_next: chunk("bench-slow", r#"{"content":" tick"}"#, None),
             slow_every: Duration::from_millis(slow_ms),
+            slow_count,
+            slow: paced(&stream("bench-slow", &ticks), slow_count),
+            slow_natural: paced(
+                &stream("bench-slow-natural", &tokens(NATURAL_TEXT)),
+                slow_count,
+            ),
         }
     }
 }
@@ -225,9 +262,12 @@ enum MockBody {
         frames: Arc<[Bytes]>,
         next: usize,
     },
-    Slow {
-        first: Option<Bytes>,
-        next: Bytes,
+    /// `ticks[0]` at once, then one item every `every`; then `endless`
+    /// every `every` for ever, or the end.
+    Paced {
+        ticks: Arc<[Bytes]>,
+        next: usize,
+        endless: Option<Bytes>,
         every: Duration,
         sleep: Pin<Box<tokio::time::Sleep>>,
     },
@@ -248,21 +288,31 @@ impl Body for MockBody {
                 *next += 1;
                 Poll::Ready(frame.map(|b| Ok(Frame::data(b))))
             }
-            MockBody::Slow {
-                first,
+            MockBody::Paced {
+                ticks,
                 next,
+                endless,
                 every,
                 sleep,
             } => {
-                if let Some(b) = first.take() {
-                    return Poll::Ready(Some(Ok(Frame::data(b))));
+                if *next == 0 {
+                    *next = 1;
+                    return Poll::Ready(Some(Ok(Frame::data(ticks[0].clone()))));
+                }
+                if *next >= ticks.len() && endless.is_none() {
+                    return Poll::Ready(None);
                 }
                 match sleep.as_mut().poll(cx) {
                     Poll::Pending => Poll::Pending,
                     Poll::Ready(()) => {
                         let deadline = sleep.deadline() + *every;
                         sleep.as_mut().reset(deadline);
-                        Poll::Ready(Some(Ok(Frame::data(next.clone()))))
+                        let item = match ticks.get(*next) {
+                            Some(item) => item.clone(),
+                            None => endless.clone().expect("checked above"),
+                        };
+                        *next += 1;
+                        Poll::Ready(Some(Ok(Frame::data(item))))
                     }
                 }
             }
@@ -273,7 +323,12 @@ impl Body for MockBody {
         match self {
             MockBody::Full(b) => b.is_none(),
             MockBody::Frames { frames, next } => *next >= frames.len(),
-            MockBody::Slow { .. } => false,
+            MockBody::Paced {
+                ticks,
+                next,
+                endless,
+                ..
+            } => endless.is_none() && *next >= ticks.len(),
         }
     }
 
@@ -305,11 +360,27 @@ async fn answer(
             .body(body)
             .expect("static response")
     };
-    // `bench-slow` and `bench-slow-natural` (any model starting `bench-slow`).
+    // `bench-slow`, `bench-slow-natural`, `bench-slow-toolify` (any model
+    // starting `bench-slow`): endless, or paced whole streams.
     let response = if contains(&body, b"\"bench-slow") {
-        sse(MockBody::Slow {
-            first: Some(canned.slow_first.clone()),
-            next: canned.slow_next.clone(),
+        let (ticks, endless) = if canned.slow_count == 0 {
+            (
+                vec![canned.slow_first.clone()].into(),
+                Some(canned.slow_next.clone()),
+            )
+        } else if contains(&body, b"\"bench-slow-natural\"") {
+            (canned.slow_natural.clone(), None)
+        } else if contains(&body, b"\"bench-slow-toolify\"")
+            && let Some(frames) = toolify_stream("bench-slow-toolify", &body)
+        {
+            (paced(&frames, canned.slow_count), None)
+        } else {
+            (canned.slow.clone(), None)
+        };
+        sse(MockBody::Paced {
+            ticks,
+            next: 0,
+            endless,
             every: canned.slow_every,
             sleep: Box::pin(tokio::time::sleep(canned.slow_every)),
         })
@@ -385,7 +456,8 @@ fn main() {
             let listen: SocketAddr = arg(&args, "--listen", "127.0.0.1:0".parse().expect("addr"));
             let threads = arg(&args, "--threads", 1usize);
             let slow_ms = arg(&args, "--slow-ms", 1000u64);
-            let canned = Arc::new(Canned::new(chunks, slow_ms));
+            let slow_count = arg(&args, "--slow-count", 0usize);
+            let canned = Arc::new(Canned::new(chunks, slow_ms, slow_count));
             let runtime = if threads <= 1 {
                 tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -403,7 +475,8 @@ fn main() {
             }
         }
         Some("describe") => {
-            let canned = Canned::new(chunks, 1000);
+            let slow_count = arg(&args, "--slow-count", 16usize).max(1);
+            let canned = Canned::new(chunks, 1000, slow_count);
             // Events carrying a JSON chunk (the `[DONE]` sentinel excluded).
             println!("sse_events {}", canned.sse.len() - 1);
             println!("natural_events {}", canned.natural.len() - 1);
@@ -411,6 +484,21 @@ fn main() {
             let toolify =
                 toolify_stream("bench-toolify", b"<Function_abcd_Start/>").expect("a trigger");
             println!("toolify_events {}", toolify.len() - 1);
+            // A paced stream's events: the role chunk, its content and the finish.
+            let events = |ticks: &[Bytes]| {
+                ticks
+                    .iter()
+                    .map(|t| memchr::memmem::find_iter(t, b"data: {").count())
+                    .sum::<usize>()
+            };
+            println!("slow_events {}", events(&canned.slow));
+            println!("slow_natural_events {}", events(&canned.slow_natural));
+            let toolify =
+                toolify_stream("bench-slow-toolify", b"<Function_abcd_Start/>").expect("a trigger");
+            println!(
+                "slow_toolify_events {}",
+                events(&paced(&toolify, slow_count))
+            );
         }
         // `cargo bench` runs every bench target with `--bench`: nothing to do here.
         _ => eprintln!("mock_upstream: a helper of benches/load.sh (`serve` or `describe`)"),

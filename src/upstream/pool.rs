@@ -20,6 +20,14 @@
 //! left mid-stream, `Connection: close`, an error) closes it, which is also
 //! how the upstream learns that a request was abandoned.
 //!
+//! Idle connections beyond the [`KEEP_WARM`] most recently used of a worker
+//! and upstream are closed once unused for [`SURPLUS_IDLE`]: a burst of
+//! thousands of streams leaves that many connections behind, each holding
+//! hyper's buffers (some 20 KiB), and a steady load never reaches that deep
+//! into the stack (the most recently used connection goes out first). The
+//! worker closes them when it goes idle ([`crate::memory::Releaser`]) or at
+//! its next check-in, whichever comes first.
+//!
 //! An upstream that says how long it keeps an idle connection
 //! (`Keep-Alive: timeout=5`, as llama.cpp's server does) gets none reused
 //! within a second of that: its close can be on the wire while a busy worker
@@ -53,6 +61,11 @@ use crate::workers;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Unused connections kept per upstream; more are closed.
 const MAX_IDLE_PER_AUTHORITY: usize = 256;
+/// Unused connections per worker and upstream kept for [`IDLE_TIMEOUT`];
+/// the older ones go after [`SURPLUS_IDLE`].
+const KEEP_WARM: usize = 16;
+/// How long a connection beyond [`KEEP_WARM`] is kept unused.
+const SURPLUS_IDLE: Duration = Duration::from_secs(2);
 
 type Driver = http1::Connection<TokioIo<TcpStream>, Full<Bytes>>;
 type Sender = http1::SendRequest<Full<Bytes>>;
@@ -133,12 +146,13 @@ pub enum SendError {
 impl Pool {
     /// A pool for `workers` worker threads.
     pub fn new(connect_timeout: Duration, workers: usize) -> Self {
-        Pool {
-            inner: Arc::new(Inner {
-                idle: (0..workers.max(1)).map(|_| Mutex::default()).collect(),
-                connect_timeout,
-            }),
-        }
+        let inner = Arc::new(Inner {
+            idle: (0..workers.max(1)).map(|_| Mutex::default()).collect(),
+            connect_timeout,
+        });
+        let releaser: std::sync::Weak<Inner> = Arc::downgrade(&inner);
+        crate::memory::register(releaser);
+        Pool { inner }
     }
 
     /// Sends `req` (origin-form URI, `Host` set) to `authority` on a pooled
@@ -240,15 +254,12 @@ impl Inner {
                 }
             };
             let stack = &mut lists[at].1;
-            // Ordered by age: expired connections sit at the bottom.
-            let expired = stack
-                .iter()
-                .take_while(|i| now.duration_since(i.since) > IDLE_TIMEOUT)
-                .count();
-            stack.drain(..expired);
+            drop_unneeded(stack, now);
             if stack.len() < MAX_IDLE_PER_AUTHORITY {
                 stack.push(Idle { conn, since: now });
             }
+            // Again after the push: the connection just kept counts among the warm ones.
+            drop_unneeded(stack, now);
         }
     }
 
@@ -275,6 +286,32 @@ impl Inner {
             closed: false,
             idle_for: IDLE_TIMEOUT,
         }))
+    }
+}
+
+/// Drops, from the bottom of `stack` (ordered by age, the oldest first),
+/// the connections past [`IDLE_TIMEOUT`] and those beyond the [`KEEP_WARM`]
+/// newest unused for [`SURPLUS_IDLE`].
+fn drop_unneeded(stack: &mut Vec<Idle>, now: Instant) {
+    let surplus = stack.len().saturating_sub(KEEP_WARM);
+    let unneeded = stack
+        .iter()
+        .enumerate()
+        .take_while(|(i, idle)| {
+            let unused = now.duration_since(idle.since);
+            unused > IDLE_TIMEOUT || (*i < surplus && unused > SURPLUS_IDLE)
+        })
+        .count();
+    stack.drain(..unneeded);
+}
+
+impl crate::memory::Releaser for Inner {
+    /// This worker's unneeded connections, closed.
+    fn release_idle(&self) {
+        let now = Instant::now();
+        for (_, stack) in self.idle().iter_mut() {
+            drop_unneeded(stack, now);
+        }
     }
 }
 

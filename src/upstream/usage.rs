@@ -14,9 +14,14 @@ use serde::Deserialize;
 
 /// The bytes kept from the start of an answer.
 const HEAD: usize = 2 * 1024;
-/// The bytes kept from the end of an answer (at least; up to twice that
+/// The bytes kept from the end of an answer (at least; up to [`TAIL_ROOM`]
 /// between compactions).
 const TAIL: usize = 2 * 1024;
+/// The tail's one allocation: half of [`TAIL`] to spare, so the kept bytes
+/// move at most once per `TAIL / 2` bytes pushed. Both copies are allocated
+/// at their full size once, never grown: an open stream holds at most
+/// `HEAD + TAIL_ROOM` bytes here.
+const TAIL_ROOM: usize = TAIL + TAIL / 2;
 
 static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
 static MODEL: LazyLock<FinderRev<'static>> = LazyLock::new(|| FinderRev::new(b"\"model\""));
@@ -56,6 +61,9 @@ impl Scan {
     /// Notes one frame of the answer (its bytes are copied within the bounds).
     pub fn push(&mut self, mut data: &[u8]) {
         if self.head.len() < HEAD {
+            if self.head.capacity() == 0 {
+                self.head.reserve_exact(HEAD);
+            }
             let n = (HEAD - self.head.len()).min(data.len());
             self.head.extend_from_slice(&data[..n]);
             data = &data[n..];
@@ -63,17 +71,22 @@ impl Scan {
         if data.is_empty() {
             return;
         }
+        if self.tail.capacity() == 0 {
+            self.tail.reserve_exact(TAIL_ROOM);
+        }
         if data.len() >= TAIL {
             self.gap |= !self.tail.is_empty() || data.len() > TAIL;
             self.tail.clear();
             self.tail.extend_from_slice(&data[data.len() - TAIL..]);
             return;
         }
-        self.tail.extend_from_slice(data);
-        if self.tail.len() > 2 * TAIL {
-            self.tail.drain(..self.tail.len() - TAIL);
-            self.gap = true;
+        if self.tail.len() + data.len() > TAIL_ROOM {
+            // The last bytes that, with `data`, make TAIL.
+            let gone = self.tail.len() - (TAIL - data.len()).min(self.tail.len());
+            self.tail.drain(..gone);
+            self.gap |= gone > 0;
         }
+        self.tail.extend_from_slice(data);
     }
 
     /// What the kept bytes say: the usage always, the model and finish
@@ -230,11 +243,40 @@ mod tests {
             s.push(&[b'x'; 1000]);
         }
         assert!(
-            s.head.len() == HEAD && s.tail.len() <= 2 * TAIL,
+            s.head.len() == HEAD && s.tail.len() <= TAIL_ROOM && s.tail.len() >= TAIL,
             "{}",
             s.tail.len()
         );
         s.push(&vec![b'y'; 1 << 20]);
         assert_eq!(s.tail.len(), TAIL);
+        // Frames of every size: the copies never grow past their one allocation.
+        for size in [1, 7, 300, 1023, 1024, 1500, 2047] {
+            for _ in 0..20 {
+                s.push(&vec![b'z'; size]);
+                assert!(s.tail.len() >= TAIL && s.tail.len() <= TAIL_ROOM);
+            }
+        }
+        assert_eq!(
+            (s.head.capacity(), s.tail.capacity()),
+            (HEAD, TAIL_ROOM),
+            "an open stream's copies are allocated once, at their bound"
+        );
+    }
+
+    #[test]
+    fn a_short_answer_is_kept_whole_and_read_as_one_text() {
+        // Under TAIL_ROOM after the head: nothing is let go.
+        let frames = [
+            "x".repeat(HEAD),
+            "y".repeat(1000),
+            "\"usage\"".into(),
+            ":{\"prompt_tokens\":4}".into(),
+        ];
+        let mut s = Scan::default();
+        for f in &frames {
+            s.push(f.as_bytes());
+        }
+        assert!(!s.gap);
+        assert_eq!(s.finish(false).input_tokens, Some(4));
     }
 }

@@ -592,6 +592,59 @@ async fn upstream_connections_are_reused_once_a_response_is_read_to_the_end() {
     );
 }
 
+/// A burst of streams leaves as many idle upstream connections, each holding
+/// hyper's buffers. Those beyond the few most recently used of each worker
+/// are closed once unused for a couple of seconds (when the worker goes
+/// idle, or at its next check-in), so memory goes back after the burst;
+/// before, all of them stayed for 90 s.
+#[tokio::test]
+async fn idle_upstream_connections_beyond_the_warm_few_are_closed_after_a_burst() {
+    const BURST: usize = 80;
+    let mock = Mock::start(|_| {
+        Reply::sse(
+            &["data: {\"n\":1}\n\n", "data: [DONE]\n\n"],
+            Duration::from_millis(300),
+        )
+    })
+    .await;
+    let gw = TestConfig::new().up(&mock.url(), "").start().await;
+    let url = gw.url("/v1/chat/completions");
+    let burst = (0..BURST).map(|_| {
+        let url = url.clone();
+        tokio::spawn(async move { post(&url, r#"{"model":"m","stream":true}"#).await })
+    });
+    for request in burst.collect::<Vec<_>>() {
+        assert_eq!(request.await.unwrap().status, 200);
+    }
+    let kept = mock.open_connections();
+    assert!(
+        kept >= BURST * 3 / 4,
+        "{kept}: the burst's streams had their own upstream connections, kept after them"
+    );
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    // One request on each of the two workers: a check-in on each.
+    for _ in 0..2 {
+        assert_eq!(
+            post(&url, r#"{"model":"m","stream":true}"#).await.status,
+            200
+        );
+    }
+    // The mock sees the closes a moment later.
+    let mut open = mock.open_connections();
+    for _ in 0..40 {
+        if open <= 2 * 16 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        open = mock.open_connections();
+    }
+    assert!(
+        open <= 2 * 16,
+        "{open} upstream connections still open after the burst; at most 16 per worker are kept"
+    );
+    assert!(open >= 2, "the most recently used ones stay for reuse");
+}
+
 /// An upstream that closes idle connections after `Keep-Alive: timeout=N`
 /// (llama.cpp's server: 5 s) gets none reused that it may be closing: a
 /// request written into a connection the upstream is closing fails.

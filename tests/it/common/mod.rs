@@ -101,6 +101,8 @@ pub struct Mock {
     pub stream_cancelled: Arc<Notify>,
     /// TCP connections accepted so far.
     pub connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// TCP connections open now (accepted and not yet closed).
+    pub open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Mock {
@@ -113,13 +115,17 @@ impl Mock {
         let (reqs, cancelled) = (requests.clone(), stream_cancelled.clone());
         let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let accepted = connections.clone();
+        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let opened = open.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
                 accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                opened.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let (handler, reqs, cancelled) = (handler.clone(), reqs.clone(), cancelled.clone());
+                let opened = opened.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: Request<Incoming>| {
                         let (handler, reqs, cancelled) =
@@ -145,6 +151,7 @@ impl Mock {
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(stream), svc)
                         .await;
+                    opened.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                 });
             }
         });
@@ -153,6 +160,7 @@ impl Mock {
             requests,
             stream_cancelled,
             connections,
+            open,
         }
     }
 
@@ -175,6 +183,11 @@ impl Mock {
 
     pub fn connection_count(&self) -> usize {
         self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Connections the gateway holds open to this mock now.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
