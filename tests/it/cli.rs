@@ -6,6 +6,8 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::binary::run_with_input;
+
 const BIN: &str = env!("CARGO_BIN_EXE_toolgate");
 
 fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
@@ -70,19 +72,10 @@ fn missing_config_file_is_an_error() {
 #[test]
 fn render_and_parse_work_offline() {
     let request = r#"{"model":"demo","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"GetWeather","parameters":{"type":"object","properties":{"location":{"type":"string"}},"required":["location"]}}}]}"#;
-    let mut child = Command::new(BIN)
-        .args(["render", "--provider", "demo"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(request.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = run_with_input(
+        Command::new(BIN).args(["render", "--provider", "demo"]),
+        request.as_bytes(),
+    );
     assert!(out.status.success());
     let rendered: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(rendered.get("tools").is_none());
@@ -97,22 +90,12 @@ fn render_and_parse_work_offline() {
         "tools.json",
         &serde_json::from_str::<serde_json::Value>(request).unwrap()["tools"].to_string(),
     );
-    let mut child = Command::new(BIN)
-        .args(["parse", "--syntax", "tag", "--tools"])
-        .arg(&tools)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(
-            b"Let me look.\n<GetWeather>\n```json\n{\"location\": \"Paris\"}\n```\n</GetWeather>\n",
-        )
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = run_with_input(
+        Command::new(BIN)
+            .args(["parse", "--syntax", "tag", "--tools"])
+            .arg(&tools),
+        b"Let me look.\n<GetWeather>\n```json\n{\"location\": \"Paris\"}\n```\n</GetWeather>\n",
+    );
     let parsed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         parsed["tool_calls"][0]["function"]["arguments"],

@@ -64,19 +64,22 @@ async fn gateway(mock: &Mock, extra: &str) -> TestGateway {
     tools_gateway(mock, "natural", extra).await
 }
 
+/// A non-streamed answer to the user's `text`, which must be a `200` and a
+/// conformant completion.
+async fn completion(gw: &TestGateway, text: &str) -> Value {
+    let r = post(&gw.url("/v1/chat/completions"), &chat(false, text)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    check_completion(&v).unwrap();
+    v
+}
+
 #[tokio::test]
 async fn an_ungrounded_call_is_asked_about_and_a_text_answer_stands() {
     let m = model(INVENTED, ASKED_TEXT).await;
     let gw = gateway(&m, "on_ungrounded = \"ask\"").await;
 
-    let r = post(
-        &gw.url("/v1/chat/completions"),
-        &chat(false, "What's the weather like?"),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    let v = r.json();
-    check_completion(&v).unwrap();
+    let v = completion(&gw, "What's the weather like?").await;
     let message = &v["choices"][0]["message"];
     assert_eq!(message["content"], ASKED_TEXT);
     assert!(message.get("tool_calls").is_none(), "{v}");
@@ -164,14 +167,7 @@ async fn a_grounded_call_passes_untouched_with_one_upstream_request() {
     let gw = gateway(&m, "on_ungrounded = \"ask\"").await;
     // The user wrote "paris" (case and spacing do not matter); "celsius" is
     // one of the schema's enum values.
-    let r = post(
-        &gw.url("/v1/chat/completions"),
-        &chat(false, "Weather in   paris?"),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    let v = r.json();
-    check_completion(&v).unwrap();
+    let v = completion(&gw, "Weather in   paris?").await;
     assert_eq!(
         v["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
         "GetWeather"
@@ -184,13 +180,7 @@ async fn a_grounded_call_passes_untouched_with_one_upstream_request() {
 async fn off_by_default_an_ungrounded_call_passes() {
     let m = model(INVENTED, ASKED_TEXT).await;
     let gw = gateway(&m, "").await;
-    let r = post(
-        &gw.url("/v1/chat/completions"),
-        &chat(false, "What's the weather like?"),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    let v = r.json();
+    let v = completion(&gw, "What's the weather like?").await;
     assert_eq!(
         v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
         "{\"location\":\"example\"}"

@@ -276,8 +276,8 @@ fn to_natural_refuses_the_python_syntax() {
 /// provider, offline through the real binary.
 #[test]
 fn the_binary_parses_and_renders_the_python_syntax() {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
+    use crate::common::binary::run_with_input;
+    use std::process::Command;
     const BIN: &str = env!("CARGO_BIN_EXE_toolgate");
     let dir = std::env::temp_dir().join(format!("toolgate-python-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -288,20 +288,7 @@ fn the_binary_parses_and_renders_the_python_syntax() {
     )
     .unwrap();
     let run = |args: &[&str], input: &str| {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = run_with_input(Command::new(BIN).args(args), input.as_bytes());
         assert!(
             out.status.success(),
             "{args:?}: {}",

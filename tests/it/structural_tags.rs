@@ -7,9 +7,10 @@
 //! call to an undeclared tool where only calls may be written, and a call
 //! left open. Python's xgrammar comes from `bash tests/run.sh`.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
+
+use crate::common::binary::run_with_input;
 
 use serde_json::{Value, json};
 use toolgate::config::Constrain;
@@ -135,20 +136,10 @@ fn xgrammar(cases: &[(&Value, &str)]) -> Vec<Result<bool, String>> {
         .map(|(tag, text)| json!({"tag": tag, "text": text}))
         .collect();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/xgrammar/check.py");
-    let mut child = Command::new(python())
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&serde_json::to_vec(&input).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = run_with_input(
+        Command::new(python()).arg(script),
+        &serde_json::to_vec(&input).unwrap(),
+    );
     assert!(
         out.status.success(),
         "{}",

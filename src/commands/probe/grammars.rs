@@ -86,10 +86,11 @@ impl Grammars {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn answer(text: &str) -> Vec<u8> {
+    /// A non-streaming answer whose message says `text`.
+    pub(in crate::commands::probe) fn answer(text: &str) -> Vec<u8> {
         json!({"choices": [{"message": {"role": "assistant", "content": text}}]})
             .to_string()
             .into_bytes()

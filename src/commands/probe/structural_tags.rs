@@ -49,12 +49,7 @@ pub fn read(status: u16, body: &[u8]) -> Grammars {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn answer(text: &str) -> Vec<u8> {
-        json!({"choices": [{"message": {"role": "assistant", "content": text}}]})
-            .to_string()
-            .into_bytes()
-    }
+    use crate::commands::probe::grammars::tests::answer;
 
     #[test]
     fn the_three_things_a_server_does_with_a_structural_tag() {

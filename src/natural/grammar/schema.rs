@@ -127,9 +127,38 @@ fn hash_value(value: &Value, state: &mut impl Hasher) -> usize {
     1
 }
 
-/// The shared JSON rules, added once to `rules`.
-pub fn add_json_rules(rules: &mut Rules) {
-    if rules.has("json-value") {
+/// How a language writes a literal value, for the grammar: its rules'
+/// prefix, the escapes its strings take after a backslash, and its words for
+/// true, false and null.
+struct Literals {
+    prefix: &'static str,
+    escapes: &'static str,
+    words: [&'static str; 3],
+}
+
+const JSON: Literals = Literals {
+    prefix: "json",
+    escapes: r#"["\\/bfnrt]"#,
+    words: ["true", "false", "null"],
+};
+
+/// Python's: no `\/` (Python keeps it as two characters), and `True`,
+/// `False`, `None`.
+const PYTHON: Literals = Literals {
+    prefix: "py",
+    escapes: r#"["\\bfnrt]"#,
+    words: ["True", "False", "None"],
+};
+
+/// A value's rules in `literals`' language (`<prefix>-value` and its parts),
+/// added once to `rules`.
+fn add_value_rules(rules: &mut Rules, literals: &Literals) {
+    let Literals {
+        prefix: p,
+        escapes,
+        words: [yes, no, null],
+    } = literals;
+    if rules.has(&format!("{p}-value")) {
         return;
     }
     // Bounded whitespace: a model told to write JSON can otherwise emit
@@ -138,63 +167,46 @@ pub fn add_json_rules(rules: &mut Rules) {
         rules.add("ws", r"[ \t\n]{0,24}");
     }
     rules.add(
-        "json-char",
-        r#"[^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})"#,
+        format!("{p}-char"),
+        format!(r#"[^"\\\x00-\x1F] | "\\" ({escapes} | "u" [0-9a-fA-F]{{4}})"#),
     );
-    rules.add("json-string", r#""\"" json-char* "\"""#);
-    rules.add("json-int", r#""-"? ("0" | [1-9] [0-9]{0,18})"#);
+    rules.add(format!("{p}-string"), format!(r#""\"" {p}-char* "\"""#));
+    rules.add(format!("{p}-int"), r#""-"? ("0" | [1-9] [0-9]{0,18})"#);
     rules.add(
-        "json-number",
-        r#"json-int ("." [0-9]+)? ([eE] [-+]? [0-9]+)?"#,
+        format!("{p}-number"),
+        format!(r#"{p}-int ("." [0-9]+)? ([eE] [-+]? [0-9]+)?"#),
     );
-    rules.add("json-bool", r#""true" | "false""#);
-    rules.add("json-null", r#""null""#);
+    rules.add(format!("{p}-bool"), format!(r#""{yes}" | "{no}""#));
+    rules.add(format!("{p}-null"), format!(r#""{null}""#));
     rules.add(
-        "json-value",
-        "json-object | json-array | json-string | json-number | json-bool | json-null",
-    );
-    rules.add(
-        "json-object",
-        r#""{" ws (json-string ws ":" ws json-value (ws "," ws json-string ws ":" ws json-value)*)? ws "}""#,
+        format!("{p}-value"),
+        format!("{p}-object | {p}-array | {p}-string | {p}-number | {p}-bool | {p}-null"),
     );
     rules.add(
-        "json-array",
-        r#""[" ws (json-value (ws "," ws json-value)*)? ws "]""#,
+        format!("{p}-object"),
+        format!(
+            r#""{{" ws ({p}-string ws ":" ws {p}-value (ws "," ws {p}-string ws ":" ws {p}-value)*)? ws "}}""#
+        ),
+    );
+    rules.add(
+        format!("{p}-array"),
+        format!(r#""[" ws ({p}-value (ws "," ws {p}-value)*)? ws "]""#),
     );
 }
 
+/// The shared JSON rules, added once to `rules`.
+pub fn add_json_rules(rules: &mut Rules) {
+    add_value_rules(rules, &JSON);
+}
+
 /// The shared Python-literal rules (the python syntax), added once: a
-/// JSON value's rules with Python's `True`, `False` and `None`, strings
-/// without JSON's `\/` (which Python keeps as two characters), and
-/// keyword arguments (`py-kwargs`) for a schema the grammar does not model.
+/// value's rules in Python's literals, and keyword arguments (`py-kwargs`)
+/// for a schema the grammar does not model.
 pub fn add_python_rules(rules: &mut Rules) {
-    if rules.has("py-value") {
+    if rules.has("py-kwargs") {
         return;
     }
-    if !rules.has("ws") {
-        rules.add("ws", r"[ \t\n]{0,24}");
-    }
-    rules.add(
-        "py-char",
-        r#"[^"\\\x00-\x1F] | "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4})"#,
-    );
-    rules.add("py-string", r#""\"" py-char* "\"""#);
-    rules.add("py-int", r#""-"? ("0" | [1-9] [0-9]{0,18})"#);
-    rules.add("py-number", r#"py-int ("." [0-9]+)? ([eE] [-+]? [0-9]+)?"#);
-    rules.add("py-bool", r#""True" | "False""#);
-    rules.add("py-null", r#""None""#);
-    rules.add(
-        "py-value",
-        "py-object | py-array | py-string | py-number | py-bool | py-null",
-    );
-    rules.add(
-        "py-object",
-        r#""{" ws (py-string ws ":" ws py-value (ws "," ws py-string ws ":" ws py-value)*)? ws "}""#,
-    );
-    rules.add(
-        "py-array",
-        r#""[" ws (py-value (ws "," ws py-value)*)? ws "]""#,
-    );
+    add_value_rules(rules, &PYTHON);
     rules.add("py-kwarg", r#"[A-Za-z_] [A-Za-z0-9_]{0,63} "=" py-value"#);
     rules.add("py-kwargs", r#"(py-kwarg (ws "," ws py-kwarg)*)?"#);
 }

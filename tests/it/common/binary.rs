@@ -148,3 +148,17 @@ impl Drop for Binary {
         let _ = self.child.wait();
     }
 }
+
+/// Runs `command` with `input` on its stdin and its stdout and stderr
+/// captured; what it wrote once it has ended.
+pub fn run_with_input(command: &mut Command, input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
