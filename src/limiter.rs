@@ -32,6 +32,7 @@
 //! `gcra` holds the arithmetic both counters run; `memory` and `redis` the
 //! two counters.
 
+mod connection;
 mod gcra;
 mod memory;
 mod redis;

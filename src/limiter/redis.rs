@@ -7,10 +7,14 @@
 //! one before it; an idle lane sends each op at once. A lane's keys share
 //! the tenant's hash tag, so a Redis Cluster can run every batch.
 //!
-//! Each worker thread keeps its own connection (the `redis` crate's
-//! connection manager, which reconnects); every call is bounded by
-//! `redis_timeout_ms`, and a connection that failed is not tried again for
-//! a second (checks meanwhile fail at once, as `on_redis_error` says).
+//! Each worker thread keeps its own lanes and its own connections
+//! ([`Connection`]: one socket a call, driven by the lane's task on the
+//! worker's reactor, so a call wakes no other task and no other thread),
+//! one for each of its lanes calling at once, up to [`MAX_CONNECTIONS`]. A
+//! connection whose call failed is dropped and the next call connects
+//! again; every call is bounded by `redis_timeout_ms`, and after a failed
+//! connection attempt none is tried for a second (checks meanwhile fail at
+//! once, as `on_redis_error` says).
 //!
 //! A call that failed may still run: one that timed out on our side sits in
 //! the connection, and Redis runs it when it wakes. So no failed call is
@@ -26,9 +30,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tokio::sync::{OnceCell, oneshot};
+use tokio::sync::{Semaphore, SemaphorePermit, oneshot};
 
+use super::connection::Connection;
 use super::gcra::Reading;
 use super::{Check, Limit, Readings, Seed, Settle, Verdict};
 
@@ -45,28 +49,49 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 const MAX_UNSETTLED: usize = 10_000;
 /// The most ops one script call carries; more wait for the next.
 const MAX_BATCH: usize = 256;
+/// How long a connection may stay idle before it is checked for a closed
+/// end (a restarted Redis) before its next call.
+const RECHECK_AFTER: Duration = Duration::from_millis(500);
+/// The most connections a worker holds: its lanes calling at once beyond
+/// them wait for one.
+const MAX_CONNECTIONS: usize = 16;
 /// An admission's reply: verdict, subject, wait and two readings of
 /// three numbers (limit, remaining, reset).
 const REPLY_LEN: usize = 9;
 const RUNNING: &str = "a running lane stays in the map";
 
 pub(super) struct Counters {
-    client: redis::Client,
+    /// Where Redis is, as `redis_url` says.
+    info: redis::ConnectionInfo,
     timeout: Duration,
-    /// One connection per worker thread, made on first use.
+    /// Each worker thread's lanes and connections.
     slots: Box<[Slot]>,
     batch: redis::Script,
-    /// The ops queued per running lane (a tenant's hash tag); a lane is
-    /// here exactly while a task runs its batches.
-    lanes: Mutex<HashMap<String, Vec<Op>>>,
     /// Whether the last call succeeded (errors are logged when this changes).
     healthy: AtomicBool,
 }
 
-#[derive(Default)]
+/// One worker's part.
 struct Slot {
-    conn: OnceCell<ConnectionManager>,
+    /// The ops queued per running lane (a tenant's hash tag); a lane is
+    /// here exactly while a task runs its batches.
+    lanes: Mutex<HashMap<String, Vec<Op>>>,
+    /// Its connections not in a call, and since when.
+    idle: Mutex<Vec<(Connection, Instant)>>,
+    /// A permit per connection, idle or in a call.
+    connections: Semaphore,
     failed_at: Mutex<Option<Instant>>,
+}
+
+impl Default for Slot {
+    fn default() -> Slot {
+        Slot {
+            lanes: Mutex::default(),
+            idle: Mutex::default(),
+            connections: Semaphore::new(MAX_CONNECTIONS),
+            failed_at: Mutex::default(),
+        }
+    }
 }
 
 /// One admission or settle, as `batch.lua` reads it.
@@ -212,22 +237,46 @@ impl Counters {
     pub(super) fn new(url: &str, timeout: Duration, workers: usize) -> Result<Self, String> {
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
         Ok(Counters {
-            client,
+            info: client.get_connection_info().clone(),
             timeout,
             slots: (0..workers.max(1)).map(|_| Slot::default()).collect(),
             batch: redis::Script::new(include_str!("batch.lua")),
-            lanes: Mutex::default(),
             healthy: AtomicBool::new(true),
         })
     }
 
-    async fn connection(&self) -> Result<ConnectionManager, RedisFailure> {
-        let slot = self
-            .slots
-            .get(crate::workers::current())
-            .unwrap_or(&self.slots[0]);
-        if let Some(conn) = slot.conn.get() {
-            return Ok(conn.clone());
+    /// The current worker's slot and its index.
+    fn slot(&self) -> usize {
+        let worker = crate::workers::current();
+        if worker < self.slots.len() { worker } else { 0 }
+    }
+
+    /// One of `slot`'s connections for a call: an idle one, else a new
+    /// one, with the permit it holds while in the call.
+    async fn connection<'a>(
+        &self,
+        slot: &'a Slot,
+    ) -> Result<(SemaphorePermit<'a>, Connection), RedisFailure> {
+        let permit = tokio::time::timeout(self.timeout, slot.connections.acquire())
+            .await
+            .map_err(|_| RedisFailure::Timeout(self.timeout))?
+            .expect("the semaphore is never closed");
+        loop {
+            let idle = slot
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
+            match idle {
+                // One idle a while is checked first: Redis may have restarted.
+                Some((connection, since))
+                    if since.elapsed() < RECHECK_AFTER || connection.is_open() =>
+                {
+                    return Ok((permit, connection));
+                }
+                Some(_) => continue,
+                None => break,
+            }
         }
         let recent = slot
             .failed_at
@@ -237,28 +286,17 @@ impl Counters {
         if recent {
             return Err(RedisFailure::Waiting);
         }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        let made = slot
-            .conn
-            .get_or_try_init(|| async {
-                tokio::time::timeout(
-                    self.timeout,
-                    ConnectionManager::new_with_config(self.client.clone(), config),
-                )
-                .await
-                .map_err(|_| RedisFailure::Timeout(self.timeout))?
-                .map_err(RedisFailure::from)
-            })
-            .await;
-        if made.is_err() {
+        let opened = tokio::time::timeout(self.timeout, Connection::open(&self.info))
+            .await
+            .map_err(|_| RedisFailure::Timeout(self.timeout))
+            .and_then(|opened| opened.map_err(RedisFailure::from));
+        if opened.is_err() {
             *slot
                 .failed_at
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
         }
-        made.cloned()
+        Ok((permit, opened?))
     }
 
     /// Checks `check` in its tenant's next batch.
@@ -356,10 +394,14 @@ impl Counters {
         self.submit(lane(settle.subjects.first().map_or("", |s| &s.redis)), op);
     }
 
-    /// Adds `op` to `lane`'s queue, and starts the lane's batches when none
-    /// is running. Must be called inside a runtime.
+    /// Adds `op` to `lane`'s queue on this worker, and starts the lane's
+    /// batches when none is running. Must be called inside a runtime.
     fn submit(self: &Arc<Self>, lane: &str, op: Op) {
-        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = self.slot();
+        let mut lanes = self.slots[slot]
+            .lanes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(queue) = lanes.get_mut(lane) {
             queue.push(op);
             return;
@@ -367,13 +409,13 @@ impl Counters {
         lanes.insert(lane.to_owned(), Vec::new());
         drop(lanes);
         let (counters, lane) = (self.clone(), lane.to_owned());
-        tokio::spawn(async move { counters.drain(lane, vec![op]).await });
+        tokio::spawn(async move { counters.drain(slot, lane, vec![op]).await });
     }
 
     /// Runs `batch`, then whatever queued meanwhile, until the lane's
     /// queue is empty and nothing is left to reconcile (the lane is then
     /// removed: a later op starts it again).
-    async fn drain(self: Arc<Self>, lane: String, mut batch: Vec<Op>) {
+    async fn drain(self: Arc<Self>, slot: usize, lane: String, mut batch: Vec<Op>) {
         // Releases and settles whose call failed: sent again, first, in
         // the next call.
         let mut unsettled: Vec<Op> = Vec::new();
@@ -384,7 +426,7 @@ impl Counters {
             let result = if batch.is_empty() {
                 Ok(Vec::new())
             } else {
-                self.run(&batch).await
+                self.run(slot, &batch).await
             };
             let failed = result.is_err();
             match result {
@@ -437,7 +479,10 @@ impl Counters {
             if failed && !unsettled.is_empty() {
                 tokio::time::sleep(RETRY_AFTER).await;
             }
-            let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut lanes = self.slots[slot]
+                .lanes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             let queue = lanes.get_mut(&lane).expect(RUNNING);
             if queue.is_empty() && unsettled.is_empty() {
                 lanes.remove(&lane);
@@ -452,10 +497,12 @@ impl Counters {
         }
     }
 
-    /// One `batch.lua` call for `batch`: the admissions' replies, in order,
-    /// or why not and whether the call may run yet (it was sent).
-    async fn run(&self, batch: &[Op]) -> Result<Vec<i64>, (RedisFailure, bool)> {
-        let mut conn = self.connection().await.map_err(|e| (e, false))?;
+    /// One `batch.lua` call for `batch`, on one of worker `slot`'s
+    /// connections: the admissions' replies, in order, or why not and
+    /// whether the call may run yet (it was sent).
+    async fn run(&self, slot: usize, batch: &[Op]) -> Result<Vec<i64>, (RedisFailure, bool)> {
+        let slot = &self.slots[slot];
+        let (_permit, mut connection) = self.connection(slot).await.map_err(|e| (e, false))?;
         let mut call = self.batch.prepare_invoke();
         call.arg(LEASE.as_micros() as u64);
         for op in batch {
@@ -467,8 +514,16 @@ impl Counters {
                 call.arg(arg);
             }
         }
-        match tokio::time::timeout(self.timeout, call.invoke_async(&mut conn)).await {
-            Ok(Ok(replies)) => Ok(replies),
+        // A connection whose call failed goes with it: a reply may still be
+        // on its way.
+        match tokio::time::timeout(self.timeout, call.invoke_async(&mut connection)).await {
+            Ok(Ok(replies)) => {
+                slot.idle
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((connection, Instant::now()));
+                Ok(replies)
+            }
             Ok(Err(e)) => {
                 let sent = !e.is_connection_refusal();
                 Err((e.into(), sent))
@@ -620,7 +675,7 @@ mod tests {
             assert!(counters.admit(&check(&quotas, member)).await.is_err());
         }
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !counters.lanes.lock().unwrap().is_empty() {
+        while !counters.slots[0].lanes.lock().unwrap().is_empty() {
             assert!(Instant::now() < deadline, "a lane outlived its work");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
