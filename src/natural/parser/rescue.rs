@@ -45,6 +45,10 @@ pub(crate) enum Format {
     /// or a declared name, `[ARGS]` and the arguments object (v11+, with an
     /// optional `[CALL_ID]id` before `[ARGS]`), one call per `[TOOL_CALLS]`.
     Mistral,
+    /// `<function=name>{…}</function>`: a declared name, then its arguments
+    /// object (Llama 3.1's custom tool calling, as its model card shows it),
+    /// one call per tag.
+    LlamaFunction,
     /// A Python list of calls, `[get_weather(city="Paris"), get_time(tz="UTC")]`
     /// (Llama 3.2+, BFCL's prompt mode), also after `<|python_tag|>`. It
     /// opens as [`Opened::PythonList`] and runs as the `python` syntax's
@@ -77,8 +81,10 @@ pub(crate) struct Shape {
     /// Bytes that may separate one call object from the next (besides
     /// whitespace alone, which always may).
     pub(crate) separators: &'static [u8],
-    /// Mistral v11+: `name[ARGS]{…}` instead of a call object.
-    pub(crate) named: bool,
+    /// A declared name ending at this byte, then its arguments object,
+    /// instead of a call object: `[` (Mistral v11+'s `name[ARGS]{…}`, whose
+    /// markers follow) or `>` (Llama's `<function=name>{…}`).
+    pub(crate) name_end: Option<u8>,
     /// The opener again: whitespace between one block and the next belongs
     /// to the first call rather than to the text.
     pub(crate) again: &'static [u8],
@@ -121,6 +127,11 @@ pub const RECOGNIZERS: &[Recognizer] = &[
         opener: Opener::Literal(b"[TOOL_CALLS]"),
     },
     Recognizer {
+        name: "llama_function",
+        format: Format::LlamaFunction,
+        opener: Opener::Literal(b"<function="),
+    },
+    Recognizer {
         name: "pythonic",
         format: Format::Pythonic,
         opener: Opener::PythonList,
@@ -138,7 +149,7 @@ impl Format {
             closer: b"",
             list: true,
             separators: b",;",
-            named: false,
+            name_end: None,
             again: b"",
         };
         match self {
@@ -161,9 +172,16 @@ impl Format {
                 ..shape
             },
             Format::Mistral => Shape {
-                named: true,
+                name_end: Some(b'['),
                 again: b"[TOOL_CALLS]",
                 ..shape
+            },
+            Format::LlamaFunction => Shape {
+                closer: b"</function>",
+                list: false,
+                separators: b"",
+                name_end: Some(b'>'),
+                again: b"<function=",
             },
             // Read by the python syntax's block; no `CallsBlock` has it.
             Format::Pythonic => shape,
@@ -322,6 +340,10 @@ mod tests {
         assert_eq!(full("<tool_call>\n{"), Some((11, Format::Hermes)));
         assert_eq!(full("<|python_tag|>{"), Some((14, Format::PythonTag)));
         assert_eq!(full("[TOOL_CALLS]["), Some((12, Format::Mistral)));
+        assert_eq!(
+            full("<function=get_time>"),
+            Some((10, Format::LlamaFunction))
+        );
         assert_eq!(full("```json\n{"), Some((8, Format::Fence)));
         assert_eq!(full("```JSON  \r\n"), Some((11, Format::Fence)));
         assert_eq!(full("```\n"), Some((4, Format::Fence)));
@@ -337,6 +359,7 @@ mod tests {
             "[ get_wea",
             "<|python_tag|>",
             "<|python_tag|>[get_",
+            "<function",
         ] {
             assert_eq!(
                 match_opener(partial.as_bytes()),
@@ -346,6 +369,7 @@ mod tests {
         }
         for no in [
             "<tool_calls>",
+            "<functions>",
             "<b>",
             "[link]",
             "```python\n",

@@ -7,6 +7,8 @@
 //! * a list of call objects, `[{…}, {…}]`, when the shape allows it;
 //! * in Mistral's v11 form, a declared name, `[ARGS]` (after an optional
 //!   `[CALL_ID]id`) and the arguments object;
+//! * in Llama's `<function=…>` form, a declared name, `>` and the arguments
+//!   object;
 //!
 //! then the shape's closer, if it has one, and any special tokens a server
 //! left in the text. Each call is its own [`Outcome`]: a call's raw runs
@@ -39,15 +41,15 @@ enum Phase {
     ListLead,
     /// A call object started at held offset `start`.
     Object { start: usize },
-    /// Mistral v11: the name, from held offset `start`.
+    /// Mistral v11 and Llama's form: the name, from held offset `start`.
     Name { start: usize },
     /// Mistral v11: a `[ARGS]` or `[CALL_ID]` marker from `start`.
     Marker { start: usize },
     /// Mistral v11: the call id, until the `[` of `[ARGS]`.
     CallId { start: usize },
-    /// Mistral v11: whitespace, then the arguments object.
+    /// After a name: whitespace, then the arguments object.
     ArgsLead,
-    /// Mistral v11: the arguments object, from `start`.
+    /// The arguments object after a name, from `start`.
     Args { start: usize },
     /// After a decided call.
     Trailer(Trailer),
@@ -79,7 +81,7 @@ pub(crate) struct CallsBlock {
     scanner: JsonScanner,
     /// Inside a list's brackets.
     in_list: bool,
-    /// Mistral v11: the declared name read.
+    /// The declared name read (Mistral v11, Llama's form).
     name: Option<String>,
     /// The call read, awaiting what follows it.
     decided: Option<Outcome>,
@@ -136,17 +138,26 @@ impl CallsBlock {
                     (Phase::ListLead, false)
                 }
                 Phase::Lead | Phase::ListLead if b == b'{' => (Phase::Object { start: at }, true),
-                Phase::Lead if self.shape.named && b.is_ascii_graphic() && b != b'[' => {
+                Phase::Lead
+                    if self.shape.name_end.is_some_and(|end| b != end)
+                        && b.is_ascii_graphic()
+                        && b != b'[' =>
+                {
                     (Phase::Name { start: at }, true)
                 }
-                Phase::Name { start } if b == b'[' => {
+                Phase::Name { start } if Some(b) == self.shape.name_end => {
                     let mut name = held.get(start..).unwrap_or_default().to_owned();
                     name.push_str(input.get(..i).unwrap_or_default());
                     if !names.contains(&name) {
                         return self.text(held, input, i);
                     }
                     self.name = Some(name);
-                    (Phase::Marker { start: at }, true)
+                    if b == b'[' {
+                        // Mistral's markers, from this `[` on.
+                        (Phase::Marker { start: at }, true)
+                    } else {
+                        (Phase::ArgsLead, false)
+                    }
                 }
                 Phase::Name { start }
                     if b.is_ascii_graphic() && at - start < names.longest().max(1) =>
@@ -421,8 +432,8 @@ impl CallsBlock {
     }
 }
 
-/// Mistral v11's call: `name` was read and declared; `value` is its
-/// complete arguments JSON.
+/// A call written as a name and its arguments (Mistral v11, Llama's form):
+/// `name` was read and declared; `value` is its complete arguments JSON.
 fn named_call(name: String, value: &str, raw_len: usize) -> Outcome {
     use serde_json::Value;
     match serde_json::from_str::<Value>(value) {
