@@ -452,6 +452,10 @@ def main():
     p.add_argument("--llama", help="llama-server's URL, for the harness arm and --check-grammars")
     p.add_argument("--check-grammars", action="store_true",
                    help="first send every case's grammar (each constrained arm's syntax) to llama-server")
+    p.add_argument("--ask-flagged", metavar="CASES_JSONL",
+                   help="the -ask arms only where the grounding check flags a call in this earlier run's "
+                        "answer of the same arm without -ask; every other case is that answer, copied "
+                        "(the first request is the same; temperature 0)")
     p.add_argument("--grammar-categories", default="",
                    help="the categories --check-grammars reads (default --categories; `all`: every single-turn one)")
     args = p.parse_args()
@@ -490,6 +494,10 @@ def main():
         for case, truth in sample(category, args.n)
         for arm in arms
     ]
+    copied = []
+    if args.ask_flagged:
+        work, copied = flagged_only(work, args.ask_flagged)
+        print(f"--ask-flagged: {len(work)} flagged answers asked again, {len(copied)} copied")
     done = 0
 
     def one(item):
@@ -512,6 +520,9 @@ def main():
     records = []
     with open(os.path.join(args.out, "cases.jsonl"), "w") as log, \
             concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
+        for record in copied:
+            records.append(record)
+            log.write(json.dumps(record) + "\n")
         for record in pool.map(one, work):
             done += 1
             records.append(record)
@@ -520,6 +531,31 @@ def main():
             progress(f"{done}/{len(work)}")
     progress(None)
     report(records, arms, categories)
+
+
+def flagged_only(work, path):
+    """`work` cut to the -ask arms' items whose arm without -ask answered
+    with a call the grounding check flags in `path`'s records; the other
+    -ask items become that answer's record (`copied_from` the arm), since
+    toolgate asks only about a flagged call. Items of other arms go."""
+    records, _, _ = rejudge(path)
+    earlier = {(r["arm"], r["id"]): r for r in records}
+    asked, copied = [], []
+    for item in work:
+        arm, _, case, _ = item
+        if not arm.endswith("-ask"):
+            continue
+        base = earlier.get((arm.removesuffix("-ask"), case["id"]))
+        if base is None:
+            sys.exit(f"--ask-flagged: {path} has no answer of {arm.removesuffix('-ask')} to {case['id']}")
+        calls = calls_of(base["answer"], base["arm"]) if base["status"] == 200 else None
+        flagged = (bool(calls) and is_function_calling_format_output(calls)
+                   and any(ungrounded_calls(case, calls)))
+        if flagged:
+            asked.append(item)
+        else:
+            copied.append(dict(base, arm=arm, copied_from=base["arm"]))
+    return asked, copied
 
 
 def rejudge(path):

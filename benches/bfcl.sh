@@ -11,6 +11,9 @@
 #   TOOLGATE_BIN=/path/to/toolgate bash benches/bfcl.sh   # another build (a baseline)
 #   GRAMMAR_CATEGORIES=all BFCL_N=0 bash benches/bfcl.sh  # only: does llama-server read every grammar?
 #   CHECK_GRAMMARS=0 ARMS=tag-gbnf bash benches/bfcl.sh   # constrained, without that check first
+#   ARMS=tag-gbnf-ask ASK_FLAGGED=target/bfcl/qwen/cases.jsonl bash benches/bfcl.sh
+#       # -ask arms only where that run's answer without -ask had a call the
+#       # grounding check flags (toolgate asks only then); the rest copied
 #
 # Arms: native (llama.cpp's own tool calling, passthrough), any natural
 # syntax by its name (tag, tool_call, bracket, python...: natural mode in
@@ -90,6 +93,7 @@ for name in $MODELS; do
   "$venv/bin/python" benches/bfcl.py --base "http://127.0.0.1:$gw_port" --llama "http://127.0.0.1:$port" \
     --model "$name" "${grammars[@]}" \
     --arms "$ARMS" --categories "$CATEGORIES" --n "$BFCL_N" --parallel "$PARALLEL" \
+    ${ASK_FLAGGED:+--ask-flagged "$ASK_FLAGGED"} \
     --out "$OUT/$name"
   echo "   $((SECONDS - start)) s; cases: $OUT/$name/cases.jsonl"
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
