@@ -256,12 +256,12 @@ def normalised(text):
 
 
 def conversation_of(case):
-    """What the client wrote in the case's first turn, normalised: the
-    content of its system, developer and user messages (text parts of a
-    list content), joined by a line break."""
+    """What the client (and its tools) wrote in the case's first turn,
+    normalised: the content of its system, developer, user and tool
+    messages (text parts of a list content), joined by a line break."""
     texts = []
     for m in case["question"][0]:
-        if m.get("role") not in ("system", "developer", "user"):
+        if m.get("role") not in ("system", "developer", "user", "tool"):
             continue
         content = m.get("content") or ""
         if isinstance(content, list):
@@ -270,11 +270,31 @@ def conversation_of(case):
     return "\n".join(texts)
 
 
+# The fewest characters a word needs to ground a value (toolgate's
+# `grounding::MIN_WORD`).
+MIN_WORD = 4
+
+
+def long_words(text):
+    """Runs of letters and digits of at least MIN_WORD characters."""
+    return [w for w in re.split(r"[\W_]+", text) if len(w) >= MIN_WORD]
+
+
+def holds(conversation, text):
+    """Whether normalised `text` could come from the conversation, as
+    toolgate's `grounding` decides: it is in it, one of its long words is a
+    word of it, or it has no long word to judge by (or is empty)."""
+    if not text or text in conversation:
+        return True
+    words = long_words(text)
+    return not words or bool(set(words) & set(long_words(conversation)))
+
+
 def ungrounded_strings(value, schema, conversation):
     """The string values inside `value` (an argument object, walked with
-    its schema) that are ungrounded: not empty once normalised, not a
-    substring of the normalised conversation, and neither one of the
-    schema's `enum` values nor its `default` at that place."""
+    its schema) that are ungrounded: not held by the normalised
+    conversation (`holds`), and neither one of the schema's `enum` values
+    nor its `default` at that place."""
     schema = schema if isinstance(schema, dict) else {}
     if isinstance(value, dict):
         properties = schema.get("properties") or {}
@@ -288,7 +308,7 @@ def ungrounded_strings(value, schema, conversation):
         allowed = [normalised(e) for e in schema.get("enum") or [] if isinstance(e, str)]
         if isinstance(schema.get("default"), str):
             allowed.append(normalised(schema["default"]))
-        if text and text not in conversation and text not in allowed:
+        if not holds(conversation, text) and text not in allowed:
             yield value
 
 

@@ -1,23 +1,44 @@
 //! Whether a call's values come from the conversation (`on_ungrounded`).
 //!
 //! A call is *ungrounded* when one of its string argument values (at any
-//! depth of its arguments) appears nowhere in what the client wrote, and is
-//! neither one of the schema's `enum` values nor its `default` at that place.
-//! What the client wrote is the text of the request's `system`, `developer`
-//! and `user` messages (a string content, or the `text` of its parts), as
-//! the client sent them, before natural mode's instructions go in. The
-//! comparison is a substring test on normalised text: lower-cased, every run
-//! of whitespace one space, none at either end. A value that is empty once
-//! normalised carries nothing; numbers, booleans and nulls are not checked.
-//! Pure: the engine decides what an ungrounded call leads to.
+//! depth of its arguments) comes from nowhere in the conversation: it is
+//! not in what the client and its tools wrote, shares no word with it, and
+//! is neither one of the schema's `enum` values nor its `default` at that
+//! place. What they wrote is the text of the request's `system`,
+//! `developer`, `user` and `tool` messages (a string content, or the `text`
+//! of its parts), as the client sent them, before natural mode's
+//! instructions go in; the model's own messages are not in it.
+//!
+//! Text is compared normalised: lower-cased, every run of whitespace one
+//! space, none at either end. A value is grounded when it is a substring of
+//! that text, or when one of its *words* (runs of letters and digits) of at
+//! least [`MIN_WORD`] characters is a word there: `"Los Angeles Lakers"`
+//! after a question about "the lakers", `"2022-07-10"` after one about
+//! July 2022. A value without such a word (`"all"`, `"km"`, `"x^2"`) is too
+//! short to judge and passes; so does one empty once normalised. Numbers,
+//! booleans and nulls are not checked. Measured on BFCL's recorded answers,
+//! this keeps the invented values of irrelevant calls (`"example"`,
+//! `"john"`, an invented date) and lets through the values a right call
+//! derives from the question (docs/natural-mode.md). Pure: the engine
+//! decides what an ungrounded call leads to.
+
+use std::collections::HashSet;
 
 use serde_json::Value;
 
 use crate::natural::tools::ToolSet;
 
-/// What the client wrote, normalised, one message a line.
+/// The fewest characters a word needs to ground a value (shorter words,
+/// `"the"`, `"all"`, `"km"`, say nothing of where a value came from).
+pub const MIN_WORD: usize = 4;
+
+/// What the client and its tools wrote, normalised, one message a line,
+/// and its words of at least [`MIN_WORD`] characters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Conversation(String);
+pub struct Conversation {
+    text: String,
+    words: HashSet<String>,
+}
 
 /// A string value of a call that the conversation does not hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +49,13 @@ pub struct Ungrounded {
     pub path: String,
     /// The value as the model wrote it.
     pub value: String,
+}
+
+/// The words of `text` that can ground a value: runs of letters and digits
+/// of at least [`MIN_WORD`] characters.
+fn long_words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().nth(MIN_WORD - 1).is_some())
 }
 
 /// `text` lower-cased, each run of whitespace one space, trimmed.
@@ -48,7 +76,7 @@ impl Conversation {
         let mut out = String::new();
         for message in messages {
             let role = message.get("role").and_then(Value::as_str);
-            if !matches!(role, Some("system" | "developer" | "user")) {
+            if !matches!(role, Some("system" | "developer" | "user" | "tool")) {
                 continue;
             }
             let text = match message.get("content") {
@@ -65,7 +93,19 @@ impl Conversation {
             out.push_str(&text);
             out.push('\n');
         }
-        Conversation(out)
+        let words = long_words(&out).map(str::to_owned).collect();
+        Conversation { text: out, words }
+    }
+
+    /// Whether `text` (normalised) could come from the conversation: it is
+    /// in it, or one of its long words is a word of it, or it has no long
+    /// word to judge by.
+    fn holds(&self, text: &str) -> bool {
+        if text.is_empty() || self.text.contains(text) {
+            return true;
+        }
+        let mut words = long_words(text).peekable();
+        words.peek().is_none() || words.any(|w| self.words.contains(w))
     }
 
     /// The ungrounded values of a call of `tool` (its name) with
@@ -119,7 +159,7 @@ impl Conversation {
             }
             Value::String(raw) => {
                 let text = normalised(raw);
-                if !text.is_empty() && !self.0.contains(&text) && !allowed(schema, &text) {
+                if !self.holds(&text) && !allowed(schema, &text) {
                     found(path, raw);
                 }
             }
@@ -190,9 +230,21 @@ mod tests {
     }
 
     #[test]
-    fn a_value_only_the_model_or_a_tool_wrote_is_ungrounded() {
+    fn a_value_that_shares_a_long_word_with_the_conversation_is_grounded() {
         let c = conversation();
-        for city in ["Boston", "Paris", "example"] {
+        for city in ["New York City", "york, usa", "Paris", "all", "NY", "x^2"] {
+            assert!(
+                c.ungrounded(&tools(), "get_weather", &format!(r#"{{"city":"{city}"}}"#))
+                    .is_empty(),
+                "{city}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_value_only_the_model_wrote_is_ungrounded() {
+        let c = conversation();
+        for city in ["Boston", "example", "Newark", "San Francisco"] {
             let found = c.ungrounded(&tools(), "get_weather", &format!(r#"{{"city":"{city}"}}"#));
             assert_eq!(
                 found,
@@ -222,13 +274,13 @@ mod tests {
         let found = c.ungrounded(
             &tools(),
             "get_weather",
-            r#"{"tags":["york","john"],"x":{"y":"doe"}}"#,
+            r#"{"tags":["york","john"],"x":{"y":"smith"}}"#,
         );
         let paths: Vec<_> = found
             .iter()
             .map(|u| (u.path.as_str(), u.value.as_str()))
             .collect();
-        assert_eq!(paths, [("tags[1]", "john"), ("x.y", "doe")]);
+        assert_eq!(paths, [("tags[1]", "john"), ("x.y", "smith")]);
     }
 
     #[test]
