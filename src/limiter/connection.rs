@@ -149,14 +149,20 @@ mod tests {
         got
     }
 
-    #[tokio::test]
-    async fn a_url_with_a_password_and_a_database_authenticates_and_selects_it() {
+    /// A loopback listener and the URL `redis://{auth}127.0.0.1:PORT{db}` of it.
+    async fn listening(auth: &str, db: &str) -> (TcpListener, ConnectionInfo) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let server = tokio::spawn(serve(listener, vec![b"+OK\r\n", b"+OK\r\n", b":7\r\n"]));
-        let info = format!("redis://user:secret@127.0.0.1:{port}/3")
+        let info = format!("redis://{auth}127.0.0.1:{port}{db}")
             .into_connection_info()
             .unwrap();
+        (listener, info)
+    }
+
+    #[tokio::test]
+    async fn a_url_with_a_password_and_a_database_authenticates_and_selects_it() {
+        let (listener, info) = listening("user:secret@", "/3").await;
+        let server = tokio::spawn(serve(listener, vec![b"+OK\r\n", b"+OK\r\n", b":7\r\n"]));
         let mut connection = Connection::open(&info).await.unwrap();
         assert_eq!(redis::aio::ConnectionLike::get_db(&connection), 3);
         let seven: i64 = redis::cmd("INCR")
@@ -176,24 +182,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_password_fails_the_connection() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let (listener, info) = listening(":nope@", "").await;
         tokio::spawn(serve(listener, vec![b"-WRONGPASS invalid password\r\n"]));
-        let info = format!("redis://:nope@127.0.0.1:{port}")
-            .into_connection_info()
-            .unwrap();
         let error = Connection::open(&info).await.err().unwrap();
         assert!(error.to_string().contains("WRONGPASS"), "{error}");
     }
 
     #[tokio::test]
     async fn a_connection_the_server_closed_is_not_open() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let (listener, info) = listening("", "").await;
         let server = tokio::spawn(async move { listener.accept().await.unwrap().0 });
-        let info = format!("redis://127.0.0.1:{port}")
-            .into_connection_info()
-            .unwrap();
         let connection = Connection::open(&info).await.unwrap();
         let socket = server.await.unwrap();
         assert!(connection.is_open());
@@ -210,12 +208,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_reply_cut_short_is_an_error() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let (listener, info) = listening("", "").await;
         tokio::spawn(serve(listener, vec![b"*2\r\n:1\r\n"]));
-        let info = format!("redis://127.0.0.1:{port}")
-            .into_connection_info()
-            .unwrap();
         let mut connection = Connection::open(&info).await.unwrap();
         let reply: RedisResult<Vec<i64>> = redis::cmd("X").query_async(&mut connection).await;
         assert!(reply.is_err(), "{reply:?}");
