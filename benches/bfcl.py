@@ -290,11 +290,36 @@ def holds(conversation, text):
     return not words or bool(set(words) & set(long_words(conversation)))
 
 
+NUMBER_WORDS = {"half": 0.5, "dozen": 12, "hundred": 100, "thousand": 1e3, "million": 1e6, "billion": 1e9}
+
+
+def numbers_in(text):
+    """The numbers written in `text` as digits (no sign; `1,000` one
+    number), and those its number words name (`grounding::numbers_in`)."""
+    found = [float(m.replace(",", "")) for m in re.findall(r"\d+(?:,\d{3}(?!\d))*(?:\.\d+)?", text)]
+    words = set(long_words(text))
+    return found + [n for w, n in NUMBER_WORDS.items() if w in words]
+
+
+def same(a, b):
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
+
+
+def holds_number(conversation, n):
+    """Whether the number could come from the conversation: one of its
+    numbers (either sign), a hundred times or a hundredth of one, or an
+    integer from -10 to 10 (too small to judge)."""
+    n = abs(n)
+    if float(n).is_integer() and n <= 10:
+        return True
+    return any(same(n, m) or same(n, m * 100) or same(n * 100, m) for m in numbers_in(conversation))
+
+
 def ungrounded_strings(value, schema, conversation):
-    """The string values inside `value` (an argument object, walked with
-    its schema) that are ungrounded: not held by the normalised
-    conversation (`holds`), and neither one of the schema's `enum` values
-    nor its `default` at that place."""
+    """The string and number values inside `value` (an argument object,
+    walked with its schema) that are ungrounded: not held by the normalised
+    conversation (`holds`, `holds_number`), and neither one of the schema's
+    `enum` values nor its `default` at that place."""
     schema = schema if isinstance(schema, dict) else {}
     if isinstance(value, dict):
         properties = schema.get("properties") or {}
@@ -309,6 +334,11 @@ def ungrounded_strings(value, schema, conversation):
         if isinstance(schema.get("default"), str):
             allowed.append(normalised(schema["default"]))
         if not holds(conversation, text) and text not in allowed:
+            yield value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        named = [v for v in (schema.get("enum") or []) + [schema.get("default")]
+                 if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if not holds_number(conversation, value) and not any(same(value, v) for v in named):
             yield value
 
 
@@ -472,6 +502,8 @@ def main():
     p.add_argument("--llama", help="llama-server's URL, for the harness arm and --check-grammars")
     p.add_argument("--check-grammars", action="store_true",
                    help="first send every case's grammar (each constrained arm's syntax) to llama-server")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the answers (of --arms) already in --out's cases.jsonl and ask only the rest")
     p.add_argument("--ask-flagged", metavar="CASES_JSONL",
                    help="the -ask arms only where the grounding check flags a call in this earlier run's "
                         "answer of the same arm without -ask; every other case is that answer, copied "
@@ -515,8 +547,15 @@ def main():
         for arm in arms
     ]
     copied = []
+    path = os.path.join(args.out, "cases.jsonl")
+    if args.resume and os.path.exists(path):
+        copied = [r for r in load(path) if r["arm"] in arms]
+        have = {(r["arm"], r["id"]) for r in copied}
+        work = [item for item in work if (item[0], item[2]["id"]) not in have]
+        print(f"--resume: {len(copied)} answers kept, {len(work)} to ask")
     if args.ask_flagged:
-        work, copied = flagged_only(work, args.ask_flagged)
+        work, flagged_copies = flagged_only(work, args.ask_flagged)
+        copied += flagged_copies
         print(f"--ask-flagged: {len(work)} flagged answers asked again, {len(copied)} copied")
     done = 0
 
@@ -538,7 +577,7 @@ def main():
         }
 
     records = []
-    with open(os.path.join(args.out, "cases.jsonl"), "w") as log, \
+    with open(path, "w") as log, \
             concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
         for record in copied:
             records.append(record)

@@ -14,6 +14,7 @@
 #   ARMS=tag-gbnf-ask ASK_FLAGGED=target/bfcl/qwen/cases.jsonl bash benches/bfcl.sh
 #       # -ask arms only where that run's answer without -ask had a call the
 #       # grounding check flags (toolgate asks only then); the rest copied
+#   RESUME=1 bash benches/bfcl.sh   # keep $OUT's answers so far, ask only the rest
 #
 # Arms: native (llama.cpp's own tool calling, passthrough), any natural
 # syntax by its name (tag, tool_call, bracket, python...: natural mode in
@@ -93,7 +94,7 @@ for name in $MODELS; do
   "$venv/bin/python" benches/bfcl.py --base "http://127.0.0.1:$gw_port" --llama "http://127.0.0.1:$port" \
     --model "$name" "${grammars[@]}" \
     --arms "$ARMS" --categories "$CATEGORIES" --n "$BFCL_N" --parallel "$PARALLEL" \
-    ${ASK_FLAGGED:+--ask-flagged "$ASK_FLAGGED"} \
+    ${ASK_FLAGGED:+--ask-flagged "$ASK_FLAGGED"} ${RESUME:+--resume} \
     --out "$OUT/$name"
   echo "   $((SECONDS - start)) s; cases: $OUT/$name/cases.jsonl"
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done

@@ -1,4 +1,4 @@
-//! `on_ungrounded = "ask"`: a reply whose call carries a string value the
+//! `on_ungrounded = "ask"`: a reply whose call carries a value the
 //! conversation does not hold ([`grounding`](crate::natural::grounding)) is
 //! not sent on; the model is asked once more, in the same request, whether
 //! a tool fits and what value the user gave, and its second answer is the

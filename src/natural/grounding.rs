@@ -1,10 +1,9 @@
 //! Whether a call's values come from the conversation (`on_ungrounded`).
 //!
-//! A call is *ungrounded* when one of its string argument values (at any
-//! depth of its arguments) comes from nowhere in the conversation: it is
-//! not in what the client and its tools wrote, shares no word with it, and
-//! is neither one of the schema's `enum` values nor its `default` at that
-//! place. What they wrote is the text of the request's `system`,
+//! A call is *ungrounded* when one of its string or number argument values
+//! (at any depth of its arguments) comes from nowhere in the conversation:
+//! it is not in what the client and its tools wrote, and is neither one of
+//! the schema's `enum` values nor its `default` at that place. What they wrote is the text of the request's `system`,
 //! `developer`, `user` and `tool` messages (a string content, or the `text`
 //! of its parts), as the client sent them, before natural mode's
 //! instructions go in; the model's own messages are not in it.
@@ -15,12 +14,20 @@
 //! least [`MIN_WORD`] characters is a word there: `"Los Angeles Lakers"`
 //! after a question about "the lakers", `"2022-07-10"` after one about
 //! July 2022. A value without such a word (`"all"`, `"km"`, `"x^2"`) is too
-//! short to judge and passes; so does one empty once normalised. Numbers,
-//! booleans and nulls are not checked. Measured on BFCL's recorded answers,
-//! this keeps the invented values of irrelevant calls (`"example"`,
-//! `"john"`, an invented date) and lets through the values a right call
-//! derives from the question (docs/natural-mode.md). Pure: the engine
-//! decides what an ungrounded call leads to.
+//! short to judge and passes; so does one empty once normalised.
+//!
+//! A number is grounded when it is one of the conversation's numbers (digits
+//! with an optional decimal part, `1,000` as one number, or `half`,
+//! `dozen`, `hundred`, `thousand`, `million`, `billion`), whatever its sign,
+//! or a hundred times or a hundredth of one (a percentage as a fraction, or
+//! the reverse). An integer from -10 to 10 is too small to judge (a count,
+//! a precision, an option) and passes. Booleans and nulls are not checked.
+//!
+//! Measured on BFCL's recorded answers, this flags the invented values of
+//! irrelevant calls (`"example"`, `"john"`, an invented date, a price of
+//! `1.5` nobody gave) and lets through the values a right call derives
+//! from the question (docs/natural-mode.md). Pure: the engine decides what
+//! an ungrounded call leads to.
 
 use std::collections::HashSet;
 
@@ -33,11 +40,65 @@ use crate::natural::tools::ToolSet;
 pub const MIN_WORD: usize = 4;
 
 /// What the client and its tools wrote, normalised, one message a line,
-/// and its words of at least [`MIN_WORD`] characters.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// its words of at least [`MIN_WORD`] characters and its numbers.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Conversation {
     text: String,
     words: HashSet<String>,
+    numbers: Vec<f64>,
+}
+
+/// Integers this close to zero are too small to judge.
+const SMALL: f64 = 10.0;
+
+/// Number words, and the number each is.
+const NUMBER_WORDS: &[(&str, f64)] = &[
+    ("half", 0.5),
+    ("dozen", 12.0),
+    ("hundred", 100.0),
+    ("thousand", 1e3),
+    ("million", 1e6),
+    ("billion", 1e9),
+];
+
+/// The numbers written in `text` as digits, without their sign: an
+/// optional decimal part, and `,` before three digits read as a thousands
+/// separator (`1,000` is one number, `1,2` two).
+fn numbers_in(text: &str) -> Vec<f64> {
+    let b = text.as_bytes();
+    let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if !digit(i) {
+            i += 1;
+            continue;
+        }
+        let mut number = String::new();
+        let mut point = false;
+        while i < b.len() {
+            if digit(i) {
+                number.push(char::from(b[i]));
+            } else if b[i] == b',' && !point && (1..=3).all(|k| digit(i + k)) && !digit(i + 4) {
+                // A thousands separator: skipped.
+            } else if b[i] == b'.' && !point && digit(i + 1) {
+                point = true;
+                number.push('.');
+            } else {
+                break;
+            }
+            i += 1;
+        }
+        if let Ok(n) = number.parse() {
+            out.push(n);
+        }
+    }
+    out
+}
+
+/// `a` and `b` are the same number, give or take rounding.
+fn same(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
 }
 
 /// A string value of a call that the conversation does not hold.
@@ -47,8 +108,8 @@ pub struct Ungrounded {
     pub tool: String,
     /// Where the value sits in the arguments, as `a.b[0]`.
     pub path: String,
-    /// The value as the model wrote it.
-    pub value: String,
+    /// The value as the model wrote it (a string or a number).
+    pub value: Value,
 }
 
 /// The words of `text` that can ground a value: runs of letters and digits
@@ -93,8 +154,31 @@ impl Conversation {
             out.push_str(&text);
             out.push('\n');
         }
-        let words = long_words(&out).map(str::to_owned).collect();
-        Conversation { text: out, words }
+        let words: HashSet<String> = long_words(&out).map(str::to_owned).collect();
+        let mut numbers = numbers_in(&out);
+        numbers.extend(
+            NUMBER_WORDS
+                .iter()
+                .filter(|(word, _)| words.contains(*word))
+                .map(|&(_, n)| n),
+        );
+        Conversation {
+            text: out,
+            words,
+            numbers,
+        }
+    }
+
+    /// Whether the number `n` could come from the conversation: one of its
+    /// numbers (either sign), a hundred times or a hundredth of one, or an
+    /// integer too small to judge.
+    fn holds_number(&self, n: f64) -> bool {
+        let n = n.abs();
+        (n.fract() == 0.0 && n <= SMALL)
+            || self
+                .numbers
+                .iter()
+                .any(|&m| same(n, m) || same(n, m * 100.0) || same(n * 100.0, m))
     }
 
     /// Whether `text` (normalised) could come from the conversation: it is
@@ -122,7 +206,7 @@ impl Conversation {
             out.push(Ungrounded {
                 tool: tool.to_owned(),
                 path: path.to_owned(),
-                value: value.to_owned(),
+                value: value.clone(),
             });
         });
         out
@@ -133,7 +217,7 @@ impl Conversation {
         value: &Value,
         schema: Option<&Value>,
         path: &mut String,
-        found: &mut dyn FnMut(&str, &str),
+        found: &mut dyn FnMut(&str, &Value),
     ) {
         match value {
             Value::Object(members) => {
@@ -159,8 +243,20 @@ impl Conversation {
             }
             Value::String(raw) => {
                 let text = normalised(raw);
-                if !self.holds(&text) && !allowed(schema, &text) {
-                    found(path, raw);
+                if !self.holds(&text)
+                    && !allowed(schema, |v| {
+                        v.as_str().is_some_and(|s| normalised(s) == text)
+                    })
+                {
+                    found(path, value);
+                }
+            }
+            Value::Number(number) => {
+                let Some(n) = number.as_f64() else { return };
+                if !self.holds_number(n)
+                    && !allowed(schema, |v| v.as_f64().is_some_and(|m| same(n, m)))
+                {
+                    found(path, value);
                 }
             }
             _ => {}
@@ -169,17 +265,16 @@ impl Conversation {
 }
 
 /// Whether the schema at a value's place names it: one of its `enum`
-/// values or its `default` (normalised as the value is).
-fn allowed(schema: Option<&Value>, text: &str) -> bool {
+/// values or its `default` is `named`.
+fn allowed(schema: Option<&Value>, named: impl Fn(&Value) -> bool) -> bool {
     let Some(schema) = schema else {
         return false;
     };
-    let named = |v: &Value| v.as_str().is_some_and(|s| normalised(s) == text);
     schema
         .get("enum")
         .and_then(Value::as_array)
-        .is_some_and(|values| values.iter().any(named))
-        || schema.get("default").is_some_and(named)
+        .is_some_and(|values| values.iter().any(&named))
+        || schema.get("default").is_some_and(&named)
 }
 
 #[cfg(test)]
@@ -278,9 +373,59 @@ mod tests {
         );
         let paths: Vec<_> = found
             .iter()
-            .map(|u| (u.path.as_str(), u.value.as_str()))
+            .map(|u| (u.path.as_str(), u.value.as_str().unwrap_or_default()))
             .collect();
         assert_eq!(paths, [("tags[1]", "john"), ("x.y", "smith")]);
+    }
+
+    #[test]
+    fn numbers_are_grounded_by_the_numbers_written_in_the_conversation() {
+        let c = Conversation::from_messages(&[json!({"role": "user", "content":
+            "Seats for 1,500 guests at 7.30 in rooms 12 and 14, 25% off, half of them by -40 pounds."})]);
+        let calls = |n: &str| c.ungrounded(&tools(), "get_weather", &format!(r#"{{"n":{n}}}"#));
+        for n in [
+            "1500", "7.3", "7.30", "12", "0.25", "25", "0.5", "40", "-40", "3", "-10", "0",
+        ] {
+            assert!(calls(n).is_empty(), "{n}");
+        }
+        for n in ["1.5", "2021", "100", "11", "-12.5", "1"] {
+            let found = calls(n);
+            if n == "1" {
+                assert!(found.is_empty(), "small integers pass");
+                continue;
+            }
+            assert_eq!(found.len(), 1, "{n}");
+            assert_eq!(found[0].value, serde_json::from_str::<Value>(n).unwrap());
+        }
+        // Nested, and a number the schema names at its place.
+        let found = c.ungrounded(&tools(), "get_weather", r#"{"x":[{"y":99}],"lang":2.5}"#);
+        assert_eq!(found.len(), 2);
+        let schema_default = ToolSet::from_tools(vec![Tool {
+            name: "t".into(),
+            description: None,
+            parameters: Some(json!({"type": "object", "properties": {
+                "price": {"type": "number", "default": 9.99},
+                "size": {"type": "integer", "enum": [64, 128]},
+            }})),
+            strict: false,
+            unlisted: false,
+        }]);
+        assert!(
+            c.ungrounded(&schema_default, "t", r#"{"price":9.99,"size":128}"#)
+                .is_empty()
+        );
+        assert_eq!(
+            c.ungrounded(&schema_default, "t", r#"{"size":256}"#).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn numbers_in_text_read_thousands_separators_and_decimals() {
+        assert_eq!(
+            numbers_in("1,000,000 and 1,2 or 3.25. v2.0 x 12,34567"),
+            [1e6, 1.0, 2.0, 3.25, 2.0, 12.0, 34567.0]
+        );
     }
 
     #[test]
