@@ -40,13 +40,19 @@ use crate::natural::tools::ToolSet;
 pub const MIN_WORD: usize = 4;
 
 /// What the client and its tools wrote, normalised, one message a line,
-/// its words of at least [`MIN_WORD`] characters and its numbers.
+/// its words of at least [`MIN_WORD`] characters and its numbers (sorted,
+/// each once).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Conversation {
     text: String,
     words: HashSet<String>,
     numbers: Vec<f64>,
 }
+
+/// The most string and number values of one call that are checked (the
+/// rest pass): the check's work is at most this many lookups against the
+/// conversation, however large the model's arguments.
+pub const MAX_CHECKED: usize = 256;
 
 /// Integers this close to zero are too small to judge.
 const SMALL: f64 = 10.0;
@@ -162,6 +168,8 @@ impl Conversation {
                 .filter(|(word, _)| words.contains(*word))
                 .map(|&(_, n)| n),
         );
+        numbers.sort_by(f64::total_cmp);
+        numbers.dedup();
         Conversation {
             text: out,
             words,
@@ -175,10 +183,16 @@ impl Conversation {
     fn holds_number(&self, n: f64) -> bool {
         let n = n.abs();
         (n.fract() == 0.0 && n <= SMALL)
-            || self
-                .numbers
-                .iter()
-                .any(|&m| same(n, m) || same(n, m * 100.0) || same(n * 100.0, m))
+            || [n, n / 100.0, n * 100.0]
+                .into_iter()
+                .any(|x| self.has_number(x))
+    }
+
+    /// Whether `x` is one of the conversation's numbers, give or take
+    /// rounding (a binary search: the numbers are sorted).
+    fn has_number(&self, x: f64) -> bool {
+        let at = self.numbers.partition_point(|&m| m < x && !same(m, x));
+        self.numbers.get(at).is_some_and(|&m| same(m, x))
     }
 
     /// Whether `text` (normalised) could come from the conversation: it is
@@ -202,13 +216,20 @@ impl Conversation {
         let schema = tools.get(tool).and_then(|t| t.parameters.as_ref());
         let mut out = Vec::new();
         let mut path = String::new();
-        self.walk(&arguments, schema, &mut path, &mut |path, value| {
-            out.push(Ungrounded {
-                tool: tool.to_owned(),
-                path: path.to_owned(),
-                value: value.clone(),
-            });
-        });
+        let mut budget = MAX_CHECKED;
+        self.walk(
+            &arguments,
+            schema,
+            &mut path,
+            &mut budget,
+            &mut |path, value| {
+                out.push(Ungrounded {
+                    tool: tool.to_owned(),
+                    path: path.to_owned(),
+                    value: value.clone(),
+                });
+            },
+        );
         out
     }
 
@@ -217,8 +238,15 @@ impl Conversation {
         value: &Value,
         schema: Option<&Value>,
         path: &mut String,
+        budget: &mut usize,
         found: &mut dyn FnMut(&str, &Value),
     ) {
+        if matches!(value, Value::String(_) | Value::Number(_)) {
+            if *budget == 0 {
+                return;
+            }
+            *budget -= 1;
+        }
         match value {
             Value::Object(members) => {
                 let properties = schema.and_then(|s| s.get("properties"));
@@ -228,7 +256,13 @@ impl Conversation {
                         path.push('.');
                     }
                     path.push_str(key);
-                    self.walk(member, properties.and_then(|p| p.get(key)), path, found);
+                    self.walk(
+                        member,
+                        properties.and_then(|p| p.get(key)),
+                        path,
+                        budget,
+                        found,
+                    );
                     path.truncate(len);
                 }
             }
@@ -237,7 +271,7 @@ impl Conversation {
                 for (i, item) in items.iter().enumerate() {
                     let len = path.len();
                     path.push_str(&format!("[{i}]"));
-                    self.walk(item, schema, path, found);
+                    self.walk(item, schema, path, budget, found);
                     path.truncate(len);
                 }
             }
@@ -418,6 +452,25 @@ mod tests {
             c.ungrounded(&schema_default, "t", r#"{"size":256}"#).len(),
             1
         );
+    }
+
+    #[test]
+    fn at_most_max_checked_values_of_a_call_are_checked() {
+        let c = conversation();
+        let many: Vec<String> = (0..10 * MAX_CHECKED)
+            .map(|i| format!("invented{i}"))
+            .collect();
+        let arguments = json!({"tags": many, "n": vec![1.5; 1000]}).to_string();
+        assert_eq!(
+            c.ungrounded(&tools(), "get_weather", &arguments).len(),
+            MAX_CHECKED
+        );
+        // A large conversation's numbers are each kept once, sorted.
+        let text: String = (0..20_000).map(|i| format!("{} ", i % 500 + 11)).collect();
+        let big = Conversation::from_messages(&[json!({"role": "user", "content": text})]);
+        assert_eq!(big.numbers.len(), 500);
+        assert!(big.numbers.is_sorted());
+        assert!(big.holds_number(510.0) && big.holds_number(5.1) && !big.holds_number(511.0));
     }
 
     #[test]
