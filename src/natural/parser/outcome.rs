@@ -33,3 +33,25 @@ pub(crate) enum Outcome {
     /// It was not a call after all: the first `raw_len` held bytes are text.
     Text { raw_len: usize },
 }
+
+impl Outcome {
+    /// The same decision over the first `raw_len` held bytes (a reader that
+    /// judged a part of the block re-seats it on the whole).
+    pub(crate) fn with_raw_len(self, raw_len: usize) -> Outcome {
+        match self {
+            Outcome::Call {
+                name, arguments, ..
+            } => Outcome::Call {
+                name,
+                arguments,
+                raw_len,
+            },
+            Outcome::Invalid { name, reason, .. } => Outcome::Invalid {
+                name,
+                reason,
+                raw_len,
+            },
+            Outcome::Text { .. } => Outcome::Text { raw_len },
+        }
+    }
+}

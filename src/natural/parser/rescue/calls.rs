@@ -227,23 +227,7 @@ impl CallsBlock {
                 let value = held.get(start..).unwrap_or_default();
                 let outcome = match self.name.take() {
                     Some(name) => named_call(name, value, held.len()),
-                    None => match classify(value, names) {
-                        Outcome::Call {
-                            name, arguments, ..
-                        } => Outcome::Call {
-                            name,
-                            arguments,
-                            raw_len: held.len(),
-                        },
-                        Outcome::Invalid { name, reason, .. } => Outcome::Invalid {
-                            name,
-                            reason,
-                            raw_len: held.len(),
-                        },
-                        Outcome::Text { .. } => Outcome::Text {
-                            raw_len: held.len(),
-                        },
-                    },
+                    None => classify(value, names).with_raw_len(held.len()),
                 };
                 if !matches!(outcome, Outcome::Call { .. }) {
                     return Step::Finished(consumed, outcome);
@@ -283,11 +267,7 @@ impl CallsBlock {
         }
         let value = held.get(start..).unwrap_or_default();
         match broken(value, names, reason) {
-            Outcome::Invalid { name, reason, .. } => Outcome::Invalid {
-                name,
-                reason,
-                raw_len: held.len(),
-            },
+            invalid @ Outcome::Invalid { .. } => invalid.with_raw_len(held.len()),
             _ => Outcome::Text {
                 raw_len: held.len(),
             },
